@@ -1,0 +1,351 @@
+//! The engine: loads GGUF models with candle and generates tokens, streaming each one
+//! as it is produced. It runs on its own thread behind a bounded request channel, so
+//! callers never block the async runtime and continuous batching can replace the
+//! one-job-at-a-time loop later without changing them.
+//!
+//! Exact resume: a job's prompt is always prefilled as one batch and every completion
+//! token goes through the one-token decode path. A resumed job prefills the same prompt
+//! and replays the delivered tokens through the decode path too, so its KV cache — and
+//! hence every later logit — is bit-identical to the uninterrupted run's.
+
+pub mod chat;
+mod generate;
+pub mod sampler;
+pub mod tokenizer;
+pub mod weights;
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::Device;
+use sharemesh_protocol::{ModelDescriptor, ModelId, Prompt, Sampling};
+use tokio::sync::mpsc;
+
+pub use generate::{GenerateRequest, Generation, TokenEvent};
+use tokenizer::GgufTokenizer;
+use weights::Weights;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("model file problem: {0}")]
+    BadModel(String),
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
+    #[error("I/O: {0}")]
+    Io(String),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("prompt is {prompt_tokens} tokens, but the model's context is {context_length}")]
+    ContextTooLong {
+        prompt_tokens: usize,
+        context_length: usize,
+    },
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("inference failed: {0}")]
+    Inference(String),
+    #[error("model {0} is not loaded on this node")]
+    UnknownModel(ModelId),
+    #[error("the engine queue is full ({0} waiting)")]
+    Busy(usize),
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+/// A model ready to generate: weights (pristine, empty KV cache), tokenizer, template.
+pub struct LoadedModel {
+    pub descriptor: ModelDescriptor,
+    weights: Weights,
+    pub tokenizer: GgufTokenizer,
+    chat: chat::ChatTemplate,
+    device: Device,
+    pub load_seconds: f64,
+}
+
+/// The device to run on: the first CUDA GPU when built with `cuda` and one is present.
+pub fn default_device() -> Device {
+    #[cfg(feature = "cuda")]
+    {
+        match Device::new_cuda(0) {
+            Ok(device) => return device,
+            Err(err) => tracing::warn!(%err, "CUDA build but no usable GPU; serving on CPU"),
+        }
+    }
+    Device::Cpu
+}
+
+impl LoadedModel {
+    /// Loads a GGUF file. `id` is its sha256 (the catalog computes and caches it);
+    /// `name` its catalog name.
+    pub fn load(path: &Path, id: ModelId, name: &str, device: Device) -> Result<Self, EngineError> {
+        let started = Instant::now();
+        let file = File::open(path)
+            .map_err(|e| EngineError::Io(format!("opening {}: {e}", path.display())))?;
+        let mut reader = BufReader::new(file);
+        let content = weights::read_content(&mut reader, path)?;
+        let info = weights::info(&content)?;
+        let tokenizer = GgufTokenizer::from_gguf(&content)?;
+        let token_text = |id: Option<u32>| {
+            id.map(|id| String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned())
+                .unwrap_or_default()
+        };
+        let template_source = content
+            .metadata
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.to_string().ok())
+            .cloned();
+        let chat = chat::ChatTemplate::new(
+            template_source,
+            token_text(tokenizer.bos_id),
+            token_text(tokenizer.eos_id),
+        )?;
+        let weights = Weights::load(content, &mut reader, &info.architecture, &device, path)?;
+        Ok(Self {
+            descriptor: ModelDescriptor {
+                id,
+                name: name.to_owned(),
+                architecture: info.architecture,
+                quantization: info.quantization,
+                context_length: info.context_length,
+            },
+            weights,
+            tokenizer,
+            chat,
+            device,
+            load_seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Turns a prompt into token ids (chat prompts through the model's template).
+    pub fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
+        let mut ids = match prompt {
+            Prompt::Text(text) => {
+                let mut ids = Vec::new();
+                if self.tokenizer.add_bos {
+                    ids.extend(self.tokenizer.bos_id);
+                }
+                ids.extend(self.tokenizer.encode(text)?);
+                ids
+            }
+            Prompt::Chat(messages) => {
+                if messages.is_empty() {
+                    return Err(EngineError::BadRequest("`messages` is empty".into()));
+                }
+                self.tokenizer.encode(&self.chat.render(messages)?)?
+            }
+            Prompt::Tokens(ids) => {
+                let vocab = self.tokenizer.vocab_size() as u32;
+                if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
+                    return Err(EngineError::BadRequest(format!(
+                        "prompt token id {bad} is outside the vocabulary (size {vocab})"
+                    )));
+                }
+                ids.clone()
+            }
+        };
+        if ids.is_empty() {
+            match self.tokenizer.bos_id {
+                Some(bos) => ids.push(bos),
+                None => return Err(EngineError::BadRequest("the prompt is empty".into())),
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Runs one job to the end, calling `on_token` for each new token; `on_token`
+    /// returning `false` cancels the job before the next token is computed.
+    pub fn generate(
+        &mut self,
+        request: &GenerateRequest,
+        on_token: impl FnMut(&TokenEvent) -> bool,
+    ) -> Result<Generation, EngineError> {
+        generate::run(self, request, on_token)
+    }
+}
+
+/// Handle to the engine thread. Cloneable; dropping every clone stops the thread.
+#[derive(Clone)]
+pub struct Engine {
+    requests: mpsc::Sender<Submission>,
+    models: Arc<Vec<ModelDescriptor>>,
+    queued: Arc<AtomicUsize>,
+    active: Arc<AtomicUsize>,
+    queue_capacity: usize,
+}
+
+struct Submission {
+    request: GenerateRequest,
+    events: mpsc::Sender<EngineEvent>,
+}
+
+/// What a job's event channel carries, in order: `Started`, `Token`s, then `Finished`
+/// or `Failed`.
+#[derive(Debug, Clone)]
+pub enum EngineEvent {
+    Started { prompt_tokens: u32 },
+    Token(TokenEvent),
+    Finished(Generation),
+    Failed(EngineError),
+}
+
+/// Tokens buffered between the engine and a slow consumer before generation pauses.
+pub const EVENT_BUFFER: usize = 16;
+
+impl Engine {
+    /// Starts the engine thread with `models`; `queue_capacity` jobs may wait.
+    pub fn spawn(models: Vec<LoadedModel>, queue_capacity: usize) -> Self {
+        let (requests, mut inbox) = mpsc::channel::<Submission>(queue_capacity.max(1));
+        let descriptors = Arc::new(
+            models
+                .iter()
+                .map(|m| m.descriptor.clone())
+                .collect::<Vec<_>>(),
+        );
+        let queued = Arc::new(AtomicUsize::new(0));
+        let active = Arc::new(AtomicUsize::new(0));
+        let (thread_queued, thread_active) = (queued.clone(), active.clone());
+        let spawned = std::thread::Builder::new()
+            .name("sharemesh-engine".into())
+            .spawn(move || {
+                let mut models = models;
+                while let Some(Submission { request, events }) = inbox.blocking_recv() {
+                    thread_queued.fetch_sub(1, Ordering::SeqCst);
+                    thread_active.fetch_add(1, Ordering::SeqCst);
+                    run_job(&mut models, request, &events);
+                    thread_active.fetch_sub(1, Ordering::SeqCst);
+                }
+            });
+        if let Err(err) = spawned {
+            tracing::error!(%err, "could not start the engine thread");
+        }
+        Self {
+            requests,
+            models: descriptors,
+            queued,
+            active,
+            queue_capacity: queue_capacity.max(1),
+        }
+    }
+
+    pub fn models(&self) -> &[ModelDescriptor] {
+        &self.models
+    }
+
+    pub fn active_jobs(&self) -> usize {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    pub fn queue_depth(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// Queues a job; its events arrive on the returned channel. Dropping the receiver
+    /// cancels the job within one token.
+    pub fn submit(
+        &self,
+        request: GenerateRequest,
+    ) -> Result<mpsc::Receiver<EngineEvent>, EngineError> {
+        if !self.models.iter().any(|m| m.id == request.model) {
+            return Err(EngineError::UnknownModel(request.model));
+        }
+        let (events, receiver) = mpsc::channel(EVENT_BUFFER);
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        match self.requests.try_send(Submission { request, events }) {
+            Ok(()) => Ok(receiver),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
+                Err(EngineError::Busy(self.queue_capacity))
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
+                Err(EngineError::Stopped)
+            }
+        }
+    }
+
+    /// Runs a job to completion and returns the whole generation (for the CLI and tests).
+    pub async fn complete(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
+        let mut events = self.submit(request)?;
+        while let Some(event) = events.recv().await {
+            match event {
+                EngineEvent::Finished(generation) => return Ok(generation),
+                EngineEvent::Failed(err) => return Err(err),
+                EngineEvent::Started { .. } | EngineEvent::Token(_) => {}
+            }
+        }
+        Err(EngineError::Stopped)
+    }
+}
+
+fn run_job(
+    models: &mut [LoadedModel],
+    request: GenerateRequest,
+    events: &mpsc::Sender<EngineEvent>,
+) {
+    let Some(model) = models.iter_mut().find(|m| m.descriptor.id == request.model) else {
+        let _ = events.blocking_send(EngineEvent::Failed(EngineError::UnknownModel(
+            request.model,
+        )));
+        return;
+    };
+    let mut started = false;
+    let result = model.generate(&request, |event| {
+        if !started {
+            started = true;
+            if events
+                .blocking_send(EngineEvent::Started {
+                    prompt_tokens: event.prompt_tokens,
+                })
+                .is_err()
+            {
+                return false;
+            }
+        }
+        events
+            .blocking_send(EngineEvent::Token(event.clone()))
+            .is_ok()
+    });
+    let last = match result {
+        Ok(generation) => {
+            if !started {
+                let _ = events.blocking_send(EngineEvent::Started {
+                    prompt_tokens: generation.prompt_tokens,
+                });
+            }
+            EngineEvent::Finished(generation)
+        }
+        Err(err) => EngineEvent::Failed(err),
+    };
+    let _ = events.blocking_send(last);
+}
+
+/// Convenience for one-shot local use: loads, generates, returns.
+pub fn oneshot_generate(
+    model: &mut LoadedModel,
+    prompt: Prompt,
+    sampling: Sampling,
+) -> Result<Generation, EngineError> {
+    model.generate(
+        &GenerateRequest {
+            model: model.descriptor.id,
+            prompt,
+            sampling,
+            resume: Vec::new(),
+            ignore_eos: false,
+        },
+        |_| true,
+    )
+}
+
+/// Sets candle's thread count. candle sizes its global pools once, from
+/// `CANDLE_NUM_THREADS`/`RAYON_NUM_THREADS`, at the first tensor operation, so this
+/// must run before any model is loaded; later calls have no effect.
+pub fn set_threads(threads: usize) {
+    let threads = threads.max(1).to_string();
+    std::env::set_var("CANDLE_NUM_THREADS", &threads);
+    std::env::set_var("RAYON_NUM_THREADS", &threads);
+}

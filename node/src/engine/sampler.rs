@@ -1,0 +1,182 @@
+//! Token sampling. Deterministic: the random draw for completion position `i` comes
+//! from splitmix64(seed, i), so a resumed job samples exactly as an uninterrupted one
+//! without replaying any generator state.
+
+use sharemesh_protocol::Sampling;
+
+/// How many recent tokens the repetition penalty looks at (llama.cpp's default).
+pub const PENALTY_LAST_N: usize = 64;
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// A uniform draw in [0, 1) for completion position `index`.
+pub fn uniform(seed: u64, index: u64) -> f64 {
+    let bits = splitmix64(seed ^ splitmix64(index));
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Applies the repetition penalty (as llama.cpp/CTRL: divide positive logits, multiply
+/// negative ones) over the last [`PENALTY_LAST_N`] tokens of `history`.
+pub fn apply_repetition_penalty(logits: &mut [f32], history: &[u32], penalty: f32) {
+    if penalty == 1.0 {
+        return;
+    }
+    let start = history.len().saturating_sub(PENALTY_LAST_N);
+    let mut seen = std::collections::HashSet::new();
+    for &token in &history[start..] {
+        if !seen.insert(token) {
+            continue;
+        }
+        if let Some(logit) = logits.get_mut(token as usize) {
+            *logit = if *logit > 0.0 {
+                *logit / penalty
+            } else {
+                *logit * penalty
+            };
+        }
+    }
+}
+
+/// The highest logit; ties go to the lowest id.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Picks the token for completion position `index`.
+pub fn sample(logits: &mut [f32], history: &[u32], sampling: &Sampling, index: u64) -> u32 {
+    apply_repetition_penalty(logits, history, sampling.repetition_penalty);
+    if sampling.temperature <= 0.0 {
+        return argmax(logits);
+    }
+    let mut candidates: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.is_finite())
+        .map(|(i, &l)| (i as u32, l / sampling.temperature))
+        .collect();
+    if candidates.is_empty() {
+        return argmax(logits);
+    }
+    candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    if sampling.top_k > 0 {
+        candidates.truncate(sampling.top_k as usize);
+    }
+    let max = candidates[0].1;
+    let weights: Vec<f64> = candidates
+        .iter()
+        .map(|&(_, l)| f64::from(l - max).exp())
+        .collect();
+    let total: f64 = weights.iter().sum();
+    // Nucleus: the smallest prefix whose probability reaches top_p.
+    let mut keep = candidates.len();
+    if sampling.top_p < 1.0 {
+        let mut cumulative = 0.0;
+        for (i, w) in weights.iter().enumerate() {
+            cumulative += w / total;
+            if cumulative >= f64::from(sampling.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    let kept_total: f64 = weights[..keep].iter().sum();
+    let mut target = uniform(sampling.seed, index) * kept_total;
+    for (i, w) in weights[..keep].iter().enumerate() {
+        if target < *w {
+            return candidates[i].0;
+        }
+        target -= w;
+    }
+    candidates[keep - 1].0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(temperature: f32, top_k: u32, top_p: f32, seed: u64) -> Sampling {
+        Sampling {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            ..Sampling::default()
+        }
+    }
+
+    #[test]
+    fn greedy_takes_the_argmax_and_lowest_id_on_ties() {
+        let mut logits = vec![0.1, 3.0, 3.0, -1.0];
+        assert_eq!(sample(&mut logits, &[], &with(0.0, 0, 1.0, 0), 0), 1);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy() {
+        for index in 0..50 {
+            let mut logits = vec![0.1, 0.5, 2.0, 1.9];
+            assert_eq!(sample(&mut logits, &[], &with(1.0, 1, 1.0, 9), index), 2);
+        }
+    }
+
+    #[test]
+    fn tiny_top_p_is_greedy() {
+        for index in 0..50 {
+            let mut logits = vec![0.1, 0.5, 5.0, 1.9];
+            assert_eq!(sample(&mut logits, &[], &with(1.0, 0, 0.01, 3), index), 2);
+        }
+    }
+
+    #[test]
+    fn same_seed_same_draws_other_seed_other_draws() {
+        let draw = |seed| -> Vec<u32> {
+            (0..64)
+                .map(|i| sample(&mut [1.0; 16], &[], &with(1.0, 0, 1.0, seed), i))
+                .collect()
+        };
+        assert_eq!(draw(1), draw(1));
+        assert_ne!(draw(1), draw(2));
+    }
+
+    #[test]
+    fn sampling_follows_the_distribution() {
+        // logits ln(1), ln(3): expect ~25% / 75%.
+        let mut ones = 0;
+        for i in 0..4000 {
+            let mut logits = vec![0.0, 3f32.ln()];
+            ones += sample(&mut logits, &[], &with(1.0, 0, 1.0, 5), i);
+        }
+        assert!((2800..3200).contains(&ones), "{ones}");
+    }
+
+    #[test]
+    fn repetition_penalty_demotes_recent_tokens() {
+        let mut logits = vec![2.0, 1.9, -1.0];
+        apply_repetition_penalty(&mut logits, &[0, 0, 2], 1.5);
+        assert_eq!(logits, vec![2.0 / 1.5, 1.9, -1.5]);
+        let mut logits = vec![2.0, 1.9];
+        let s = Sampling {
+            repetition_penalty: 1.5,
+            ..Sampling::default()
+        };
+        assert_eq!(sample(&mut logits, &[0], &s, 0), 1);
+    }
+
+    #[test]
+    fn uniform_is_in_range() {
+        for i in 0..1000 {
+            let u = uniform(42, i);
+            assert!((0.0..1.0).contains(&u));
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! The tokenizer, built from the GGUF's own `tokenizer.ggml.*` metadata: no
+//! tokenizer.json needed. candle's `TokenizerFromGguf` does not know the `smollm`
+//! pre-tokenizer and adds a leading space, giving ids that differ from llama.cpp; this
+//! builds the byte-level BPE with the model's pre-tokenizer (individual digits, then
+//! the GPT-2 split) and registers control tokens as special tokens.
+
+use std::collections::HashMap;
+
+use candle_core::quantized::gguf_file;
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer};
+
+use super::EngineError;
+
+/// GGUF token types (llama.cpp `llama_token_type`).
+const TOKEN_TYPE_CONTROL: i32 = 3;
+const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+
+pub struct GgufTokenizer {
+    inner: Tokenizer,
+    /// Raw bytes of each token (byte-level BPE undone); empty for control tokens,
+    /// which are not rendered in output text.
+    token_bytes: Vec<Vec<u8>>,
+    pub bos_id: Option<u32>,
+    pub eos_id: Option<u32>,
+    /// Control tokens that end a turn (e.g. `<|im_end|>`, `<end_of_turn>`).
+    pub end_of_turn_ids: Vec<u32>,
+    pub add_bos: bool,
+}
+
+fn md<'a>(ct: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value, EngineError> {
+    ct.metadata
+        .get(key)
+        .ok_or_else(|| EngineError::BadModel(format!("GGUF metadata lacks `{key}`")))
+}
+
+fn bad(key: &str, err: impl std::fmt::Display) -> EngineError {
+    EngineError::BadModel(format!("GGUF metadata `{key}`: {err}"))
+}
+
+/// GPT-2's byte → printable-char table, inverted: char → byte.
+fn byte_decoder() -> HashMap<char, u8> {
+    let mut bytes: Vec<u8> = (b'!'..=b'~')
+        .chain(0xa1..=0xac)
+        .chain(0xae..=0xff)
+        .collect();
+    let mut chars: Vec<u32> = bytes.iter().map(|&b| u32::from(b)).collect();
+    let mut extra = 0;
+    for b in 0..=255u8 {
+        if !bytes.contains(&b) {
+            bytes.push(b);
+            chars.push(256 + extra);
+            extra += 1;
+        }
+    }
+    bytes
+        .into_iter()
+        .zip(chars)
+        .filter_map(|(b, c)| char::from_u32(c).map(|c| (c, b)))
+        .collect()
+}
+
+impl GgufTokenizer {
+    pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self, EngineError> {
+        let model = md(ct, "tokenizer.ggml.model")?
+            .to_string()
+            .map_err(|e| bad("tokenizer.ggml.model", e))?;
+        if model != "gpt2" {
+            return Err(EngineError::Unsupported(format!(
+                "tokenizer model `{model}` (only byte-level BPE, `gpt2`, is supported so far)"
+            )));
+        }
+        let pre = ct
+            .metadata
+            .get("tokenizer.ggml.pre")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_else(|| "default".to_owned());
+        let tokens: Vec<String> = md(ct, "tokenizer.ggml.tokens")?
+            .to_vec()
+            .map_err(|e| bad("tokenizer.ggml.tokens", e))?
+            .iter()
+            .map(|v| v.to_string().cloned())
+            .collect::<Result<_, _>>()
+            .map_err(|e| bad("tokenizer.ggml.tokens", e))?;
+        let merges: Vec<(String, String)> = md(ct, "tokenizer.ggml.merges")?
+            .to_vec()
+            .map_err(|e| bad("tokenizer.ggml.merges", e))?
+            .iter()
+            .map(|v| {
+                let text = v.to_string().map_err(|e| bad("tokenizer.ggml.merges", e))?;
+                let (a, b) = text.split_once(' ').ok_or_else(|| {
+                    bad("tokenizer.ggml.merges", format!("`{text}` is not `a b`"))
+                })?;
+                Ok((a.to_owned(), b.to_owned()))
+            })
+            .collect::<Result<_, EngineError>>()?;
+        let types: Vec<i32> = match ct.metadata.get("tokenizer.ggml.token_type") {
+            Some(v) => v
+                .to_vec()
+                .map_err(|e| bad("tokenizer.ggml.token_type", e))?
+                .iter()
+                .map(|t| t.to_i32())
+                .collect::<Result<_, _>>()
+                .map_err(|e| bad("tokenizer.ggml.token_type", e))?,
+            None => vec![1; tokens.len()],
+        };
+        let get_id = |key: &str| ct.metadata.get(key).and_then(|v| v.to_u32().ok());
+        let bos_id = get_id("tokenizer.ggml.bos_token_id");
+        let eos_id = get_id("tokenizer.ggml.eos_token_id");
+        let add_bos = ct
+            .metadata
+            .get("tokenizer.ggml.add_bos_token")
+            .and_then(|v| v.to_bool().ok())
+            .unwrap_or(false);
+
+        let vocab: tokenizers::models::bpe::Vocab = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(|e| EngineError::BadModel(format!("building BPE: {e}")))?;
+        let mut inner = Tokenizer::new(bpe);
+        let byte_level = ByteLevel::new(false, false, true);
+        let pre_tokenizer: PreTokenizerWrapper = match pre.as_str() {
+            // llama.cpp's `smollm` (and `default`/`gpt2`-family with digit splitting).
+            "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
+            "gpt2" | "default" => byte_level.into(),
+            other => {
+                return Err(EngineError::Unsupported(format!(
+                    "pre-tokenizer `{other}` (supported: smollm, gpt2)"
+                )))
+            }
+        };
+        inner.with_pre_tokenizer(Some(pre_tokenizer));
+        let specials: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, &t)| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED)
+            .map(|(text, _)| AddedToken::from(text.clone(), true))
+            .collect();
+        inner
+            .add_special_tokens(specials)
+            .map_err(|e| EngineError::BadModel(format!("registering special tokens: {e}")))?;
+
+        let decoder = byte_decoder();
+        let token_bytes = tokens
+            .iter()
+            .zip(&types)
+            .map(|(text, &t)| {
+                if t == TOKEN_TYPE_CONTROL {
+                    Vec::new()
+                } else if t == TOKEN_TYPE_USER_DEFINED {
+                    text.as_bytes().to_vec()
+                } else {
+                    text.chars()
+                        .flat_map(|c| match decoder.get(&c) {
+                            Some(&b) => vec![b],
+                            None => c.to_string().into_bytes(),
+                        })
+                        .collect()
+                }
+            })
+            .collect();
+        let end_of_turn_ids = ["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>"]
+            .iter()
+            .filter_map(|t| tokens.iter().position(|x| x == t).map(|i| i as u32))
+            .filter(|&i| types.get(i as usize) == Some(&TOKEN_TYPE_CONTROL))
+            .collect();
+        Ok(Self {
+            inner,
+            token_bytes,
+            bos_id,
+            eos_id,
+            end_of_turn_ids,
+            add_bos,
+        })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.token_bytes.len()
+    }
+
+    /// Token ids for `text`; special tokens written in the text are recognised (as
+    /// llama.cpp does with `parse_special`). No BOS is added here.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, EngineError> {
+        let encoding = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The raw bytes a token stands for (empty for control tokens).
+    pub fn token_bytes(&self, id: u32) -> &[u8] {
+        self.token_bytes.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whole-text decoding (lossy on invalid UTF-8).
+    pub fn decode(&self, ids: &[u32]) -> String {
+        let bytes: Vec<u8> = ids
+            .iter()
+            .flat_map(|&id| self.token_bytes(id).to_vec())
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    pub fn is_end(&self, id: u32) -> bool {
+        Some(id) == self.eos_id || self.end_of_turn_ids.contains(&id)
+    }
+}
+
+/// Turns a token stream into valid UTF-8 text deltas, holding back bytes of a
+/// character that spans tokens until it is complete.
+#[derive(Default)]
+pub struct StreamDecoder {
+    pending: Vec<u8>,
+}
+
+impl StreamDecoder {
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let mut out = String::new();
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(text) => {
+                    out.push_str(text);
+                    self.pending.clear();
+                    return out;
+                }
+                Err(err) => {
+                    let valid = err.valid_up_to();
+                    out.push_str(&String::from_utf8_lossy(&self.pending[..valid]));
+                    match err.error_len() {
+                        // Incomplete character at the end: wait for the next token.
+                        None => {
+                            self.pending.drain(..valid);
+                            return out;
+                        }
+                        Some(len) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            self.pending.drain(..valid + len);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whatever is still held at the end of the stream.
+    pub fn finish(&mut self) -> String {
+        let rest = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        rest
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_decoder_holds_split_characters() {
+        let mut d = StreamDecoder::default();
+        let rocket = "🚀".as_bytes();
+        assert_eq!(d.push(&rocket[..1]), "");
+        assert_eq!(d.push(&rocket[1..3]), "");
+        assert_eq!(d.push(&rocket[3..]), "🚀");
+        assert_eq!(d.push(b"ok"), "ok");
+        assert_eq!(d.push(&[0xff, b'a']), "\u{fffd}a");
+        assert_eq!(d.push(&[0xe2]), "");
+        assert_eq!(d.finish(), "\u{fffd}");
+    }
+
+    #[test]
+    fn byte_decoder_covers_all_bytes() {
+        let table = byte_decoder();
+        assert_eq!(table.len(), 256);
+        assert_eq!(table[&'Ġ'], b' ');
+        assert_eq!(table[&'Ċ'], b'\n');
+    }
+}

@@ -1,0 +1,174 @@
+//! GGUF loading and the per-architecture forward pass. Each architecture plugs in as
+//! one enum arm; the generation loop only sees `forward(tokens, position) -> logits`.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek};
+use std::path::Path;
+
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Tensor};
+use candle_transformers::models::{quantized_gemma3, quantized_llama, quantized_qwen2};
+
+use super::EngineError;
+
+/// Loaded weights for one architecture, with the KV cache of the job in progress.
+pub enum Weights {
+    Llama(quantized_llama::ModelWeights),
+    Qwen2(quantized_qwen2::ModelWeights),
+    /// gemma3 has no cache reset: keep a pristine copy (tensors are shared) to clone.
+    Gemma3 {
+        current: Box<quantized_gemma3::ModelWeights>,
+        pristine: Box<quantized_gemma3::ModelWeights>,
+    },
+}
+
+/// GGUF general.file_type → the quantization name operators know.
+pub fn file_type_name(file_type: u32) -> &'static str {
+    match file_type {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        32 => "BF16",
+        _ => "unknown",
+    }
+}
+
+/// What the GGUF header says about a model, read without loading tensors.
+#[derive(Clone, Debug)]
+pub struct GgufInfo {
+    pub architecture: String,
+    pub quantization: String,
+    pub context_length: u32,
+    pub name: Option<String>,
+}
+
+pub fn read_content<R: Read + Seek>(
+    reader: &mut R,
+    path: &Path,
+) -> Result<gguf_file::Content, EngineError> {
+    gguf_file::Content::read(reader).map_err(|e| {
+        EngineError::BadModel(format!(
+            "{} is not a readable GGUF file ({e}); it may be truncated or corrupt — fetch it again",
+            path.display()
+        ))
+    })
+}
+
+pub fn info(ct: &gguf_file::Content) -> Result<GgufInfo, EngineError> {
+    let architecture = ct
+        .metadata
+        .get("general.architecture")
+        .and_then(|v| v.to_string().ok())
+        .cloned()
+        .ok_or_else(|| {
+            EngineError::BadModel("GGUF metadata lacks `general.architecture`".into())
+        })?;
+    let quantization = ct
+        .metadata
+        .get("general.file_type")
+        .and_then(|v| v.to_u32().ok())
+        .map_or("unknown", file_type_name)
+        .to_owned();
+    let context_length = ct
+        .metadata
+        .get(&format!("{architecture}.context_length"))
+        .and_then(|v| v.to_u32().ok())
+        .unwrap_or(2048);
+    let name = ct
+        .metadata
+        .get("general.name")
+        .and_then(|v| v.to_string().ok())
+        .cloned();
+    Ok(GgufInfo {
+        architecture,
+        quantization,
+        context_length,
+        name,
+    })
+}
+
+pub fn read_info(path: &Path) -> Result<GgufInfo, EngineError> {
+    let file = File::open(path)
+        .map_err(|e| EngineError::Io(format!("opening {}: {e}", path.display())))?;
+    let mut reader = BufReader::new(file);
+    info(&read_content(&mut reader, path)?)
+}
+
+impl Weights {
+    pub fn load<R: Read + Seek>(
+        ct: gguf_file::Content,
+        reader: &mut R,
+        architecture: &str,
+        device: &Device,
+        path: &Path,
+    ) -> Result<Self, EngineError> {
+        let corrupt = |e: candle_core::Error| {
+            EngineError::BadModel(format!(
+                "loading tensors of {} failed ({e}); the file may be truncated or corrupt",
+                path.display()
+            ))
+        };
+        match architecture {
+            "llama" => quantized_llama::ModelWeights::from_gguf(ct, reader, device)
+                .map(Weights::Llama)
+                .map_err(corrupt),
+            "qwen2" => quantized_qwen2::ModelWeights::from_gguf(ct, reader, device)
+                .map(Weights::Qwen2)
+                .map_err(corrupt),
+            "gemma3" => quantized_gemma3::ModelWeights::from_gguf(ct, reader, device)
+                .map(|m| Weights::Gemma3 {
+                    current: Box::new(m.clone()),
+                    pristine: Box::new(m),
+                })
+                .map_err(corrupt),
+            other => Err(EngineError::Unsupported(format!(
+                "architecture `{other}` (supported: llama, qwen2, gemma3)"
+            ))),
+        }
+    }
+
+    /// Empties the KV cache before a new job.
+    pub fn reset(&mut self) {
+        match self {
+            Weights::Llama(m) => m.clear_kv_cache(),
+            Weights::Qwen2(m) => m.clear_kv_cache(),
+            Weights::Gemma3 { current, pristine } => **current = (**pristine).clone(),
+        }
+    }
+
+    /// Runs `tokens` at `position` through the model (extending the KV cache) and
+    /// returns the logits of the last position.
+    pub fn forward(
+        &mut self,
+        tokens: &[u32],
+        position: usize,
+        device: &Device,
+    ) -> Result<Vec<f32>, EngineError> {
+        let mut run = || -> candle_core::Result<Vec<f32>> {
+            let input = Tensor::new(tokens, device)?.unsqueeze(0)?;
+            let logits = match self {
+                Weights::Llama(m) => m.forward(&input, position)?,
+                Weights::Qwen2(m) => m.forward(&input, position)?,
+                Weights::Gemma3 { current, .. } => current.forward(&input, position)?,
+            };
+            logits
+                .squeeze(0)?
+                .to_dtype(candle_core::DType::F32)?
+                .to_vec1::<f32>()
+        };
+        run().map_err(|e| EngineError::Inference(e.to_string()))
+    }
+}

@@ -1,0 +1,11 @@
+//! sharemesh node: the engine that makes tokens, the model catalog, and the command
+//! line. Usable as a library (see `examples/`).
+
+pub mod catalog;
+pub mod cli;
+pub mod clock;
+pub mod engine;
+pub mod hardware;
+pub mod identity;
+pub mod logging;
+pub mod mesh;

@@ -1,0 +1,470 @@
+#![allow(clippy::unwrap_used)]
+//! The engine on the real model (SmolLM2-135M-Instruct Q4_1), compared with llama.cpp
+//! reference ids stored in tests/fixtures (see scripts/make-fixtures.py).
+
+mod common;
+
+use std::process::Command;
+
+use serde_json::Value;
+use sharemesh_node::engine::{GenerateRequest, LoadedModel};
+use sharemesh_protocol::{ChatMessage, FinishReason, ModelId, Prompt, Role, Sampling};
+
+fn load() -> LoadedModel {
+    sharemesh_node::engine::set_threads(1);
+    let path = common::default_model_path();
+    let id: ModelId = common::DEFAULT_MODEL_SHA256.parse().unwrap();
+    LoadedModel::load(&path, id, "smollm2-135m-instruct", candle_core::Device::Cpu).unwrap()
+}
+
+fn fixture() -> Value {
+    serde_json::from_str(include_str!("fixtures/llama_cpp_reference.json")).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn user(text: &str) -> Prompt {
+    Prompt::Chat(vec![ChatMessage {
+        role: Role::User,
+        content: text.into(),
+    }])
+}
+
+fn greedy(max_tokens: u32) -> Sampling {
+    Sampling {
+        max_tokens,
+        ..Sampling::default()
+    }
+}
+
+fn run(
+    model: &mut LoadedModel,
+    prompt: Prompt,
+    sampling: Sampling,
+    resume: Vec<u32>,
+) -> sharemesh_node::engine::Generation {
+    let request = GenerateRequest {
+        model: model.descriptor.id,
+        prompt,
+        sampling,
+        resume,
+        ignore_eos: false,
+    };
+    model.generate(&request, |_| true).unwrap()
+}
+
+#[test]
+fn tokenizer_matches_llama_cpp() {
+    let model = load();
+    let fixture = fixture();
+    for case in fixture["tokenizer"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        assert_eq!(
+            model.tokenizer.encode(text).unwrap(),
+            ids(&case["ids"]),
+            "tokenizing {text:?}"
+        );
+        // Decoding gives the text back (control tokens are not rendered).
+        if !text.contains("<|") {
+            assert_eq!(model.tokenizer.decode(&ids(&case["ids"])), text);
+        }
+    }
+}
+
+#[test]
+fn chat_prompts_render_and_tokenize_like_llama_cpp() {
+    let model = load();
+    for case in fixture()["generation"].as_array().unwrap() {
+        let Some(messages) = case.get("messages") else {
+            continue;
+        };
+        let messages: Vec<ChatMessage> = messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| ChatMessage {
+                role: serde_json::from_value(m["role"].clone()).unwrap(),
+                content: m["content"].as_str().unwrap().into(),
+            })
+            .collect();
+        assert_eq!(
+            model.prompt_tokens(&Prompt::Chat(messages)).unwrap(),
+            ids(&case["prompt_ids"])
+        );
+    }
+}
+
+/// Greedy ids on a raw-text prompt equal llama.cpp's until a genuine near-tie (llama.cpp's
+/// own top-2 margin under 0.25 logits; here position 14, margin 0.087).
+///
+/// On longer chat prompts candle 0.11.1 and llama.cpp (llama-cpp-python 0.3.16, F32 KV
+/// cache) diverge early even where llama.cpp's top-2 margin is large (1.78 logits at
+/// position 1 of the poem prompt); candle's one-token path gives the same ids as its
+/// batched prefill there, so the gap is in the kernels, not in prefill. Recorded in
+/// the README as an open finding rather than asserted here.
+#[test]
+fn greedy_ids_match_llama_cpp_on_raw_text() {
+    let mut model = load();
+    let fixture = fixture();
+    let case = fixture["generation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c.get("raw").is_some())
+        .unwrap();
+    let reference = ids(&case["greedy_ids"]);
+    let margins: Vec<f64> = case["margins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_f64().unwrap())
+        .collect();
+    let ours = run(
+        &mut model,
+        Prompt::Tokens(ids(&case["prompt_ids"])),
+        greedy(reference.len() as u32),
+        vec![],
+    );
+    let agree = ours
+        .token_ids
+        .iter()
+        .zip(&reference)
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(
+        agree >= 14,
+        "agreed for {agree} tokens: ours {:?} llama.cpp {reference:?}",
+        ours.token_ids
+    );
+    if agree < reference.len() {
+        assert!(
+            margins[agree] < 0.25,
+            "diverged at {agree} where llama.cpp's margin is {}",
+            margins[agree]
+        );
+    }
+}
+
+#[test]
+fn known_answers() {
+    let mut model = load();
+    let capital = run(
+        &mut model,
+        user("What is the capital of France? Answer in one word."),
+        greedy(32),
+        vec![],
+    );
+    assert_eq!(capital.text, "The capital of France is Paris.");
+    assert_eq!(capital.finish, FinishReason::Stop);
+    let sum = run(&mut model, user("What is 2 + 2?"), greedy(32), vec![]);
+    assert_eq!(sum.text, "The answer is 4.");
+    let raw = run(
+        &mut model,
+        Prompt::Text("The capital of France is".into()),
+        greedy(8),
+        vec![],
+    );
+    assert!(raw.text.starts_with(" Paris."), "{:?}", raw.text);
+    assert_eq!(raw.finish, FinishReason::Length);
+    // Same request, same tokens.
+    let again = run(
+        &mut model,
+        user("What is the capital of France? Answer in one word."),
+        greedy(32),
+        vec![],
+    );
+    assert_eq!(again.token_ids, capital.token_ids);
+}
+
+#[test]
+fn resume_from_every_cut_point_equals_the_uninterrupted_run() {
+    let mut model = load();
+    let prompt = user("Write a short poem about the sea.");
+    let full = run(&mut model, prompt.clone(), greedy(16), vec![]);
+    assert_eq!(full.token_ids.len(), 16);
+    for cut in 1..full.token_ids.len() {
+        let resumed = run(
+            &mut model,
+            prompt.clone(),
+            greedy(16),
+            full.token_ids[..cut].to_vec(),
+        );
+        assert_eq!(resumed.token_ids, full.token_ids, "resume at {cut}");
+    }
+    // Sampled (seeded) generation resumes exactly too.
+    let sampled = Sampling {
+        temperature: 0.9,
+        top_p: 0.95,
+        top_k: 40,
+        seed: 7,
+        max_tokens: 12,
+        ..Sampling::default()
+    };
+    let full = run(&mut model, prompt.clone(), sampled.clone(), vec![]);
+    for cut in [1, 5, 11] {
+        let resumed = run(
+            &mut model,
+            prompt.clone(),
+            sampled.clone(),
+            full.token_ids[..cut].to_vec(),
+        );
+        assert_eq!(resumed.token_ids, full.token_ids, "sampled resume at {cut}");
+    }
+}
+
+#[test]
+fn streamed_deltas_concatenate_to_the_final_text() {
+    let mut model = load();
+    let request = GenerateRequest {
+        model: model.descriptor.id,
+        prompt: user("Write a short poem about the sea, with emoji 🌊."),
+        sampling: greedy(40),
+        resume: vec![],
+        ignore_eos: false,
+    };
+    let mut streamed = String::new();
+    let mut indices = Vec::new();
+    let generation = model
+        .generate(&request, |event| {
+            streamed.push_str(&event.text_delta);
+            indices.push(event.index);
+            true
+        })
+        .unwrap();
+    assert_eq!(streamed, generation.text);
+    assert_eq!(
+        indices,
+        (0..generation.token_ids.len() as u32).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn stop_sequences_cut_the_text() {
+    let mut model = load();
+    let sampling = Sampling {
+        stop: vec!["\n\n".into()],
+        ..greedy(16)
+    };
+    let g = run(
+        &mut model,
+        Prompt::Text("The capital of France is".into()),
+        sampling,
+        vec![],
+    );
+    assert_eq!(g.text, " Paris.");
+    assert_eq!(g.finish, FinishReason::Stop);
+}
+
+#[test]
+fn cancelling_stops_within_one_token() {
+    let mut model = load();
+    let request = GenerateRequest {
+        model: model.descriptor.id,
+        prompt: user("Count to fifty."),
+        sampling: greedy(64),
+        resume: vec![],
+        ignore_eos: false,
+    };
+    let mut seen = 0;
+    let g = model
+        .generate(&request, |_| {
+            seen += 1;
+            seen < 3
+        })
+        .unwrap();
+    assert_eq!(g.finish, FinishReason::Cancelled);
+    assert_eq!(g.token_ids.len(), 3);
+}
+
+#[test]
+fn bad_requests_are_clear_errors() {
+    let mut model = load();
+    let id = model.descriptor.id;
+    let long = Prompt::Tokens(vec![42; 9000]);
+    let err = model
+        .generate(
+            &GenerateRequest {
+                model: id,
+                prompt: long,
+                sampling: greedy(4),
+                resume: vec![],
+                ignore_eos: false,
+            },
+            |_| true,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("context"), "{err}");
+    let err = model
+        .generate(
+            &GenerateRequest {
+                model: id,
+                prompt: Prompt::Tokens(vec![1_000_000]),
+                sampling: greedy(4),
+                resume: vec![],
+                ignore_eos: false,
+            },
+            |_| true,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("outside the vocabulary"), "{err}");
+    let bad = Sampling {
+        temperature: -1.0,
+        ..greedy(4)
+    };
+    let err = model
+        .generate(
+            &GenerateRequest {
+                model: id,
+                prompt: user("hi"),
+                sampling: bad,
+                resume: vec![],
+                ignore_eos: false,
+            },
+            |_| true,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("temperature"), "{err}");
+    let err = model
+        .generate(
+            &GenerateRequest {
+                model: id,
+                prompt: Prompt::Chat(vec![]),
+                sampling: greedy(4),
+                resume: vec![],
+                ignore_eos: false,
+            },
+            |_| true,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("messages"), "{err}");
+}
+
+#[test]
+fn corrupt_and_truncated_files_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = ModelId::from_bytes([0; 32]);
+    let missing = LoadedModel::load(
+        &dir.path().join("nope.gguf"),
+        id,
+        "x",
+        candle_core::Device::Cpu,
+    )
+    .err()
+    .unwrap();
+    assert!(missing.to_string().contains("nope.gguf"), "{missing}");
+    let garbage = dir.path().join("garbage.gguf");
+    std::fs::write(&garbage, b"this is not a gguf file at all").unwrap();
+    let err = LoadedModel::load(&garbage, id, "x", candle_core::Device::Cpu)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("not a readable GGUF"), "{err}");
+    let real = std::fs::read(common::default_model_path()).unwrap();
+    let truncated = dir.path().join("truncated.gguf");
+    std::fs::write(&truncated, &real[..real.len() / 2]).unwrap();
+    let err = LoadedModel::load(&truncated, id, "x", candle_core::Device::Cpu)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("truncated or corrupt"), "{err}");
+    let header_only = dir.path().join("header.gguf");
+    std::fs::write(&header_only, &real[..4096]).unwrap();
+    assert!(LoadedModel::load(&header_only, id, "x", candle_core::Device::Cpu).is_err());
+}
+
+/// Real processes: identical greedy output at 1 and 2 threads, and the JSON shape.
+#[test]
+fn cli_generate_is_identical_across_thread_counts() {
+    let path = common::default_model_path();
+    let data = tempfile::tempdir().unwrap();
+    let run = |threads: &str| -> Value {
+        let out = Command::new(common::sharemesh_bin())
+            .arg("--data-dir")
+            .arg(data.path())
+            .args([
+                "generate",
+                "--chat",
+                "--max-tokens",
+                "24",
+                "--json",
+                "--threads",
+                threads,
+                "--prompt",
+                "What is 2 + 2?",
+                "--model",
+            ])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let one = run("1");
+    let two = run("2");
+    assert_eq!(one["text"], "The answer is 4.");
+    assert_eq!(one["token_ids"], two["token_ids"]);
+    for key in [
+        "text",
+        "token_ids",
+        "prompt_tokens",
+        "load_seconds",
+        "prefill_tokens_per_second",
+        "generation_tokens_per_second",
+    ] {
+        assert!(one.get(key).is_some(), "missing {key}");
+    }
+}
+
+/// Resume at 2 threads, in real processes: every cut of a 12-token answer continues
+/// exactly as the uninterrupted run.
+#[test]
+fn cli_resume_at_two_threads_is_exact() {
+    let path = common::default_model_path();
+    let data = tempfile::tempdir().unwrap();
+    let run = |resume: &[u64]| -> Vec<u64> {
+        let mut cmd = Command::new(common::sharemesh_bin());
+        cmd.arg("--data-dir").arg(data.path()).args([
+            "generate",
+            "--chat",
+            "--max-tokens",
+            "12",
+            "--json",
+            "--threads",
+            "2",
+            "--prompt",
+            "Explain what a CPU does in two sentences.",
+            "--model",
+        ]);
+        cmd.arg(&path);
+        if !resume.is_empty() {
+            let list: Vec<String> = resume.iter().map(u64::to_string).collect();
+            cmd.arg("--resume").arg(list.join(","));
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["token_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect()
+    };
+    let full = run(&[]);
+    assert_eq!(full.len(), 12);
+    for cut in [1, 4, 7, 11] {
+        assert_eq!(run(&full[..cut]), full, "resume at {cut}");
+    }
+}

@@ -1,0 +1,400 @@
+#![allow(clippy::unwrap_used)]
+//! Property and adversarial tests for every wire message and the signed envelope.
+
+use proptest::prelude::*;
+use sharemesh_protocol::*;
+
+fn keypair(seed: u8) -> Keypair {
+    Keypair::from_secret([seed; 32])
+}
+
+const NOW: u64 = 1_796_029_200_000;
+
+fn arb_id16() -> impl Strategy<Value = JobId> {
+    any::<[u8; 16]>().prop_map(JobId::from_bytes)
+}
+fn arb_id32() -> impl Strategy<Value = ModelId> {
+    any::<[u8; 32]>().prop_map(ModelId::from_bytes)
+}
+fn arb_tier() -> impl Strategy<Value = Tier> {
+    prop_oneof![
+        Just(Tier::Reserved),
+        Just(Tier::OnDemand),
+        Just(Tier::Interruptible)
+    ]
+}
+fn arb_text() -> impl Strategy<Value = String> {
+    "\\PC{0,40}"
+}
+
+fn arb_advert(provider: NodeId) -> impl Strategy<Value = Advert> {
+    (
+        arb_text(),
+        prop::collection::vec(
+            (
+                arb_id32(),
+                arb_text(),
+                any::<u32>(),
+                any::<u64>(),
+                arb_tier(),
+            ),
+            0..4,
+        ),
+        prop::collection::vec(arb_tier(), 0..3),
+        any::<(u32, u32, u32)>(),
+        prop::bool::ANY,
+    )
+        .prop_map(move |(region, models, tiers, load, gpu)| Advert {
+            provider,
+            region,
+            hardware: if gpu {
+                HardwareSummary::Gpu {
+                    name: "NVIDIA H200".into(),
+                    count: 1,
+                    vram_total_bytes: 141 << 30,
+                    vram_free_bytes: 100 << 30,
+                }
+            } else {
+                HardwareSummary::Cpu {
+                    cores: 2,
+                    ram_bytes: 24 << 30,
+                }
+            },
+            models: models
+                .into_iter()
+                .map(|(id, name, speed, price, tier)| ModelOffer {
+                    model: ModelDescriptor {
+                        id,
+                        name,
+                        architecture: "llama".into(),
+                        quantization: "Q4_1".into(),
+                        context_length: 8192,
+                    },
+                    generation_milli_tokens_per_second: speed,
+                    prices: vec![TierPrice {
+                        tier,
+                        price_per_token: NanoUsd(price),
+                    }],
+                })
+                .collect(),
+            tiers,
+            windows: vec![AvailabilityWindow::ALWAYS],
+            load: Load {
+                active_jobs: load.0,
+                queue_depth: load.1,
+                max_concurrent: load.2,
+            },
+            addresses: vec!["/ip4/127.0.0.1/tcp/4001".into()],
+        })
+}
+
+fn arb_sampling() -> impl Strategy<Value = Sampling> {
+    (
+        0.0f32..=2.0,
+        0.01f32..=1.0,
+        0u32..100,
+        0.5f32..=2.0,
+        any::<u64>(),
+        1u32..4096,
+        prop::collection::vec("[a-z]{1,8}", 0..3),
+    )
+        .prop_map(
+            |(temperature, top_p, top_k, repetition_penalty, seed, max_tokens, stop)| Sampling {
+                temperature,
+                top_p,
+                top_k,
+                repetition_penalty,
+                seed,
+                max_tokens,
+                stop,
+            },
+        )
+}
+
+fn arb_prompt() -> impl Strategy<Value = Prompt> {
+    prop_oneof![
+        arb_text().prop_map(Prompt::Text),
+        prop::collection::vec(any::<u32>(), 0..64).prop_map(Prompt::Tokens),
+        prop::collection::vec(
+            (
+                prop_oneof![Just(Role::System), Just(Role::User), Just(Role::Assistant)],
+                arb_text()
+            )
+                .prop_map(|(role, content)| ChatMessage { role, content }),
+            0..4
+        )
+        .prop_map(Prompt::Chat),
+    ]
+}
+
+fn arb_job_request(buyer: NodeId, provider: NodeId) -> impl Strategy<Value = JobRequest> {
+    (
+        arb_id16(),
+        arb_id32(),
+        arb_prompt(),
+        arb_sampling(),
+        any::<u64>(),
+        arb_tier(),
+        any::<u64>(),
+    )
+        .prop_map(
+            move |(job_id, model, prompt, sampling, price, tier, deadline_ms)| JobRequest {
+                job_id,
+                buyer,
+                provider,
+                model,
+                prompt,
+                resume: vec![1; (sampling.max_tokens as usize).saturating_sub(1).min(3)],
+                sampling,
+                max_price_per_token: NanoUsd(price),
+                tier,
+                deadline_ms,
+            },
+        )
+}
+
+/// Seals, encodes, decodes and opens; the body must come back unchanged.
+fn round_trip<T: WireMessage + PartialEq + std::fmt::Debug>(
+    key: &Keypair,
+    body: &T,
+) -> SignedEnvelope {
+    let envelope = key.seal(body, 7, NOW, 60_000).unwrap();
+    let bytes = envelope.to_bytes().unwrap();
+    let decoded = SignedEnvelope::from_bytes(&bytes).unwrap();
+    assert_eq!(decoded, envelope);
+    let opened = decoded.open::<T>(NOW + 1).unwrap();
+    assert_eq!(&opened.body, body);
+    assert_eq!(opened.signer, key.node_id());
+    assert_eq!(opened.seq, 7);
+    envelope
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn adverts_round_trip(advert in arb_advert(keypair(1).node_id())) {
+        round_trip(&keypair(1), &advert);
+    }
+
+    #[test]
+    fn job_requests_round_trip(request in arb_job_request(keypair(2).node_id(), keypair(1).node_id())) {
+        round_trip(&keypair(2), &request);
+    }
+
+    #[test]
+    fn small_messages_round_trip(job in arb_id16(), a in any::<u32>(), b in any::<u32>(), price in 0u64..1_000_000, text in arb_text()) {
+        let provider = keypair(1);
+        let buyer = keypair(2);
+        round_trip(&provider, &Quote { job_id: job, provider: provider.node_id(), price_per_token: NanoUsd(price), queue_wait_ms: a, expected_milli_tokens_per_second: b });
+        round_trip(&provider, &Accept { job_id: job, provider: provider.node_id(), price_per_token: NanoUsd(price), prompt_tokens: a, credit_window_tokens: b });
+        round_trip(&provider, &Reject { job_id: job, provider: provider.node_id(), reason: RejectReason::OverCapacity, detail: text.clone() });
+        round_trip(&provider, &TokenChunk { job_id: job, provider: provider.node_id(), first_index: a, token_ids: vec![b, a], text_delta: text, finish: Some(FinishReason::Length) });
+        let tokens = u64::from(a) + u64::from(b);
+        round_trip(&buyer, &Receipt { job_id: job, provider: provider.node_id(), buyer: buyer.node_id(), prompt_tokens: u64::from(a), completion_tokens: u64::from(b), price_per_token: NanoUsd(price), amount: NanoUsd(price * tokens) });
+        round_trip(&provider, &OutputCommitment { job_id: job, provider: provider.node_id(), request_hash: Digest::from_bytes([a as u8; 32]), output_hash: Digest::from_bytes([b as u8; 32]), output_tokens: a });
+        round_trip(&buyer, &ReputationReport { reporter: buyer.node_id(), subject: provider.node_id(), epoch: u64::from(a), outcomes: OutcomeCounts { completed: a, failed: b, stalled: 1, verified_ok: 2, verified_mismatch: 3 }, evidence: vec![Digest::from_bytes([1; 32])] });
+        round_trip(&provider, &Attestation { node: provider.node_id(), gpus: vec![GpuFingerprint { name: "NVIDIA H200".into(), uuid: "GPU-1".into(), vram_bytes: 1 << 30, driver_version: "560".into(), cuda_version: "12.6".into() }], cpu_model: "x86".into(), cpu_cores: 2, ram_bytes: 1 << 34, benchmarks: vec![BenchmarkResult { model: ModelId::from_bytes([5; 32]), threads: 2, prefill_milli_tokens_per_second: a, generation_milli_tokens_per_second: b }] });
+    }
+
+    #[test]
+    fn any_single_bit_flip_is_rejected(advert in arb_advert(keypair(1).node_id()), bit in any::<prop::sample::Index>()) {
+        let envelope = keypair(1).seal(&advert, 3, NOW, 60_000).unwrap();
+        let mut bytes = envelope.to_bytes().unwrap();
+        let bit = bit.index(bytes.len() * 8);
+        bytes[bit / 8] ^= 1 << (bit % 8);
+        let refused = match SignedEnvelope::from_bytes(&bytes) {
+            Err(_) => true,
+            Ok(changed) => changed.open::<Advert>(NOW + 1).is_err(),
+        };
+        prop_assert!(refused, "flipping bit {} was accepted", bit);
+    }
+
+    #[test]
+    fn random_bytes_give_errors_not_panics(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+        if let Ok(envelope) = SignedEnvelope::from_bytes(&bytes) {
+            prop_assert!(envelope.open::<Advert>(NOW).is_err());
+        }
+    }
+
+    #[test]
+    fn truncated_envelopes_give_errors(request in arb_job_request(keypair(2).node_id(), keypair(1).node_id()), cut in any::<prop::sample::Index>()) {
+        let bytes = keypair(2).seal(&request, 1, NOW, 60_000).unwrap().to_bytes().unwrap();
+        let cut = cut.index(bytes.len());
+        prop_assert!(SignedEnvelope::from_bytes(&bytes[..cut]).is_err());
+    }
+}
+
+fn sample_advert(key: &Keypair) -> Advert {
+    Advert {
+        provider: key.node_id(),
+        region: "eu-west".into(),
+        hardware: HardwareSummary::Cpu {
+            cores: 2,
+            ram_bytes: 1 << 34,
+        },
+        models: vec![],
+        tiers: vec![Tier::OnDemand],
+        windows: vec![],
+        load: Load::default(),
+        addresses: vec![],
+    }
+}
+
+#[test]
+fn expired_messages_are_rejected() {
+    let key = keypair(1);
+    let envelope = key.seal(&sample_advert(&key), 1, NOW, 60_000).unwrap();
+    assert!(envelope.open::<Advert>(NOW + 60_000).is_ok());
+    assert!(matches!(
+        envelope.open::<Advert>(NOW + 60_001),
+        Err(OpenError::Expired { .. })
+    ));
+    assert!(matches!(
+        envelope.open::<Advert>(NOW - MAX_CLOCK_SKEW_MS - 1),
+        Err(OpenError::FromTheFuture { .. })
+    ));
+    // Archived evidence ignores the clock but still checks the signature.
+    assert!(envelope.open_archived::<Advert>().is_ok());
+}
+
+#[test]
+fn replayed_messages_are_rejected() {
+    let key = keypair(1);
+    let mut guard = ReplayGuard::new(1024);
+    let first = key.seal(&sample_advert(&key), 10, NOW, 60_000).unwrap();
+    let opened = first.open::<Advert>(NOW).unwrap();
+    guard
+        .admit(&opened, MessageKind::Advert, [0; 16], NOW)
+        .unwrap();
+    let replay = SignedEnvelope::from_bytes(&first.to_bytes().unwrap()).unwrap();
+    let opened = replay.open::<Advert>(NOW + 5).unwrap();
+    assert!(matches!(
+        guard.admit(&opened, MessageKind::Advert, [0; 16], NOW + 5),
+        Err(ReplayError::Stale {
+            got: 10,
+            highest: 10
+        })
+    ));
+    let older = key.seal(&sample_advert(&key), 9, NOW, 60_000).unwrap();
+    assert!(guard
+        .admit(
+            &older.open::<Advert>(NOW).unwrap(),
+            MessageKind::Advert,
+            [0; 16],
+            NOW
+        )
+        .is_err());
+}
+
+#[test]
+fn a_signature_never_verifies_as_another_kind() {
+    let key = keypair(1);
+    let mut envelope = key.seal(&sample_advert(&key), 1, NOW, 60_000).unwrap();
+    envelope.kind = MessageKind::Attestation;
+    assert!(envelope.open::<Attestation>(NOW).is_err());
+    envelope.kind = MessageKind::Advert;
+    assert!(envelope.open::<Advert>(NOW).is_ok());
+    assert!(matches!(
+        envelope.open::<Receipt>(NOW),
+        Err(OpenError::Decode(DecodeError::WrongKind { .. }))
+    ));
+}
+
+#[test]
+fn a_body_signed_by_someone_else_is_rejected() {
+    let provider = keypair(1);
+    let impostor = keypair(3);
+    let advert = sample_advert(&provider);
+    let envelope = impostor.seal(&advert, 1, NOW, 60_000).unwrap();
+    assert!(matches!(
+        envelope.open::<Advert>(NOW),
+        Err(OpenError::Invalid(ValidationError::SignerMismatch { .. }))
+    ));
+}
+
+#[test]
+fn oversized_input_is_refused_before_decoding() {
+    let bytes = vec![0u8; MAX_ENVELOPE_BYTES + 1];
+    assert!(matches!(
+        SignedEnvelope::from_bytes(&bytes),
+        Err(DecodeError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn hostile_length_prefix_does_not_allocate() {
+    let key = keypair(1);
+    let mut bytes = key
+        .seal(&sample_advert(&key), 1, NOW, 60_000)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    // The payload length prefix sits after version(2) kind(4) signer(32) seq, issued, expires (8 each).
+    let at = 2 + 4 + 32 + 24;
+    bytes[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(SignedEnvelope::from_bytes(&bytes).is_err());
+}
+
+#[test]
+fn trailing_bytes_are_refused() {
+    let key = keypair(1);
+    let mut bytes = key
+        .seal(&sample_advert(&key), 1, NOW, 60_000)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    bytes.push(0);
+    assert!(matches!(
+        SignedEnvelope::from_bytes(&bytes),
+        Err(DecodeError::TrailingBytes { .. })
+    ));
+}
+
+#[test]
+fn other_versions_are_refused() {
+    let key = keypair(1);
+    let mut envelope = key.seal(&sample_advert(&key), 1, NOW, 60_000).unwrap();
+    envelope.version = 2;
+    let bytes = envelope.to_bytes().unwrap();
+    assert!(matches!(
+        SignedEnvelope::from_bytes(&bytes),
+        Err(DecodeError::UnsupportedVersion {
+            got: 2,
+            supported: 1
+        })
+    ));
+}
+
+/// Golden bytes: the encoding must not drift silently. If this fails, the wire format
+/// changed: bump PROTOCOL_VERSION and update SPEC.md, or fix the regression.
+#[test]
+fn receipt_golden_bytes() {
+    let provider = keypair(1);
+    let buyer = keypair(2);
+    let receipt = Receipt {
+        job_id: JobId::from_bytes([0xab; 16]),
+        provider: provider.node_id(),
+        buyer: buyer.node_id(),
+        prompt_tokens: 12,
+        completion_tokens: 30,
+        price_per_token: NanoUsd(250),
+        amount: NanoUsd(10_500),
+    };
+    let envelope = buyer.seal(&receipt, 42, NOW, 60_000).unwrap();
+    let bytes = envelope.to_bytes().unwrap();
+    let digest = envelope.digest().unwrap().to_string();
+    assert_eq!(
+        bytes.len(),
+        2 + 4 + 32 + 8 * 3 + 8 + envelope.payload.len() + 64
+    );
+    assert_eq!(
+        &bytes[..6],
+        &[1, 0, 7, 0, 0, 0],
+        "version 1, kind Receipt (7)"
+    );
+    assert_eq!(digest, GOLDEN_RECEIPT_DIGEST, "encoding drifted");
+}
+
+const GOLDEN_RECEIPT_DIGEST: &str =
+    "3b748d0693b613296c6e360ac434b19f6c5c7d55e7548043e0f1a4555f2aad16";
