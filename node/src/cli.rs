@@ -40,6 +40,10 @@ pub enum Command {
     Generate(GenerateArgs),
     /// Measure prefill and generation speed, as providers advertise it.
     Bench(BenchArgs),
+    /// Serve a model to the mesh and earn per token.
+    Provide(crate::run::ProvideArgs),
+    /// Run the light client: order book and local HTTP API, no serving.
+    Gateway(crate::run::GatewayArgs),
     /// Show the detected hardware (GPUs via NVML, CPU fallback).
     Hardware {
         #[arg(long)]
@@ -159,6 +163,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Models { command } => models(&data_dir, command),
         Command::Generate(args) => generate(&data_dir, args),
         Command::Bench(args) => bench(&data_dir, args),
+        Command::Provide(args) => crate::run::provide(&data_dir, args),
+        Command::Gateway(args) => crate::run::gateway(&data_dir, args),
         Command::Hardware { json } => {
             let hw = crate::hardware::detect();
             if json {
@@ -343,6 +349,16 @@ pub struct BenchResult {
 /// Runs the benchmark prompt `runs` times with `tokens` greedy tokens (min_tokens:
 /// end-of-text is ignored by generating a fixed count).
 pub fn measure(model: &mut LoadedModel, tokens: u32, runs: usize) -> Result<BenchResult> {
+    measure_with(model, BENCH_PROMPT, tokens, runs)
+}
+
+/// Like [`measure`] with another user prompt (providers use a short one at start-up).
+pub fn measure_with(
+    model: &mut LoadedModel,
+    prompt: &str,
+    tokens: u32,
+    runs: usize,
+) -> Result<BenchResult> {
     let mut prefill = Vec::new();
     let mut decode = Vec::new();
     let mut last = None;
@@ -352,7 +368,7 @@ pub fn measure(model: &mut LoadedModel, tokens: u32, runs: usize) -> Result<Benc
                 model: model.descriptor.id,
                 prompt: Prompt::Chat(vec![ChatMessage {
                     role: Role::User,
-                    content: BENCH_PROMPT.into(),
+                    content: prompt.into(),
                 }]),
                 sampling: Sampling {
                     max_tokens: tokens,

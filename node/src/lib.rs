@@ -1,11 +1,15 @@
 //! sharemesh node: the engine that makes tokens, the model catalog, and the command
 //! line. Usable as a library (see `examples/`).
 
+pub mod buyer;
 pub mod catalog;
 pub mod cli;
 pub mod clock;
 pub mod engine;
 pub mod hardware;
+pub mod http;
 pub mod identity;
 pub mod logging;
 pub mod mesh;
+pub mod provider;
+pub mod run;

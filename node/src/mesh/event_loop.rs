@@ -308,5 +308,14 @@ impl EventLoop {
         if !connected.is_empty() {
             let _ = self.swarm.behaviour_mut().kad.bootstrap();
         }
+        // Below target: redial peers we reached before (a restarted peer comes back).
+        if connected.len() < self.target_peers {
+            for address in self.address_book.addresses() {
+                let (peer, _) = super::split_peer(&address);
+                if peer.is_some_and(|p| !self.swarm.is_connected(&p)) {
+                    let _ = self.swarm.dial(address);
+                }
+            }
+        }
     }
 }

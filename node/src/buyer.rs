@@ -1,0 +1,186 @@
+//! The buyer side of `/sharemesh/infer/1`: opens a stream to a provider, sends a
+//! signed job request, yields the provider's answer and tokens, and acknowledges them
+//! with signed cumulative receipts (every `RECEIPT_EVERY` tokens and at the end).
+//! Dropping the returned stream closes the libp2p stream, which cancels the job.
+
+use std::time::Duration;
+
+use futures::AsyncReadExt;
+use libp2p::PeerId;
+use sharemesh_protocol::{
+    Accept, FinishReason, JobRequest, Keypair, NanoUsd, OutputCommitment, Receipt, Reject,
+    SignedEnvelope, TokenChunk,
+};
+use tokio::sync::mpsc;
+
+use crate::clock::{now_ms, SeqCounter};
+use crate::mesh::framing::{read_frame, write_frame};
+use crate::mesh::{MeshHandle, INFER_PROTOCOL};
+
+/// Receipts go out at least this often (in tokens); the provider's credit window is
+/// larger, so a paying buyer never stalls it.
+pub const RECEIPT_EVERY: u64 = 8;
+/// A provider silent this long is considered stalled.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub enum JobEvent {
+    Accepted(Accept),
+    Rejected(Reject),
+    Token(TokenChunk),
+    Finished {
+        finish: FinishReason,
+        commitment: Option<OutputCommitment>,
+        last_receipt: Option<Receipt>,
+    },
+    Failed(String),
+}
+
+/// Starts a job on `provider`; events arrive on the returned channel.
+pub async fn start_job(
+    mesh: &MeshHandle,
+    key: Keypair,
+    provider: PeerId,
+    request: JobRequest,
+) -> anyhow::Result<mpsc::Receiver<JobEvent>> {
+    let seq = SeqCounter::default();
+    let envelope = key.seal(&request, seq.next(), now_ms(), 3_600_000)?;
+    let mut control = mesh.control.clone();
+    let stream = tokio::time::timeout(
+        Duration::from_secs(15),
+        control.open_stream(provider, INFER_PROTOCOL),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("timed out opening a stream to {provider}"))?
+    .map_err(|e| anyhow::anyhow!("could not open a stream to {provider}: {e}"))?;
+    let (events_tx, events) = mpsc::channel(64);
+    tokio::spawn(run_job(stream, key, seq, envelope, request, events_tx));
+    Ok(events)
+}
+
+async fn run_job(
+    stream: libp2p::Stream,
+    key: Keypair,
+    seq: SeqCounter,
+    envelope: SignedEnvelope,
+    request: JobRequest,
+    events: mpsc::Sender<JobEvent>,
+) {
+    let (mut reader, mut writer) = stream.split();
+    let fail = |events: &mpsc::Sender<JobEvent>, why: String| {
+        let events = events.clone();
+        async move {
+            let _ = events.send(JobEvent::Failed(why)).await;
+        }
+    };
+    if let Err(err) = write_frame(&mut writer, &envelope).await {
+        return fail(&events, format!("sending the request: {err}")).await;
+    }
+    let first = match read_frame(&mut reader, STALL_TIMEOUT).await {
+        Ok(frame) => frame,
+        Err(err) => {
+            return fail(&events, format!("waiting for the provider's answer: {err}")).await
+        }
+    };
+    let now = now_ms();
+    let accept = match (first.open::<Accept>(now), first.open::<Reject>(now)) {
+        (Ok(accept), _) => accept.body,
+        (_, Ok(reject)) => {
+            let _ = events.send(JobEvent::Rejected(reject.body)).await;
+            return;
+        }
+        (Err(err), _) => {
+            return fail(&events, format!("bad answer from the provider: {err}")).await
+        }
+    };
+    if accept.job_id != request.job_id || accept.price_per_token > request.max_price_per_token {
+        return fail(
+            &events,
+            "the provider accepted on terms we did not ask for".into(),
+        )
+        .await;
+    }
+    let price: NanoUsd = accept.price_per_token;
+    let prompt_tokens = u64::from(accept.prompt_tokens);
+    if events
+        .send(JobEvent::Accepted(accept.clone()))
+        .await
+        .is_err()
+    {
+        return; // The caller went away: closing the stream cancels the job.
+    }
+    // Acknowledge at least twice per credit window so the provider never has to pause.
+    let every = RECEIPT_EVERY.min((u64::from(accept.credit_window_tokens) / 2).max(1));
+    let mut received = 0u64;
+    let mut acknowledged = 0u64;
+    let mut last_receipt = None;
+    let receipt = |tokens: u64| -> Option<(Receipt, SignedEnvelope)> {
+        let body = Receipt {
+            job_id: request.job_id,
+            provider: accept.provider,
+            buyer: key.node_id(),
+            prompt_tokens,
+            completion_tokens: tokens,
+            price_per_token: price,
+            amount: price.times(prompt_tokens + tokens)?,
+        };
+        let envelope = key
+            .seal(&body, seq.next(), now_ms(), 365 * 24 * 3_600_000)
+            .ok()?;
+        Some((body, envelope))
+    };
+    loop {
+        let frame = match read_frame(&mut reader, STALL_TIMEOUT).await {
+            Ok(frame) => frame,
+            Err(err) => return fail(&events, format!("provider stream broke: {err}")).await,
+        };
+        let chunk = match frame.open::<TokenChunk>(now_ms()) {
+            Ok(opened)
+                if opened.body.job_id == request.job_id && opened.signer == accept.provider =>
+            {
+                opened.body
+            }
+            Ok(_) => {
+                return fail(
+                    &events,
+                    "a chunk for another job or from another signer".into(),
+                )
+                .await
+            }
+            Err(err) => return fail(&events, format!("bad chunk: {err}")).await,
+        };
+        received += chunk.token_ids.len() as u64;
+        let finish = chunk.finish;
+        if !chunk.token_ids.is_empty() && events.send(JobEvent::Token(chunk)).await.is_err() {
+            return;
+        }
+        if received - acknowledged >= every
+            || (finish.is_some() && received > acknowledged)
+            || (finish.is_some() && last_receipt.is_none())
+        {
+            if let Some((body, envelope)) = receipt(received) {
+                if write_frame(&mut writer, &envelope).await.is_ok() {
+                    acknowledged = received;
+                    last_receipt = Some(body);
+                }
+            }
+        }
+        if let Some(finish) = finish {
+            let commitment = match read_frame(&mut reader, Duration::from_secs(5)).await {
+                Ok(frame) => frame
+                    .open::<OutputCommitment>(now_ms())
+                    .ok()
+                    .map(|o| o.body),
+                Err(_) => None,
+            };
+            let _ = events
+                .send(JobEvent::Finished {
+                    finish,
+                    commitment,
+                    last_receipt,
+                })
+                .await;
+            return;
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The node's local HTTP API: network views now; the OpenAI gateway joins here.
+
+use std::net::SocketAddr;
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+
+use crate::clock::now_ms;
+use crate::mesh::MeshHandle;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub mesh: MeshHandle,
+}
+
+#[derive(Serialize)]
+struct ModelView {
+    id: String,
+    name: String,
+    price_per_mtok_usd: f64,
+    price_nano_usd_per_token: u64,
+    tokens_per_second: f64,
+}
+
+#[derive(Serialize)]
+struct ProviderView {
+    peer_id: String,
+    models: Vec<ModelView>,
+    region: String,
+    tiers: Vec<sharemesh_protocol::Tier>,
+    load: sharemesh_protocol::Load,
+    hardware: sharemesh_protocol::HardwareSummary,
+    addresses: Vec<String>,
+    last_seen: u64,
+    expires_at: u64,
+}
+
+async fn providers(State(state): State<AppState>) -> Json<Vec<ProviderView>> {
+    let now = now_ms();
+    let live = state
+        .mesh
+        .book
+        .read()
+        .map(|book| book.live(now))
+        .unwrap_or_default();
+    Json(
+        live.into_iter()
+            .map(|entry| ProviderView {
+                peer_id: entry.advert.provider.to_string(),
+                models: entry
+                    .advert
+                    .models
+                    .iter()
+                    .map(|offer| {
+                        let price = offer.prices.first().map_or(0, |p| p.price_per_token.0);
+                        ModelView {
+                            id: offer.model.id.to_string(),
+                            name: offer.model.name.clone(),
+                            price_per_mtok_usd: sharemesh_protocol::NanoUsd(price)
+                                .as_usd_per_mtok(),
+                            price_nano_usd_per_token: price,
+                            tokens_per_second: f64::from(offer.generation_milli_tokens_per_second)
+                                / 1000.0,
+                        }
+                    })
+                    .collect(),
+                region: entry.advert.region.clone(),
+                tiers: entry.advert.tiers.clone(),
+                load: entry.advert.load,
+                hardware: entry.advert.hardware.clone(),
+                addresses: entry.advert.addresses.clone(),
+                last_seen: entry.last_seen_ms,
+                expires_at: entry.expires_at_ms,
+            })
+            .collect(),
+    )
+}
+
+async fn peers(State(state): State<AppState>) -> Json<Vec<crate::mesh::PeerInfo>> {
+    Json(state.mesh.peers().await.unwrap_or_default())
+}
+
+async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({"status": "ok", "peer_id": state.mesh.peer_id.to_string()}))
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/network/providers", get(providers))
+        .route("/v1/network/peers", get(peers))
+        .with_state(state)
+}
+
+/// Binds `address` and serves until the process stops; returns the bound address.
+pub async fn serve(address: SocketAddr, state: AppState) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| anyhow::anyhow!("binding HTTP on {address}: {e}"))?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(err) = axum::serve(listener, router(state)).await {
+            tracing::error!(%err, "HTTP server stopped");
+        }
+    });
+    Ok(bound)
+}

@@ -1,0 +1,477 @@
+//! The provider side of `/sharemesh/infer/1`: checks a signed job request, runs it on
+//! the engine, streams each token as a signed chunk, and pauses when the buyer's
+//! receipts fall more than the credit window behind.
+//!
+//! Stream state machine (provider view):
+//! `AwaitRequest → (Reject → Closed) | (Accept → Streaming ⇄ Paused → Final → Closed)`.
+//! Closing the stream at any point cancels generation within one token.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{AsyncReadExt, StreamExt};
+use libp2p::PeerId;
+use sharemesh_protocol::{
+    Accept, Advert, AvailabilityWindow, FinishReason, JobRequest, Keypair, Load, MessageKind,
+    ModelOffer, NanoUsd, OutputCommitment, Receipt, Reject, RejectReason, ReplayGuard,
+    SignedEnvelope, Tier, TierPrice, TokenChunk, WireMessage,
+};
+use tokio::sync::watch;
+
+use crate::clock::{now_ms, SeqCounter};
+use crate::engine::{Engine, EngineError, EngineEvent, GenerateRequest};
+use crate::hardware::Hardware;
+use crate::mesh::framing::{read_frame, write_frame, FrameError};
+use crate::mesh::{MeshHandle, INFER_PROTOCOL};
+
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+const FINAL_RECEIPT_WAIT: Duration = Duration::from_secs(5);
+/// Lifetime of job-bound envelopes.
+const JOB_ENVELOPE_LIFETIME_MS: u64 = 3_600_000;
+
+/// What a provider offers and on what terms.
+#[derive(Clone, Debug)]
+pub struct ProviderPolicy {
+    pub price_per_token: NanoUsd,
+    pub region: String,
+    pub tiers: Vec<Tier>,
+    pub windows: Vec<AvailabilityWindow>,
+    pub max_concurrent: u32,
+    /// Tokens sent beyond the last receipt before pausing.
+    pub credit_window_tokens: u32,
+    pub advert_interval: Duration,
+    pub advert_lifetime: Duration,
+    /// Measured generation speed per model, thousandths of tokens/s.
+    pub measured_milli_tps: u32,
+}
+
+impl Default for ProviderPolicy {
+    fn default() -> Self {
+        Self {
+            price_per_token: NanoUsd(100),
+            region: "local".into(),
+            tiers: vec![Tier::OnDemand],
+            windows: Vec::new(),
+            max_concurrent: 4,
+            credit_window_tokens: 64,
+            advert_interval: Duration::from_secs(10),
+            advert_lifetime: Duration::from_secs(60),
+            measured_milli_tps: 0,
+        }
+    }
+}
+
+pub struct Provider {
+    key: Keypair,
+    engine: Engine,
+    mesh: MeshHandle,
+    policy: ProviderPolicy,
+    hardware: Hardware,
+    seq: SeqCounter,
+    replay: Mutex<ReplayGuard>,
+}
+
+impl Provider {
+    pub fn new(
+        key: Keypair,
+        engine: Engine,
+        mesh: MeshHandle,
+        policy: ProviderPolicy,
+        hardware: Hardware,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            key,
+            engine,
+            mesh,
+            policy,
+            hardware,
+            seq: SeqCounter::default(),
+            replay: Mutex::new(ReplayGuard::new(100_000)),
+        })
+    }
+
+    fn seal<T: WireMessage>(
+        &self,
+        body: &T,
+    ) -> Result<SignedEnvelope, sharemesh_protocol::DecodeError> {
+        self.key
+            .seal(body, self.seq.next(), now_ms(), JOB_ENVELOPE_LIFETIME_MS)
+    }
+
+    pub fn advert(&self) -> Advert {
+        Advert {
+            provider: self.key.node_id(),
+            region: self.policy.region.clone(),
+            hardware: self.hardware.summary(),
+            models: self
+                .engine
+                .models()
+                .iter()
+                .map(|model| ModelOffer {
+                    model: model.clone(),
+                    generation_milli_tokens_per_second: self.policy.measured_milli_tps,
+                    prices: self
+                        .policy
+                        .tiers
+                        .iter()
+                        .map(|&tier| TierPrice {
+                            tier,
+                            price_per_token: self.policy.price_per_token,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            tiers: self.policy.tiers.clone(),
+            windows: self.policy.windows.clone(),
+            load: Load {
+                active_jobs: self.engine.active_jobs() as u32,
+                queue_depth: self.engine.queue_depth() as u32,
+                max_concurrent: self.policy.max_concurrent,
+            },
+            addresses: self
+                .mesh
+                .listen_addrs()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        }
+    }
+
+    /// Publishes the advert now and then every interval (well before it expires), and
+    /// announces a Kademlia provider record per model.
+    pub async fn advertise(self: Arc<Self>) {
+        for model in self.engine.models() {
+            let _ = self.mesh.provide(model.id).await;
+        }
+        let mut tick = tokio::time::interval(self.policy.advert_interval);
+        loop {
+            tick.tick().await;
+            if !self.policy.windows.is_empty()
+                && !self.policy.windows.iter().any(|w| w.contains(now_ms()))
+            {
+                continue; // Outside every window: advertise nothing.
+            }
+            let advert = self.advert();
+            match self.key.seal(
+                &advert,
+                self.seq.next(),
+                now_ms(),
+                self.policy.advert_lifetime.as_millis() as u64,
+            ) {
+                Ok(envelope) => {
+                    if let Err(err) = self.mesh.publish_advert(&envelope).await {
+                        tracing::warn!(%err, "publishing the advert failed");
+                    }
+                }
+                Err(err) => tracing::error!(%err, "sealing the advert failed"),
+            }
+        }
+    }
+
+    /// Accepts `/sharemesh/infer/1` streams until the mesh stops.
+    pub async fn serve(self: Arc<Self>) -> anyhow::Result<()> {
+        let mut control = self.mesh.control.clone();
+        let mut incoming = control
+            .accept(INFER_PROTOCOL)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        while let Some((peer, stream)) = incoming.next().await {
+            let provider = self.clone();
+            tokio::spawn(async move {
+                if let Err(err) = provider.handle(peer, stream).await {
+                    tracing::debug!(%peer, %err, "job stream ended with an error");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    fn check(
+        &self,
+        peer: PeerId,
+        envelope: &SignedEnvelope,
+    ) -> Result<JobRequest, (RejectReason, String)> {
+        let now = now_ms();
+        let opened = envelope
+            .open::<JobRequest>(now)
+            .map_err(|e| (RejectReason::BadRequest, e.to_string()))?;
+        let request = opened.body.clone();
+        if opened.signer.peer_id().ok() != Some(peer) {
+            return Err((
+                RejectReason::BadRequest,
+                "request signed by another identity than the connection's".into(),
+            ));
+        }
+        if request.provider != self.key.node_id() {
+            return Err((
+                RejectReason::BadRequest,
+                "request addressed to another provider".into(),
+            ));
+        }
+        if let Ok(mut replay) = self.replay.lock() {
+            replay
+                .admit(
+                    &opened,
+                    MessageKind::JobRequest,
+                    *request.job_id.as_bytes(),
+                    now,
+                )
+                .map_err(|e| (RejectReason::BadRequest, format!("replayed request: {e}")))?;
+        }
+        if request.deadline_ms != 0 && request.deadline_ms < now {
+            return Err((
+                RejectReason::DeadlinePassed,
+                "the deadline has passed".into(),
+            ));
+        }
+        if !self.engine.models().iter().any(|m| m.id == request.model) {
+            return Err((
+                RejectReason::UnknownModel,
+                format!("model {} is not served here", request.model),
+            ));
+        }
+        if !self.policy.tiers.contains(&request.tier) {
+            return Err((
+                RejectReason::TierNotOffered,
+                format!("tier {} is not offered", request.tier.name()),
+            ));
+        }
+        if request.max_price_per_token < self.policy.price_per_token {
+            return Err((
+                RejectReason::PriceBelowFloor,
+                format!(
+                    "price {} nano-USD/token is above the ceiling {}",
+                    self.policy.price_per_token.0, request.max_price_per_token.0
+                ),
+            ));
+        }
+        if !self.policy.windows.is_empty() && !self.policy.windows.iter().any(|w| w.contains(now)) {
+            return Err((
+                RejectReason::OutsideWindow,
+                "outside the provider's availability windows".into(),
+            ));
+        }
+        if self.engine.active_jobs() + self.engine.queue_depth()
+            >= self.policy.max_concurrent as usize
+        {
+            return Err((RejectReason::OverCapacity, "all slots are busy".into()));
+        }
+        Ok(request)
+    }
+
+    async fn reject(
+        &self,
+        writer: &mut (impl futures::AsyncWrite + Unpin),
+        job: &JobRequest,
+        reason: RejectReason,
+        detail: String,
+    ) -> Result<(), FrameError> {
+        let reject = Reject {
+            job_id: job.job_id,
+            provider: self.key.node_id(),
+            reason,
+            detail,
+        };
+        write_frame(writer, &self.seal(&reject)?).await
+    }
+
+    async fn handle(
+        self: Arc<Self>,
+        peer: PeerId,
+        stream: libp2p::Stream,
+    ) -> Result<(), FrameError> {
+        let (mut reader, mut writer) = stream.split();
+        let envelope = read_frame(&mut reader, REQUEST_TIMEOUT).await?;
+        let request = match self.check(peer, &envelope) {
+            Ok(request) => request,
+            Err((reason, detail)) => {
+                tracing::info!(%peer, ?reason, %detail, "rejected job");
+                // Without a decodable request there is no job id to answer with.
+                if let Ok(opened) = envelope.open_archived::<JobRequest>() {
+                    self.reject(&mut writer, &opened.body, reason, detail)
+                        .await?;
+                }
+                return Ok(());
+            }
+        };
+        let span = tracing::info_span!("job", job = %request.job_id, peer = %peer);
+        let _entered = span.enter();
+        let mut events = match self.engine.submit(GenerateRequest {
+            model: request.model,
+            prompt: request.prompt.clone(),
+            sampling: request.sampling.clone(),
+            resume: request.resume.clone(),
+            ignore_eos: false,
+        }) {
+            Ok(events) => events,
+            Err(err) => {
+                let reason = if matches!(err, EngineError::Busy(_)) {
+                    RejectReason::OverCapacity
+                } else {
+                    RejectReason::Internal
+                };
+                return self
+                    .reject(&mut writer, &request, reason, err.to_string())
+                    .await;
+            }
+        };
+        let prompt_tokens = match events.recv().await {
+            Some(EngineEvent::Started { prompt_tokens }) => prompt_tokens,
+            Some(EngineEvent::Failed(err)) => {
+                let reason = match err {
+                    EngineError::ContextTooLong { .. } => RejectReason::ContextTooLong,
+                    EngineError::BadRequest(_) | EngineError::Tokenizer(_) => {
+                        RejectReason::BadRequest
+                    }
+                    _ => RejectReason::Internal,
+                };
+                return self
+                    .reject(&mut writer, &request, reason, err.to_string())
+                    .await;
+            }
+            _ => {
+                return self
+                    .reject(
+                        &mut writer,
+                        &request,
+                        RejectReason::Internal,
+                        "engine stopped".into(),
+                    )
+                    .await
+            }
+        };
+        let accept = Accept {
+            job_id: request.job_id,
+            provider: self.key.node_id(),
+            price_per_token: self.policy.price_per_token,
+            prompt_tokens,
+            credit_window_tokens: self.policy.credit_window_tokens,
+        };
+        write_frame(&mut writer, &self.seal(&accept)?).await?;
+
+        // Receipts arrive concurrently; `acked` holds the completion tokens they cover.
+        let (acked_tx, mut acked) = watch::channel(0u64);
+        let receipts = tokio::spawn(read_receipts(
+            reader,
+            request.clone(),
+            self.key.node_id(),
+            self.policy.price_per_token,
+            u64::from(prompt_tokens),
+            acked_tx,
+        ));
+        let window = u64::from(self.policy.credit_window_tokens);
+        let mut sent = 0u64;
+        let mut tokens = Vec::new();
+        let result = loop {
+            let Some(event) = events.recv().await else {
+                break Ok(());
+            };
+            match event {
+                EngineEvent::Token(token) => {
+                    // Credit window: wait for receipts before running further ahead.
+                    while sent.saturating_sub(*acked.borrow()) >= window {
+                        if acked.changed().await.is_err() {
+                            tracing::info!("buyer stopped acknowledging; cancelling");
+                            return Ok(());
+                        }
+                    }
+                    tokens.push(token.token_id);
+                    let chunk = TokenChunk {
+                        job_id: request.job_id,
+                        provider: self.key.node_id(),
+                        first_index: token.index,
+                        token_ids: vec![token.token_id],
+                        text_delta: token.text_delta,
+                        finish: None,
+                    };
+                    // A write error means the buyer closed the stream: dropping `events`
+                    // cancels the engine within one token.
+                    write_frame(&mut writer, &self.seal(&chunk)?).await?;
+                    sent += 1;
+                }
+                EngineEvent::Finished(generation) => {
+                    let chunk = TokenChunk {
+                        job_id: request.job_id,
+                        provider: self.key.node_id(),
+                        first_index: generation.token_ids.len() as u32,
+                        token_ids: vec![],
+                        text_delta: String::new(),
+                        finish: Some(generation.finish),
+                    };
+                    write_frame(&mut writer, &self.seal(&chunk)?).await?;
+                    let commitment = OutputCommitment {
+                        job_id: request.job_id,
+                        provider: self.key.node_id(),
+                        request_hash: sharemesh_protocol::envelope::body_digest(&request)?,
+                        output_hash: sharemesh_protocol::envelope::tokens_digest(
+                            &generation.token_ids,
+                        ),
+                        output_tokens: generation.token_ids.len() as u32,
+                    };
+                    write_frame(&mut writer, &self.seal(&commitment)?).await?;
+                    tracing::info!(tokens = generation.generated_tokens, finish = ?generation.finish, "job done");
+                    break Ok(());
+                }
+                EngineEvent::Failed(err) => {
+                    tracing::warn!(%err, "generation failed");
+                    let chunk = TokenChunk {
+                        job_id: request.job_id,
+                        provider: self.key.node_id(),
+                        first_index: sent as u32,
+                        token_ids: vec![],
+                        text_delta: String::new(),
+                        finish: Some(FinishReason::Error),
+                    };
+                    break write_frame(&mut writer, &self.seal(&chunk)?).await;
+                }
+                EngineEvent::Started { .. } => {}
+            }
+        };
+        // Give the buyer a moment to send its final receipt, then close.
+        let _ = tokio::time::timeout(FINAL_RECEIPT_WAIT, acked.wait_for(|&a| a >= sent)).await;
+        receipts.abort();
+        result
+    }
+}
+
+/// Reads the buyer's receipts, keeping the highest valid cumulative count.
+async fn read_receipts(
+    mut reader: futures::io::ReadHalf<libp2p::Stream>,
+    request: JobRequest,
+    provider: sharemesh_protocol::NodeId,
+    price: NanoUsd,
+    prompt_tokens: u64,
+    acked: watch::Sender<u64>,
+) {
+    let mut replay = ReplayGuard::new(16);
+    loop {
+        let envelope = match read_frame(&mut reader, Duration::from_secs(3600)).await {
+            Ok(envelope) => envelope,
+            Err(_) => return,
+        };
+        let now = now_ms();
+        let Ok(opened) = envelope.open::<Receipt>(now) else {
+            tracing::warn!("ignoring an invalid receipt");
+            continue;
+        };
+        let receipt = &opened.body;
+        let consistent = receipt.job_id == request.job_id
+            && receipt.buyer == request.buyer
+            && receipt.provider == provider
+            && receipt.price_per_token == price
+            && receipt.prompt_tokens == prompt_tokens;
+        if !consistent
+            || replay
+                .admit(
+                    &opened,
+                    MessageKind::Receipt,
+                    *request.job_id.as_bytes(),
+                    now,
+                )
+                .is_err()
+        {
+            tracing::warn!("ignoring an inconsistent or replayed receipt");
+            continue;
+        }
+        acked.send_modify(|a| *a = (*a).max(receipt.completion_tokens));
+    }
+}

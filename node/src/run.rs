@@ -1,0 +1,175 @@
+//! `sharemesh provide` and `sharemesh gateway`: wire identity, engine, mesh and HTTP
+//! together and run until interrupted.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use libp2p::Multiaddr;
+use sharemesh_protocol::{NanoUsd, Tier};
+
+use crate::cli::ModelArgs;
+use crate::engine::{self, Engine, LoadedModel};
+use crate::http::{self, AppState};
+use crate::mesh::{self, MeshConfig};
+use crate::provider::{Provider, ProviderPolicy};
+
+#[derive(Args, Debug, Clone)]
+pub struct MeshArgs {
+    /// Multiaddr to listen on (repeatable).
+    #[arg(long = "listen")]
+    pub listen: Vec<Multiaddr>,
+    /// Multiaddr of a node to join through, with or without /p2p/<PeerId> (repeatable).
+    #[arg(long = "bootstrap")]
+    pub bootstrap: Vec<Multiaddr>,
+    /// Discover peers on the LAN with mDNS (multicasts beyond loopback: off by default).
+    #[arg(long)]
+    pub mdns: bool,
+    /// Connected peers to aim for.
+    #[arg(long, default_value_t = 25)]
+    pub target_peers: usize,
+    /// Local HTTP API address.
+    #[arg(long)]
+    pub http: Option<SocketAddr>,
+}
+
+#[derive(Args, Debug)]
+pub struct ProvideArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+    /// Price in USD per million tokens.
+    #[arg(long, default_value_t = 0.10)]
+    pub price: f64,
+    #[arg(long, default_value = "local")]
+    pub region: String,
+    /// Tiers offered (reserved|on_demand|interruptible, or gold|silver|bronze).
+    #[arg(long = "tier", default_values = ["on_demand"])]
+    pub tiers: Vec<Tier>,
+    #[arg(long, default_value_t = 4)]
+    pub max_concurrent: u32,
+    /// Tokens sent beyond the buyer's last receipt before pausing.
+    #[arg(long, default_value_t = 64)]
+    pub credit_window: u32,
+    /// Seconds between advert refreshes.
+    #[arg(long, default_value_t = 10)]
+    pub advert_interval: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct GatewayArgs {
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+}
+
+fn default_listen() -> Vec<Multiaddr> {
+    ["/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"]
+        .iter()
+        .filter_map(|a| a.parse().ok())
+        .collect()
+}
+
+fn mesh_config(data_dir: &Path, args: &MeshArgs, kad_server: bool) -> MeshConfig {
+    MeshConfig {
+        listen: if args.listen.is_empty() {
+            default_listen()
+        } else {
+            args.listen.clone()
+        },
+        bootstrap: args.bootstrap.clone(),
+        kad_server,
+        mdns: args.mdns,
+        target_peers: args.target_peers,
+        address_book: Some(data_dir.join("address_book.json")),
+        ..MeshConfig::default()
+    }
+}
+
+/// Prints one JSON line on stdout once the node is up (the testnet reads it).
+async fn announce(mesh: &mesh::MeshHandle, role: &str, http: Option<SocketAddr>) {
+    for _ in 0..50 {
+        if !mesh.listen_addrs().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ready = serde_json::json!({
+        "event": "ready",
+        "role": role,
+        "peer_id": mesh.peer_id.to_string(),
+        "listen": mesh.listen_addrs().iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "http": http.map(|a| a.to_string()),
+    });
+    println!("{ready}");
+}
+
+async fn wait_for_shutdown() {
+    let _ = tokio::signal::ctrl_c().await;
+    tracing::info!("shutting down");
+}
+
+pub fn provide(data_dir: &Path, args: ProvideArgs) -> Result<()> {
+    let key = crate::identity::load_or_create(data_dir)?;
+    let threads = args
+        .model
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    engine::set_threads(threads);
+    let hardware = crate::hardware::detect();
+    hardware.log();
+    let mut model: LoadedModel = crate::cli::load_model(data_dir, &args.model)?;
+    // Measure what we advertise: a short greedy run on the benchmark prompt.
+    let measured = crate::cli::measure_with(&mut model, "Hi", 16, 1)?;
+    tracing::info!(model = %model.descriptor.name, tokens_per_second = measured.generation_tokens_per_second, "measured speed");
+    let policy = ProviderPolicy {
+        price_per_token: NanoUsd::per_token_from_usd_per_mtok(args.price)
+            .context("--price must be a non-negative number")?,
+        region: args.region.clone(),
+        tiers: args.tiers.clone(),
+        max_concurrent: args.max_concurrent,
+        credit_window_tokens: args.credit_window,
+        advert_interval: Duration::from_secs(args.advert_interval.max(1)),
+        measured_milli_tps: (measured.generation_tokens_per_second * 1000.0) as u32,
+        ..ProviderPolicy::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let engine = Engine::spawn(vec![model], args.max_concurrent as usize);
+        let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, true)).await?;
+        let provider = Provider::new(key, engine, mesh.clone(), policy, hardware);
+        tokio::spawn(provider.clone().serve());
+        tokio::spawn(provider.advertise());
+        let http = match args.mesh.http {
+            Some(address) => Some(http::serve(address, AppState { mesh: mesh.clone() }).await?),
+            None => None,
+        };
+        announce(&mesh, "provider", http).await;
+        wait_for_shutdown().await;
+        Ok(())
+    })
+}
+
+pub fn gateway(data_dir: &Path, args: GatewayArgs) -> Result<()> {
+    let key = crate::identity::load_or_create(data_dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, false)).await?;
+        let address = args
+            .mesh
+            .http
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        let http = http::serve(address, AppState { mesh: mesh.clone() }).await?;
+        announce(&mesh, "gateway", Some(http)).await;
+        wait_for_shutdown().await;
+        Ok(())
+    })
+}
