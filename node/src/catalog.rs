@@ -155,7 +155,12 @@ impl Catalog {
             None => sha256_file(&path)?,
         };
         let id: ModelId = sha.parse()?;
-        let name = name.map(str::to_owned).unwrap_or_else(|| {
+        // A known file keeps its catalog name wherever it lives.
+        let known_name = KNOWN_MODELS
+            .iter()
+            .find(|m| m.sha256 == sha)
+            .map(|m| m.name);
+        let name = name.or(known_name).map(str::to_owned).unwrap_or_else(|| {
             path.file_stem()
                 .map(|s| s.to_string_lossy().to_lowercase())
                 .unwrap_or_else(|| sha[..12].to_owned())

@@ -44,11 +44,29 @@ pub enum Command {
     Provide(crate::run::ProvideArgs),
     /// Run the light client: order book and local HTTP API, no serving.
     Gateway(crate::run::GatewayArgs),
+    /// Manage API keys for a shared gateway.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Show the detected hardware (GPUs via NVML, CPU fallback).
     Hardware {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeysCommand {
+    /// Create a key (printed once; only its hash is stored).
+    Create {
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+    /// List keys (ids, names, state).
+    List,
+    /// Revoke a key by id or name.
+    Revoke { id: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -163,6 +181,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Models { command } => models(&data_dir, command),
         Command::Generate(args) => generate(&data_dir, args),
         Command::Bench(args) => bench(&data_dir, args),
+        Command::Keys { command } => keys(&data_dir, command),
         Command::Provide(args) => crate::run::provide(&data_dir, args),
         Command::Gateway(args) => crate::run::gateway(&data_dir, args),
         Command::Hardware { json } => {
@@ -413,6 +432,35 @@ fn bench(data_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
             result.generated_tokens,
             args.runs
         );
+    }
+    Ok(())
+}
+
+fn keys(data_dir: &std::path::Path, command: KeysCommand) -> Result<()> {
+    let mut store = crate::keys::KeyStore::open(data_dir)?;
+    match command {
+        KeysCommand::Create { name } => {
+            let (record, key) = store.create(&name)?;
+            eprintln!(
+                "created key {} ({}); it is shown only now:",
+                record.id, record.name
+            );
+            println!("{key}");
+        }
+        KeysCommand::List => {
+            for r in &store.records {
+                println!(
+                    "{}  {:<20} {}",
+                    r.id,
+                    r.name,
+                    if r.revoked { "revoked" } else { "active" }
+                );
+            }
+        }
+        KeysCommand::Revoke { id } => {
+            let record = store.revoke(&id)?;
+            println!("revoked {} ({})", record.id, record.name);
+        }
     }
     Ok(())
 }

@@ -86,22 +86,30 @@ async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok", "peer_id": state.mesh.peer_id.to_string()}))
 }
 
-pub fn router(state: AppState) -> Router {
-    Router::new()
+pub fn router(state: AppState, gateway: Option<crate::gateway::GatewayState>) -> Router {
+    let network = Router::new()
         .route("/health", get(health))
         .route("/v1/network/providers", get(providers))
         .route("/v1/network/peers", get(peers))
-        .with_state(state)
+        .with_state(state);
+    match gateway {
+        Some(gateway) => network.merge(crate::gateway::router(gateway)),
+        None => network,
+    }
 }
 
 /// Binds `address` and serves until the process stops; returns the bound address.
-pub async fn serve(address: SocketAddr, state: AppState) -> anyhow::Result<SocketAddr> {
+pub async fn serve(
+    address: SocketAddr,
+    state: AppState,
+    gateway: Option<crate::gateway::GatewayState>,
+) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|e| anyhow::anyhow!("binding HTTP on {address}: {e}"))?;
     let bound = listener.local_addr()?;
     tokio::spawn(async move {
-        if let Err(err) = axum::serve(listener, router(state)).await {
+        if let Err(err) = axum::serve(listener, router(state, gateway)).await {
             tracing::error!(%err, "HTTP server stopped");
         }
     });

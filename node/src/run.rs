@@ -12,6 +12,7 @@ use sharemesh_protocol::{NanoUsd, Tier};
 
 use crate::cli::ModelArgs;
 use crate::engine::{self, Engine, LoadedModel};
+use crate::gateway::dispatch::{Dispatcher, RoutingDefaults};
 use crate::http::{self, AppState};
 use crate::mesh::{self, MeshConfig};
 use crate::provider::{Provider, ProviderPolicy};
@@ -63,6 +64,18 @@ pub struct ProvideArgs {
 pub struct GatewayArgs {
     #[command(flatten)]
     pub mesh: MeshArgs,
+    /// Default price ceiling, USD per million tokens (a request's `sharemesh.max_price_per_mtok` overrides it).
+    #[arg(long, default_value_t = 1000.0)]
+    pub max_price: f64,
+    /// Default tier for requests that name none.
+    #[arg(long, default_value = "on_demand")]
+    pub tier: Tier,
+    /// Default region for requests that name none.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Require API keys even on loopback (always required elsewhere).
+    #[arg(long)]
+    pub require_api_key: bool,
 }
 
 fn default_listen() -> Vec<Multiaddr> {
@@ -146,7 +159,9 @@ pub fn provide(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         tokio::spawn(provider.clone().serve());
         tokio::spawn(provider.advertise());
         let http = match args.mesh.http {
-            Some(address) => Some(http::serve(address, AppState { mesh: mesh.clone() }).await?),
+            Some(address) => {
+                Some(http::serve(address, AppState { mesh: mesh.clone() }, None).await?)
+            }
             None => None,
         };
         announce(&mesh, "provider", http).await;
@@ -163,11 +178,28 @@ pub fn gateway(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         .build()?;
     runtime.block_on(async move {
         let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, false)).await?;
-        let address = args
-            .mesh
-            .http
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
-        let http = http::serve(address, AppState { mesh: mesh.clone() }).await?;
+        let address = args.mesh.http.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        let keys = if args.require_api_key || !address.ip().is_loopback() {
+            let active = crate::keys::KeyStore::open(data_dir)?.active();
+            if active.is_empty() {
+                anyhow::bail!(
+                    "the gateway listens on {address}, which needs API keys, but none exist: create one with `sharemesh keys create`"
+                );
+            }
+            crate::keys::KeyCheck { required: Some(active) }
+        } else {
+            crate::keys::KeyCheck::default()
+        };
+        let defaults = RoutingDefaults {
+            max_price_per_token: NanoUsd::per_token_from_usd_per_mtok(args.max_price)
+                .context("--max-price must be a non-negative number")?,
+            tier: args.tier,
+            region: args.region.clone(),
+            ..RoutingDefaults::default()
+        };
+        let dispatcher = Dispatcher::new(mesh.clone(), key, defaults);
+        let gateway = crate::gateway::GatewayState { dispatcher, keys };
+        let http = http::serve(address, AppState { mesh: mesh.clone() }, Some(gateway)).await?;
         announce(&mesh, "gateway", Some(http)).await;
         wait_for_shutdown().await;
         Ok(())

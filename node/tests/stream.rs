@@ -5,8 +5,7 @@
 
 mod common;
 
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sharemesh_node::buyer::{start_job, JobEvent};
@@ -213,41 +212,6 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
     }
 }
 
-struct Process(Child);
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(args: &[&str], data_dir: &std::path::Path) -> (Process, serde_json::Value) {
-    let mut child = Command::new(common::sharemesh_bin())
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(stdout)
-        .read_line(&mut line)
-        .unwrap();
-    let ready: serde_json::Value =
-        serde_json::from_str(&line).unwrap_or_else(|_| panic!("no ready line: {line:?}"));
-    (Process(child), ready)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn providers(http: &str) -> Vec<serde_json::Value> {
     let out = Command::new("curl")
         .args(["-s", &format!("http://{http}/v1/network/providers")])
@@ -262,7 +226,7 @@ fn a_restarted_provider_keeps_its_peer_id_and_is_found_again() {
     let model = model.to_str().unwrap();
     let provider_dir = tempfile::tempdir().unwrap();
     let gateway_dir = tempfile::tempdir().unwrap();
-    let listen = format!("/ip4/127.0.0.1/tcp/{}", free_port());
+    let listen = format!("/ip4/127.0.0.1/tcp/{}", common::free_port());
     let provider_args = [
         "provide",
         "--model",
@@ -274,11 +238,11 @@ fn a_restarted_provider_keeps_its_peer_id_and_is_found_again() {
         "--advert-interval",
         "1",
     ];
-    let (provider, ready) = start(&provider_args, provider_dir.path());
+    let (provider, ready) = common::start(&provider_args, provider_dir.path());
     let peer_id = ready["peer_id"].as_str().unwrap().to_owned();
     let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
-    let http = format!("127.0.0.1:{}", free_port());
-    let (_gateway, _) = start(
+    let http = format!("127.0.0.1:{}", common::free_port());
+    let (_gateway, _) = common::start(
         &[
             "gateway",
             "--listen",
@@ -309,7 +273,7 @@ fn a_restarted_provider_keeps_its_peer_id_and_is_found_again() {
     seen_after(0);
     drop(provider); // SIGKILL
     let restarted_at = now_ms();
-    let (_provider, ready) = start(&provider_args, provider_dir.path());
+    let (_provider, ready) = common::start(&provider_args, provider_dir.path());
     assert_eq!(
         ready["peer_id"].as_str().unwrap(),
         peer_id,

@@ -3,8 +3,9 @@
 //! whole test run (and CI, which pre-fetches it) shares.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
 /// Data folder holding the cached model catalog for tests.
 pub fn model_cache_dir() -> PathBuf {
@@ -41,3 +42,62 @@ pub fn default_model_path() -> PathBuf {
 
 pub const DEFAULT_MODEL_SHA256: &str =
     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+
+/// A child `sharemesh` process, killed (SIGKILL) and reaped when dropped.
+pub struct Process(pub Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `sharemesh --data-dir DIR ARGS…` and waits for its JSON `ready` line.
+pub fn start(args: &[&str], data_dir: &Path) -> (Process, serde_json::Value) {
+    let mut child = Command::new(sharemesh_bin())
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap();
+    let ready: serde_json::Value = serde_json::from_str(&line)
+        .unwrap_or_else(|_| panic!("no ready line from {args:?}: {line:?}"));
+    (Process(child), ready)
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET http://{address}{path} with curl, parsed as JSON (Null when it fails).
+pub fn get_json(address: &str, path: &str) -> serde_json::Value {
+    let out = Command::new("curl")
+        .args(["-s", &format!("http://{address}{path}")])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+/// Polls `condition` every 200 ms until it holds or `seconds` pass.
+pub fn wait_until(seconds: u64, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {seconds} s waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -1,0 +1,105 @@
+//! Errors in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.to_owned()),
+            code: None,
+        }
+    }
+
+    pub fn bad_json(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: None,
+        }
+    }
+
+    pub fn model_not_found(model: &str) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            message: format!(
+                "The model `{model}` does not exist on the network (see GET /v1/models)"
+            ),
+            kind: "invalid_request_error",
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+        }
+    }
+
+    pub fn no_provider(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some("no_provider_available"),
+        }
+    }
+
+    pub fn upstream(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_GATEWAY,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some("provider_failed"),
+        }
+    }
+
+    pub fn unauthorized(code: &'static str, message: &str) -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some(code),
+        }
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!("request body exceeds {limit} bytes"),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_too_large"),
+        }
+    }
+
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body())).into_response()
+    }
+}

@@ -1,0 +1,445 @@
+//! Parsing and validating OpenAI-style request bodies. Fields are read from JSON by
+//! name so every error names the field at fault; unknown fields are ignored as
+//! OpenAI's API does.
+
+use serde_json::{Map, Value};
+use sharemesh_protocol::{ChatMessage, NanoUsd, Prompt, Role, Sampling, Tier};
+
+use super::error::ApiError;
+
+/// Per-request routing options: the `sharemesh` body object or `x-sharemesh-*` headers.
+#[derive(Clone, Debug, Default)]
+pub struct RoutingOptions {
+    pub max_price_per_token: Option<NanoUsd>,
+    pub tier: Option<Tier>,
+    pub region: Option<String>,
+    pub min_vram_bytes: Option<u64>,
+    pub interruptible: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct CompletionRequest {
+    pub model: String,
+    pub prompt: Prompt,
+    pub sampling: Sampling,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub routing: RoutingOptions,
+    pub chat: bool,
+}
+
+fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
+    body.as_object()
+        .ok_or_else(|| ApiError::bad_json("the request body must be a JSON object"))
+}
+
+fn number(
+    obj: &Map<String, Value>,
+    field: &str,
+    min: f64,
+    max: f64,
+) -> Result<Option<f64>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => {
+            let v = n.as_f64().unwrap_or(f64::NAN);
+            if !(min..=max).contains(&v) {
+                return Err(ApiError::invalid(
+                    field,
+                    format!("`{field}` must be between {min} and {max}, got {v}"),
+                ));
+            }
+            Ok(Some(v))
+        }
+        Some(other) => Err(ApiError::invalid(
+            field,
+            format!("`{field}` must be a number, got {}", kind(other)),
+        )),
+    }
+}
+
+fn integer(
+    obj: &Map<String, Value>,
+    field: &str,
+    min: u64,
+    max: u64,
+) -> Result<Option<u64>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(v) if (min..=max).contains(&v) => Ok(Some(v)),
+            _ => Err(ApiError::invalid(
+                field,
+                format!("`{field}` must be an integer between {min} and {max}, got {n}"),
+            )),
+        },
+        Some(other) => Err(ApiError::invalid(
+            field,
+            format!("`{field}` must be an integer, got {}", kind(other)),
+        )),
+    }
+}
+
+fn boolean(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(ApiError::invalid(
+            field,
+            format!("`{field}` must be a boolean, got {}", kind(other)),
+        )),
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn string<'a>(obj: &'a Map<String, Value>, field: &str) -> Result<Option<&'a str>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(ApiError::invalid(
+            field,
+            format!("`{field}` must be a string, got {}", kind(other)),
+        )),
+    }
+}
+
+fn stop(obj: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
+    let list = match obj.get("stop") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str().map(str::to_owned).ok_or_else(|| {
+                    ApiError::invalid("stop", "`stop` must be a string or a list of strings")
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "stop",
+                format!(
+                    "`stop` must be a string or a list of strings, got {}",
+                    kind(other)
+                ),
+            ))
+        }
+    };
+    if list.len() > 4 {
+        return Err(ApiError::invalid("stop", "at most 4 stop sequences"));
+    }
+    if list.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            "stop",
+            "stop sequences must not be empty",
+        ));
+    }
+    Ok(list)
+}
+
+fn content(value: &Value, index: usize) -> Result<String, ApiError> {
+    let param = format!("messages[{index}].content");
+    match value {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for part in parts {
+                match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => text.push_str(t),
+                    _ => return Err(ApiError::invalid(&param, format!("`{param}` parts must be text parts (`{{\"type\": \"text\", \"text\": …}}`)"))),
+                }
+            }
+            Ok(text)
+        }
+        Value::Null => Ok(String::new()),
+        other => Err(ApiError::invalid(
+            &param,
+            format!(
+                "`{param}` must be a string or a list of text parts, got {}",
+                kind(other)
+            ),
+        )),
+    }
+}
+
+fn messages(obj: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
+    let list = match obj.get("messages") {
+        Some(Value::Array(list)) => list,
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("messages", "`messages` is required"))
+        }
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "messages",
+                format!("`messages` must be an array, got {}", kind(other)),
+            ))
+        }
+    };
+    if list.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "`messages` must not be empty",
+        ));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let role =
+                match m.get("role").and_then(Value::as_str) {
+                    Some("system") | Some("developer") => Role::System,
+                    Some("user") => Role::User,
+                    Some("assistant") => Role::Assistant,
+                    other => return Err(ApiError::invalid(
+                        &format!("messages[{i}].role"),
+                        format!(
+                            "`messages[{i}].role` must be system, user or assistant, got {other:?}"
+                        ),
+                    )),
+                };
+            Ok(ChatMessage {
+                role,
+                content: content(m.get("content").unwrap_or(&Value::Null), i)?,
+            })
+        })
+        .collect()
+}
+
+fn routing(
+    obj: &Map<String, Value>,
+    headers: &axum::http::HeaderMap,
+) -> Result<RoutingOptions, ApiError> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let empty = Map::new();
+    let options = match obj.get("sharemesh") {
+        None | Some(Value::Null) => &empty,
+        Some(Value::Object(o)) => o,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "sharemesh",
+                format!("`sharemesh` must be an object, got {}", kind(other)),
+            ))
+        }
+    };
+    let mut routing = RoutingOptions::default();
+    let price = match number(options, "max_price_per_mtok", 0.0, 1e9)? {
+        Some(p) => Some(p),
+        None => header("x-sharemesh-max-price-per-mtok")
+            .map(|v| {
+                v.parse::<f64>().map_err(|_| {
+                    ApiError::invalid("x-sharemesh-max-price-per-mtok", "must be a number")
+                })
+            })
+            .transpose()?,
+    };
+    routing.max_price_per_token = price.and_then(NanoUsd::per_token_from_usd_per_mtok);
+    let tier = string(options, "tier")?
+        .map(str::to_owned)
+        .or_else(|| header("x-sharemesh-tier"));
+    routing.tier = tier
+        .map(|t| {
+            t.parse::<Tier>()
+                .map_err(|e| ApiError::invalid("sharemesh.tier", e))
+        })
+        .transpose()?;
+    routing.region = string(options, "region")?
+        .map(str::to_owned)
+        .or_else(|| header("x-sharemesh-region"));
+    let vram = match number(options, "min_vram_gb", 0.0, 1e6)? {
+        Some(v) => Some(v),
+        None => header("x-sharemesh-min-vram-gb")
+            .map(|v| {
+                v.parse::<f64>()
+                    .map_err(|_| ApiError::invalid("x-sharemesh-min-vram-gb", "must be a number"))
+            })
+            .transpose()?,
+    };
+    routing.min_vram_bytes = vram.map(|gb| (gb * 1e9) as u64);
+    routing.interruptible = boolean(options, "interruptible")?.unwrap_or(false)
+        || header("x-sharemesh-interruptible").is_some_and(|v| v == "true" || v == "1");
+    Ok(routing)
+}
+
+/// Parses `/v1/chat/completions` (chat = true) or `/v1/completions` bodies.
+pub fn parse(
+    body: &[u8],
+    chat: bool,
+    headers: &axum::http::HeaderMap,
+) -> Result<CompletionRequest, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_json(format!("the request body is not valid JSON: {e}")))?;
+    let obj = object(&value)?;
+    let model = string(obj, "model")?
+        .ok_or_else(|| ApiError::invalid("model", "`model` is required"))?
+        .to_owned();
+    let prompt = if chat {
+        Prompt::Chat(messages(obj)?)
+    } else {
+        match obj.get("prompt") {
+            Some(Value::String(s)) => Prompt::Text(s.clone()),
+            Some(Value::Array(items)) if items.len() == 1 && items[0].is_string() => {
+                Prompt::Text(items[0].as_str().unwrap_or_default().to_owned())
+            }
+            Some(Value::Array(items)) if !items.is_empty() && items.iter().all(|v| v.is_u64()) => {
+                Prompt::Tokens(
+                    items
+                        .iter()
+                        .filter_map(Value::as_u64)
+                        .map(|v| v as u32)
+                        .collect(),
+                )
+            }
+            None | Some(Value::Null) => {
+                return Err(ApiError::invalid("prompt", "`prompt` is required"))
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    "`prompt` must be a string (batches of prompts are not supported)",
+                ))
+            }
+        }
+    };
+    if let Some(n) = integer(obj, "n", 0, u64::MAX)? {
+        if n != 1 {
+            return Err(ApiError::invalid("n", "only `n` = 1 is supported"));
+        }
+    }
+    let max_tokens = match integer(obj, "max_completion_tokens", 1, 131_072)? {
+        Some(v) => Some(v),
+        None => integer(obj, "max_tokens", 1, 131_072)?,
+    };
+    let sampling = Sampling {
+        temperature: number(obj, "temperature", 0.0, 2.0)?.unwrap_or(1.0) as f32,
+        top_p: match number(obj, "top_p", 0.0, 1.0)? {
+            Some(p) if p <= 0.0 => {
+                return Err(ApiError::invalid("top_p", "`top_p` must be greater than 0"))
+            }
+            Some(p) => p as f32,
+            None => 1.0,
+        },
+        top_k: integer(obj, "top_k", 0, 100_000)?.unwrap_or(0) as u32,
+        repetition_penalty: number(obj, "repetition_penalty", 0.5, 2.0)?.unwrap_or(1.0) as f32,
+        seed: match obj.get("seed") {
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .or_else(|| n.as_i64().map(|v| v as u64))
+                .ok_or_else(|| ApiError::invalid("seed", "`seed` must be an integer"))?,
+            None | Some(Value::Null) => 0,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "seed",
+                    format!("`seed` must be an integer, got {}", kind(other)),
+                ))
+            }
+        },
+        max_tokens: max_tokens.unwrap_or(256) as u32,
+        stop: stop(obj)?,
+    };
+    let stream = boolean(obj, "stream")?.unwrap_or(false);
+    let include_usage = match obj.get("stream_options") {
+        Some(Value::Object(o)) => boolean(o, "include_usage")?.unwrap_or(false),
+        None | Some(Value::Null) => false,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                format!("`stream_options` must be an object, got {}", kind(other)),
+            ))
+        }
+    };
+    string(obj, "user")?;
+    Ok(CompletionRequest {
+        model,
+        prompt,
+        sampling,
+        stream,
+        include_usage,
+        routing: routing(obj, headers)?,
+        chat,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_chat(json: &str) -> Result<CompletionRequest, ApiError> {
+        parse(json.as_bytes(), true, &axum::http::HeaderMap::new())
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(parse_chat("{").unwrap_err().param, None);
+        assert_eq!(
+            parse_chat(r#"{"messages": []}"#)
+                .unwrap_err()
+                .param
+                .as_deref(),
+            Some("model")
+        );
+        assert_eq!(
+            parse_chat(r#"{"model": "m"}"#)
+                .unwrap_err()
+                .param
+                .as_deref(),
+            Some("messages")
+        );
+        let base = r#""model": "m", "messages": [{"role": "user", "content": "hi"}]"#;
+        for (extra, field) in [
+            (r#""temperature": 3"#, "temperature"),
+            (r#""temperature": "hot""#, "temperature"),
+            (r#""top_p": 0"#, "top_p"),
+            (r#""max_tokens": 0"#, "max_tokens"),
+            (r#""n": 2"#, "n"),
+            (r#""stop": 5"#, "stop"),
+            (r#""stream": "yes""#, "stream"),
+            (r#""sharemesh": {"tier": "platinum"}"#, "sharemesh.tier"),
+        ] {
+            let err = parse_chat(&format!("{{{base}, {extra}}}")).unwrap_err();
+            assert_eq!(
+                err.param.as_deref(),
+                Some(field),
+                "{extra}: {}",
+                err.message
+            );
+        }
+        let err = parse_chat(r#"{"model": "m", "messages": [{"role": "wizard", "content": "x"}]}"#)
+            .unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("messages[0].role"));
+    }
+
+    #[test]
+    fn accepts_openai_shapes_and_ignores_unknown_fields() {
+        let req = parse_chat(
+            r#"{"model": "m", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                "max_completion_tokens": 5, "stop": "x", "stream": true, "stream_options": {"include_usage": true},
+                "seed": 3, "user": "u", "logit_bias": {}, "frequency_penalty": 0,
+                "sharemesh": {"max_price_per_mtok": 0.2, "tier": "bronze", "region": "eu", "min_vram_gb": 8}}"#,
+        )
+        .unwrap();
+        assert_eq!(req.sampling.max_tokens, 5);
+        assert_eq!(req.sampling.stop, vec!["x"]);
+        assert!(req.stream && req.include_usage);
+        assert_eq!(req.routing.tier, Some(Tier::Interruptible));
+        assert_eq!(req.routing.max_price_per_token, Some(NanoUsd(200)));
+        assert_eq!(req.routing.min_vram_bytes, Some(8_000_000_000));
+        let Prompt::Chat(messages) = req.prompt else {
+            panic!()
+        };
+        assert_eq!(messages[1].content, "hi");
+    }
+}

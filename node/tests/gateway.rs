@@ -1,0 +1,181 @@
+#![allow(clippy::unwrap_used)]
+//! The OpenAI gateway against a real provider on loopback, driven by the official
+//! `openai` Python SDK and by curl.
+
+mod common;
+
+use std::process::Command;
+
+use common::{free_port, get_json, start, wait_until};
+
+const MODEL: &str = "smollm2-135m-instruct";
+
+#[test]
+fn openai_sdk_and_curl_against_a_real_gateway() {
+    let model_path = common::default_model_path();
+    let model_path = model_path.to_str().unwrap();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_provider, ready) = start(
+        &[
+            "provide",
+            "--model",
+            model_path,
+            "--threads",
+            "1",
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--advert-interval",
+            "1",
+            "--max-concurrent",
+            "16",
+        ],
+        dirs[0].path(),
+    );
+    let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
+    let http = format!("127.0.0.1:{}", free_port());
+    let (_gateway, _) = start(
+        &[
+            "gateway",
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--bootstrap",
+            &bootstrap,
+            "--http",
+            &http,
+        ],
+        dirs[1].path(),
+    );
+    // A second gateway that requires API keys.
+    let key_out = Command::new(common::sharemesh_bin())
+        .arg("--data-dir")
+        .arg(dirs[2].path())
+        .args(["keys", "create", "--name", "ci"])
+        .output()
+        .unwrap();
+    assert!(key_out.status.success());
+    let key = String::from_utf8(key_out.stdout).unwrap().trim().to_owned();
+    assert!(key.starts_with("sk-sm-"));
+    let keyed = format!("127.0.0.1:{}", free_port());
+    let (_keyed_gateway, _) = start(
+        &[
+            "gateway",
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--bootstrap",
+            &bootstrap,
+            "--http",
+            &keyed,
+            "--require-api-key",
+        ],
+        dirs[2].path(),
+    );
+    wait_until(30, "the model on /v1/models", || {
+        get_json(&http, "/v1/models")["data"][0]["id"] == MODEL
+    });
+
+    // Raw SSE framing with curl: `data: {json}` events separated by blank lines, then [DONE].
+    let body = r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "temperature": 0, "stream": true}"#;
+    let out = Command::new("curl")
+        .args([
+            "-sN",
+            "-H",
+            "content-type: application/json",
+            "-d",
+            body,
+            &format!("http://{http}/v1/chat/completions"),
+        ])
+        .output()
+        .unwrap();
+    let sse = String::from_utf8(out.stdout).unwrap();
+    let events: Vec<&str> = sse.split("\n\n").filter(|e| !e.trim().is_empty()).collect();
+    assert_eq!(events.last().copied(), Some("data: [DONE]"), "{sse}");
+    for event in &events[..events.len() - 1] {
+        let json = event
+            .strip_prefix("data: ")
+            .unwrap_or_else(|| panic!("not a data event: {event:?}"));
+        let chunk: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+    }
+    let last: serde_json::Value =
+        serde_json::from_str(events[events.len() - 2].strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "stop");
+    assert!(last["sharemesh"]["providers"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("12D3KooW"));
+
+    // Oversized bodies: 413 in OpenAI's error shape.
+    let big = dirs[1].path().join("big.json");
+    std::fs::write(
+        &big,
+        format!(r#"{{"model": "x", "prompt": "{}"}}"#, "a".repeat(5 << 20)),
+    )
+    .unwrap();
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "-H",
+            "content-type: application/json",
+            "--data-binary",
+        ])
+        .arg(format!("@{}", big.display()))
+        .arg(format!("http://{http}/v1/completions"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (json, code) = text.rsplit_once('\n').unwrap();
+    assert_eq!(code, "413", "{text}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(json).unwrap()["error"]["code"],
+        "request_too_large"
+    );
+
+    // Malformed JSON: 400 naming the problem.
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-d",
+            "{not json",
+            &format!("http://{http}/v1/chat/completions"),
+        ])
+        .output()
+        .unwrap();
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert!(error["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not valid JSON"));
+
+    // The official SDK: chat, streaming, completions, models, errors, 16 concurrent
+    // requests, a disconnect mid-stream, and API keys.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
+    let out = Command::new("python3")
+        .args([
+            script,
+            &format!("http://{http}/v1"),
+            MODEL,
+            &format!("http://{keyed}/v1"),
+            &key,
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "openai SDK checks failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{stdout}");
+
+    // The disconnected stream (400 tokens asked, ~10 tokens/s) must stop the provider's
+    // work: its advertised load falls back to zero within seconds, not tens of seconds.
+    wait_until(8, "the provider to drop the abandoned job", || {
+        let providers = get_json(&http, "/v1/network/providers");
+        providers[0]["load"]["active_jobs"] == 0 && providers[0]["load"]["queue_depth"] == 0
+    });
+}

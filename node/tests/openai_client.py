@@ -1,0 +1,126 @@
+"""Drives a running gateway with the official OpenAI Python SDK, as a buyer would.
+
+Usage: python3 openai_client.py BASE_URL MODEL [KEYED_BASE_URL API_KEY]
+Prints one JSON object of findings; exits non-zero on the first failed check.
+"""
+import asyncio
+import json
+import sys
+import time
+import urllib.request
+
+import openai
+from openai import AsyncOpenAI, OpenAI
+
+base, model = sys.argv[1], sys.argv[2]
+client = OpenAI(base_url=base, api_key="unused-on-loopback", max_retries=0, timeout=120)
+results = {}
+
+
+def check(condition, message):
+    if not condition:
+        print(json.dumps({"failed": message, "results": results}))
+        sys.exit(1)
+
+
+# Non-streaming chat, with the provider and job headers.
+raw = client.chat.completions.with_raw_response.create(
+    model=model, messages=[{"role": "user", "content": "What is 2 + 2?"}], temperature=0, max_tokens=16)
+chat = raw.parse()
+check(chat.choices[0].message.content == "The answer is 4.", f"chat answer: {chat.choices[0].message.content!r}")
+check(chat.choices[0].finish_reason == "stop", "chat finish_reason")
+check(chat.usage.completion_tokens == 6 and chat.usage.prompt_tokens > 0, f"usage {chat.usage}")
+check(chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens, "total tokens")
+check(raw.headers.get("x-sharemesh-provider", "").startswith("12D3KooW"), "x-sharemesh-provider header")
+check(len(raw.headers.get("x-sharemesh-job", "")) == 32, "x-sharemesh-job header")
+results["chat"] = chat.choices[0].message.content
+
+# Streaming chat: role first, content deltas, finish_reason last, usage when asked.
+stream = client.chat.completions.create(
+    model=model, messages=[{"role": "user", "content": "What is 2 + 2?"}], temperature=0, max_tokens=16,
+    stream=True, stream_options={"include_usage": True})
+chunks = list(stream)
+check(chunks[0].choices[0].delta.role == "assistant", "role in the first delta")
+text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+check(text == "The answer is 4.", f"streamed text {text!r}")
+finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+check(finishes[-1] == "stop" and all(f is None for f in finishes[:-1]), f"finish reasons {finishes}")
+check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6, "usage chunk")
+results["stream_chunks"] = len(chunks)
+
+# Text completions, plain and streamed.
+completion = client.completions.create(model=model, prompt="The capital of France is", temperature=0, max_tokens=3)
+check(completion.choices[0].text.startswith(" Paris"), f"completion {completion.choices[0].text!r}")
+check(completion.usage.completion_tokens == 3 and completion.choices[0].finish_reason == "length", "completion usage")
+streamed = "".join(c.choices[0].text for c in client.completions.create(
+    model=model, prompt="The capital of France is", temperature=0, max_tokens=3, stream=True) if c.choices)
+check(streamed == completion.choices[0].text, f"streamed completion {streamed!r}")
+
+# Models.
+models = client.models.list()
+ids = [m.id for m in models.data]
+check(model in ids, f"models {ids}")
+check(client.models.retrieve(model).id == model, "retrieve model")
+
+# Errors, each in OpenAI's shape.
+def expect(error_type, status, code=None, param=None, **kwargs):
+    try:
+        client.chat.completions.create(**kwargs)
+    except error_type as err:
+        check(err.status_code == status, f"{error_type.__name__}: status {err.status_code}")
+        body = err.body or {}
+        if code:
+            check(body.get("code") == code, f"code {body}")
+        if param:
+            check(body.get("param") == param, f"param {body}")
+        return
+    check(False, f"expected {error_type.__name__}")
+
+msgs = [{"role": "user", "content": "hi"}]
+expect(openai.BadRequestError, 400, param="temperature", model=model, messages=msgs, temperature=5)
+expect(openai.BadRequestError, 400, param="n", model=model, messages=msgs, n=3)
+expect(openai.BadRequestError, 400, param="messages", model=model, messages=[])
+expect(openai.NotFoundError, 404, code="model_not_found", model="no-such-model", messages=msgs)
+expect(openai.InternalServerError, 503, code="no_provider_available", model=model, messages=msgs,
+       extra_body={"sharemesh": {"max_price_per_mtok": 0.001}})
+
+# 16 concurrent requests all complete with correct usage.
+async def concurrent():
+    aclient = AsyncOpenAI(base_url=base, api_key="x", max_retries=0, timeout=300)
+    jobs = [aclient.completions.create(model=model, prompt=f"Count: {i}", temperature=0, max_tokens=3)
+            for i in range(16)]
+    return await asyncio.gather(*jobs)
+
+started = time.time()
+answers = asyncio.run(concurrent())
+check(len(answers) == 16, "16 answers")
+check(all(a.usage.completion_tokens == 3 for a in answers), f"usage {[a.usage for a in answers]}")
+results["concurrent_seconds"] = round(time.time() - started, 1)
+
+# A client that disconnects mid-stream.
+stream = client.chat.completions.create(
+    model=model, messages=[{"role": "user", "content": "Write a long story about a dragon."}],
+    temperature=0, max_tokens=400, stream=True)
+seen = 0
+for chunk in stream:
+    seen += 1
+    if seen >= 4:
+        break
+stream.close()
+results["disconnected_after_chunks"] = seen
+
+# API keys on a gateway that requires them.
+if len(sys.argv) > 4:
+    keyed, key = sys.argv[3], sys.argv[4]
+    for bad_key, code in [("", "missing_api_key"), ("sk-sm-wrong", "invalid_api_key")]:
+        try:
+            OpenAI(base_url=keyed, api_key=bad_key or "placeholder", max_retries=0,
+                   default_headers={"Authorization": ""} if not bad_key else None).models.list()
+            check(False, f"expected 401 for {code}")
+        except openai.AuthenticationError as err:
+            check(err.status_code == 401 and (err.body or {}).get("code") == code, f"{code}: {err.body}")
+    ok = OpenAI(base_url=keyed, api_key=key, max_retries=0).models.list()
+    check(any(m.id == model for m in ok.data), "a valid key works")
+    results["api_keys"] = "ok"
+
+print(json.dumps({"ok": True, "results": results}))
