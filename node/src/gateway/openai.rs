@@ -194,18 +194,19 @@ fn messages(obj: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
     list.iter()
         .enumerate()
         .map(|(i, m)| {
-            let role =
-                match m.get("role").and_then(Value::as_str) {
-                    Some("system") | Some("developer") => Role::System,
-                    Some("user") => Role::User,
-                    Some("assistant") => Role::Assistant,
-                    other => return Err(ApiError::invalid(
+            let role = match m.get("role").and_then(Value::as_str) {
+                Some("system") | Some("developer") => Role::System,
+                Some("user") => Role::User,
+                Some("assistant") => Role::Assistant,
+                other => {
+                    return Err(ApiError::invalid(
                         &format!("messages[{i}].role"),
                         format!(
                             "`messages[{i}].role` must be system, user or assistant, got {other:?}"
                         ),
-                    )),
-                };
+                    ))
+                }
+            };
             Ok(ChatMessage {
                 role,
                 content: content(m.get("content").unwrap_or(&Value::Null), i)?,

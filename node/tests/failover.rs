@@ -1,0 +1,164 @@
+#![allow(clippy::unwrap_used)]
+//! Failover mid-stream with real processes: `kill -9` of the serving provider while the
+//! client streams; the client's stream completes and equals the uninterrupted greedy
+//! output, with both providers named.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use common::{free_port, get_json, start, wait_until, Process};
+use futures::StreamExt;
+
+const BODY: &str = r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Write a short poem about the sea."}], "temperature": 0, "max_tokens": 40, "stream": true}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_serving_provider_mid_stream_is_invisible_to_the_client() {
+    let model_path = common::default_model_path();
+    let model_path = model_path.to_str().unwrap().to_owned();
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut providers: HashMap<String, Process> = HashMap::new();
+    let mut bootstrap = String::new();
+    for (i, dir) in dirs[..3].iter().enumerate() {
+        let mut args = vec![
+            "provide",
+            "--model",
+            &model_path,
+            "--threads",
+            "1",
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--advert-interval",
+            "1",
+        ];
+        if i > 0 {
+            args.extend(["--bootstrap", &bootstrap]);
+        }
+        let (process, ready) = start(&args, dir.path());
+        if i == 0 {
+            bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
+        }
+        providers.insert(ready["peer_id"].as_str().unwrap().to_owned(), process);
+    }
+    let http = format!("127.0.0.1:{}", free_port());
+    let (_gateway, _) = start(
+        &[
+            "gateway",
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--bootstrap",
+            &bootstrap,
+            "--http",
+            &http,
+        ],
+        dirs[3].path(),
+    );
+    let gateway_http = http.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_until(40, "three providers in the gateway's order book", || {
+            get_json(&gateway_http, "/v1/network/providers")
+                .as_array()
+                .map_or(0, Vec::len)
+                == 3
+        })
+    })
+    .await
+    .unwrap();
+
+    let client = reqwest::Client::new();
+    let url = format!("http://{http}/v1/chat/completions");
+    let stream_text = |response: reqwest::Response| async move {
+        let mut events = Vec::new();
+        let mut buffer = String::new();
+        let mut body = response.bytes_stream();
+        while let Some(bytes) = body.next().await {
+            buffer.push_str(&String::from_utf8_lossy(&bytes.unwrap()));
+            while let Some(end) = buffer.find("\n\n") {
+                let event = buffer[..end].to_owned();
+                buffer.drain(..end + 2);
+                events.push((Instant::now(), event));
+            }
+        }
+        events
+    };
+    let contents = |events: &[(Instant, String)]| -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|(_, e)| e.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .filter_map(|v| {
+                v["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect()
+    };
+
+    // The uninterrupted reference.
+    let response = client
+        .post(&url)
+        .body(BODY)
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    let reference = contents(&stream_text(response).await).concat();
+    assert!(reference.len() > 40, "{reference:?}");
+
+    // Now kill the serving provider after a few tokens.
+    let response = client
+        .post(&url)
+        .body(BODY)
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    let serving = response.headers()["x-sharemesh-provider"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let mut body = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut events: Vec<(Instant, String)> = Vec::new();
+    let mut killed_at = None;
+    while let Some(bytes) = body.next().await {
+        buffer.push_str(&String::from_utf8_lossy(&bytes.unwrap()));
+        while let Some(end) = buffer.find("\n\n") {
+            events.push((Instant::now(), buffer[..end].to_owned()));
+            buffer.drain(..end + 2);
+        }
+        if killed_at.is_none() && contents(&events).len() >= 10 {
+            drop(providers.remove(&serving).unwrap()); // SIGKILL, reaped
+            killed_at = Some(events.len());
+        }
+    }
+    let killed_at = killed_at.expect("the stream was long enough to kill mid-way");
+    let text = contents(&events).concat();
+    assert_eq!(
+        text, reference,
+        "the failed-over stream differs from the uninterrupted one"
+    );
+    let last = events
+        .iter()
+        .rev()
+        .filter_map(|(_, e)| e.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .find(|v| v.get("sharemesh").is_some())
+        .unwrap();
+    let served_by: Vec<&str> = last["sharemesh"]["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(served_by.len(), 2, "{served_by:?}");
+    assert_eq!(served_by[0], serving);
+    let gap = events[killed_at].0 - events[killed_at - 1].0;
+    eprintln!(
+        "failover gap seen by the client: {:.2} s after {} tokens",
+        gap.as_secs_f64(),
+        contents(&events[..killed_at]).len()
+    );
+}
