@@ -44,6 +44,20 @@ pub enum Command {
     Provide(crate::run::ProvideArgs),
     /// Run the light client: order book and local HTTP API, no serving.
     Gateway(crate::run::GatewayArgs),
+    /// Run a local testnet and see the whole system work (fetch, serve, stream, fail over, pay).
+    Demo,
+    /// Local testnets of separate processes on loopback.
+    Testnet {
+        #[command(subcommand)]
+        command: crate::testnet_cli::TestnetCommand,
+    },
+    /// Terminal playground: chat with a model through a gateway.
+    Chat(crate::chat::ChatArgs),
+    /// Show the effective configuration (config.toml < SHAREMESH_* env < flags).
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Manage API keys for a shared gateway.
     Keys {
         #[command(subcommand)]
@@ -53,6 +67,16 @@ pub enum Command {
     Hardware {
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Print each flag of a role with its effective value and where it came from.
+    Show {
+        /// provide, gateway, or any other subcommand.
+        #[arg(default_value = "provide")]
+        role: String,
     },
 }
 
@@ -182,6 +206,27 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(args) => generate(&data_dir, args),
         Command::Bench(args) => bench(&data_dir, args),
         Command::Keys { command } => keys(&data_dir, command),
+        Command::Config {
+            command: ConfigCommand::Show { role },
+        } => {
+            use clap::CommandFactory;
+            let file = data_dir.join(crate::config::CONFIG_FILE);
+            let file = file.exists().then_some(file);
+            let values = crate::config::file_values(file.as_deref(), &role);
+            print!(
+                "{}",
+                crate::config::show(
+                    &crate::config::with_env(Cli::command()),
+                    &role,
+                    file.as_deref(),
+                    &values
+                )?
+            );
+            Ok(())
+        }
+        Command::Demo => crate::demo::run(&data_dir),
+        Command::Chat(args) => crate::chat::run(args),
+        Command::Testnet { command } => crate::testnet_cli::run(&data_dir, command),
         Command::Provide(args) => crate::run::provide(&data_dir, args),
         Command::Gateway(args) => crate::run::gateway(&data_dir, args),
         Command::Hardware { json } => {

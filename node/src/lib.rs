@@ -3,8 +3,11 @@
 
 pub mod buyer;
 pub mod catalog;
+pub mod chat;
 pub mod cli;
 pub mod clock;
+pub mod config;
+pub mod demo;
 pub mod engine;
 pub mod gateway;
 pub mod hardware;
@@ -15,3 +18,4 @@ pub mod logging;
 pub mod mesh;
 pub mod provider;
 pub mod run;
+pub mod testnet_cli;

@@ -48,8 +48,8 @@ pub struct ProvideArgs {
     #[arg(long, default_value = "local")]
     pub region: String,
     /// Tiers offered (reserved|on_demand|interruptible, or gold|silver|bronze).
-    #[arg(long = "tier", default_values = ["on_demand"])]
-    pub tiers: Vec<Tier>,
+    #[arg(long, default_values = ["on_demand"])]
+    pub tier: Vec<Tier>,
     #[arg(long, default_value_t = 4)]
     pub max_concurrent: u32,
     /// Tokens sent beyond the buyer's last receipt before pausing.
@@ -141,7 +141,7 @@ pub fn provide(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         price_per_token: NanoUsd::per_token_from_usd_per_mtok(args.price)
             .context("--price must be a non-negative number")?,
         region: args.region.clone(),
-        tiers: args.tiers.clone(),
+        tiers: args.tier.clone(),
         max_concurrent: args.max_concurrent,
         credit_window_tokens: args.credit_window,
         advert_interval: Duration::from_secs(args.advert_interval.max(1)),

@@ -172,6 +172,37 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
     );
     eprintln!("{stdout}");
 
+    // The terminal playground keeps a conversation and reports speed and cost.
+    let mut chat = Command::new(common::sharemesh_bin())
+        .args([
+            "chat",
+            "--gateway",
+            &format!("http://{http}"),
+            "--max-tokens",
+            "16",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let stdin = chat.stdin.as_mut().unwrap();
+        stdin.write_all(b"What is 2 + 2?\n/quit\n").unwrap();
+    }
+    let out = chat.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("The answer is 4."),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        status.contains("tok/s") && status.contains("served by 12D3KooW"),
+        "{status}"
+    );
+
     // The disconnected stream (400 tokens asked, ~10 tokens/s) must stop the provider's
     // work: its advertised load falls back to zero within seconds, not tens of seconds.
     wait_until(8, "the provider to drop the abandoned job", || {

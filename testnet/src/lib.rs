@@ -2,6 +2,8 @@
 //! integration tests). The launcher starts child nodes by running the `sharemesh`
 //! binary; its description of a running testnet is `testnet.json`.
 
+pub mod launcher;
+
 use serde::{Deserialize, Serialize};
 
 /// What a node of a local testnet does.

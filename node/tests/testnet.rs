@@ -1,0 +1,148 @@
+#![allow(clippy::unwrap_used)]
+//! The process testnet and the one-command demo, end to end.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+fn sharemesh(data_dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(common::sharemesh_bin())
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// A data folder whose catalog already has the cached default model (no re-download).
+fn data_dir_with_model() -> tempfile::TempDir {
+    let data = tempfile::tempdir().unwrap();
+    let model = common::default_model_path();
+    let out = sharemesh(data.path(), &["models", "add", model.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    data
+}
+
+#[test]
+fn testnet_up_status_logs_down_leaves_no_process_behind() {
+    let data = data_dir_with_model();
+    let dir = data.path().join("net");
+    let dir_arg = dir.to_str().unwrap();
+    let out = sharemesh(
+        data.path(),
+        &[
+            "testnet",
+            "up",
+            "--providers",
+            "2",
+            "--gateways",
+            "1",
+            "--dir",
+            dir_arg,
+        ],
+    );
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("testnet.json")).unwrap_or_default())
+            .unwrap_or_default();
+    let pids: Vec<u64> = file["nodes"]
+        .as_array()
+        .map(|n| n.iter().filter_map(|n| n["pid"].as_u64()).collect())
+        .unwrap_or_default();
+    let guard = Guard(pids.clone());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("gateway: http://127.0.0.1:"), "{stdout}");
+    assert_eq!(pids.len(), 3);
+    let nodes = file["nodes"].as_array().unwrap();
+    assert_eq!(nodes.iter().filter(|n| n["role"] == "provider").count(), 2);
+    for node in nodes {
+        assert!(node["peer_id"].as_str().unwrap().starts_with("12D3KooW"));
+        assert!(node["listen"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("/ip4/127.0.0.1/tcp/"));
+        assert!(node.get("adversary").is_some());
+    }
+    assert!(pids.iter().all(|&p| alive(p)));
+    let gateway_http = nodes.iter().find_map(|n| n["http"].as_str()).unwrap();
+    assert_eq!(
+        common::get_json(gateway_http, "/v1/network/providers")
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let status =
+        String::from_utf8(sharemesh(data.path(), &["testnet", "status", "--dir", dir_arg]).stdout)
+            .unwrap();
+    assert_eq!(status.matches("running").count(), 3, "{status}");
+    let logs = sharemesh(
+        data.path(),
+        &["testnet", "logs", "--dir", dir_arg, "provider-0"],
+    );
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("\"level\""),
+        "logs are JSON lines"
+    );
+
+    let down = sharemesh(data.path(), &["testnet", "down", "--dir", dir_arg]);
+    assert!(down.status.success());
+    assert!(
+        pids.iter().all(|&p| !alive(p)),
+        "a process survived `testnet down`"
+    );
+    drop(guard);
+}
+
+/// Kills leftover pids if an assertion fails half-way.
+struct Guard(Vec<u64>);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+}
+
+#[test]
+fn the_demo_runs_end_to_end() {
+    let data = data_dir_with_model();
+    let out = sharemesh(data.path(), &["demo"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let file: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(data.path().join("demo-testnet/testnet.json")).unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    let pids: Vec<u64> = file["nodes"]
+        .as_array()
+        .map(|n| n.iter().filter_map(|n| n["pid"].as_u64()).collect())
+        .unwrap_or_default();
+    let _guard = Guard(pids.clone());
+    assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("failover"), "no failover shown:\n{stdout}");
+    assert!(stderr.contains("[5/5]"), "{stderr}");
+    assert!(
+        stderr.contains("the answer continued on another provider"),
+        "{stderr}"
+    );
+    assert_eq!(pids.len(), 4);
+    assert!(
+        pids.iter().all(|&p| !alive(p)),
+        "the demo left processes behind"
+    );
+}

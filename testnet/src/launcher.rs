@@ -1,0 +1,322 @@
+//! Starts, inspects and stops a local testnet of `sharemesh` processes on loopback.
+//! The first provider doubles as the bootstrap node; every node gets its own data
+//! folder under the testnet folder, and its logs go to `<node>/node.log`.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{NodeRecord, NodeRole, TestnetFile};
+
+#[derive(Clone, Debug)]
+pub struct UpOptions {
+    /// The `sharemesh` binary to run.
+    pub binary: PathBuf,
+    pub dir: PathBuf,
+    pub providers: usize,
+    pub gateways: usize,
+    /// First port; node i listens on base + i and gateway j serves HTTP on base + 100 + j.
+    /// 0 picks free ports.
+    pub base_port: u16,
+    /// Catalog name or GGUF path given to every provider.
+    pub model: String,
+    /// Extra flags for every provider (split on whitespace).
+    pub provider_args: Vec<String>,
+    /// Extra flags per provider index, for adversaries and scenarios.
+    pub per_provider_args: Vec<(usize, Vec<String>)>,
+    /// Where to print progress.
+    pub progress: fn(&str),
+    pub ready_timeout: Duration,
+}
+
+pub const TESTNET_FILE: &str = "testnet.json";
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|stat| !stat.contains(") Z "))
+            .unwrap_or(false)
+}
+
+/// Starts one node and waits for its `ready` line (written to `<dir>/ready.json`).
+fn start_node(
+    binary: &Path,
+    data_dir: &Path,
+    args: &[String],
+    timeout: Duration,
+) -> Result<(u32, serde_json::Value)> {
+    fs::create_dir_all(data_dir)?;
+    let ready_path = data_dir.join("ready.json");
+    let _ = fs::remove_file(&ready_path);
+    let log = File::create(data_dir.join("node.log"))?;
+    let child = Command::new(binary)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--log-format")
+        .arg("json")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(File::create(&ready_path)?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let pid = child.id();
+    // The node outlives this command: it is tracked by pid in testnet.json.
+    drop(child);
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(text) = fs::read_to_string(&ready_path) {
+            if let Some(line) = text.lines().next() {
+                if let Ok(ready) = serde_json::from_str::<serde_json::Value>(line) {
+                    return Ok((pid, ready));
+                }
+            }
+        }
+        if !pid_alive(pid) {
+            let log = fs::read_to_string(data_dir.join("node.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            bail!(
+                "node in {} exited during start-up; last log lines:\n{}",
+                data_dir.display(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "node in {} was not ready after {timeout:?}; see its node.log",
+                data_dir.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn providers_seen(http: &str) -> usize {
+    let url = format!("http://{http}/v1/network/providers");
+    let fetch = || -> Option<usize> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        runtime.block_on(async {
+            let body: serde_json::Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
+            body.as_array().map(Vec::len)
+        })
+    };
+    fetch().unwrap_or(0)
+}
+
+/// Starts the testnet and returns its description (also written to `DIR/testnet.json`).
+pub fn up(options: &UpOptions) -> Result<TestnetFile> {
+    let dir = &options.dir;
+    if dir.join(TESTNET_FILE).exists()
+        && status(dir)
+            .map(|s| s.iter().any(|(_, alive)| *alive))
+            .unwrap_or(false)
+    {
+        bail!(
+            "a testnet is already running in {}; run `sharemesh testnet down --dir {}` first",
+            dir.display(),
+            dir.display()
+        );
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut file = TestnetFile::default();
+    let port = |offset: u16| -> Result<u16> {
+        if options.base_port == 0 {
+            free_port()
+        } else {
+            Ok(options.base_port + offset)
+        }
+    };
+    let mut bootstrap: Option<String> = None;
+    for i in 0..options.providers {
+        (options.progress)(&format!(
+            "starting provider {}/{}",
+            i + 1,
+            options.providers
+        ));
+        let data_dir = dir.join(format!("provider-{i}"));
+        let mut args: Vec<String> = vec![
+            "provide".into(),
+            "--model".into(),
+            options.model.clone(),
+            "--listen".into(),
+            format!("/ip4/127.0.0.1/tcp/{}", port(i as u16)?),
+        ];
+        if let Some(boot) = &bootstrap {
+            args.extend(["--bootstrap".into(), boot.clone()]);
+        }
+        args.extend(options.provider_args.iter().cloned());
+        let mut adversary = None;
+        for (index, extra) in &options.per_provider_args {
+            if *index == i {
+                args.extend(extra.iter().cloned());
+                if let Some(pos) = extra.iter().position(|a| a == "--adversary") {
+                    adversary = extra.get(pos + 1).cloned();
+                }
+            }
+        }
+        let (pid, ready) = start_node(&options.binary, &data_dir, &args, options.ready_timeout)?;
+        let listen: Vec<String> = ready["listen"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if bootstrap.is_none() {
+            bootstrap = listen.first().cloned();
+        }
+        file.nodes.push(NodeRecord {
+            role: NodeRole::Provider,
+            pid,
+            peer_id: ready["peer_id"].as_str().unwrap_or_default().to_owned(),
+            listen,
+            http: None,
+            data_dir: data_dir.display().to_string(),
+            adversary,
+        });
+        write(dir, &file)?;
+    }
+    let bootstrap = bootstrap.context("a testnet needs at least one provider")?;
+    for j in 0..options.gateways {
+        (options.progress)(&format!("starting gateway {}/{}", j + 1, options.gateways));
+        let data_dir = dir.join(format!("gateway-{j}"));
+        let http = format!("127.0.0.1:{}", port(100 + j as u16)?);
+        let args: Vec<String> = vec![
+            "gateway".into(),
+            "--listen".into(),
+            format!("/ip4/127.0.0.1/tcp/{}", port(50 + j as u16)?),
+            "--bootstrap".into(),
+            bootstrap.clone(),
+            "--http".into(),
+            http.clone(),
+        ];
+        let (pid, ready) = start_node(&options.binary, &data_dir, &args, options.ready_timeout)?;
+        file.nodes.push(NodeRecord {
+            role: NodeRole::Gateway,
+            pid,
+            peer_id: ready["peer_id"].as_str().unwrap_or_default().to_owned(),
+            listen: ready["listen"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            http: Some(http),
+            data_dir: data_dir.display().to_string(),
+            adversary: None,
+        });
+        write(dir, &file)?;
+    }
+    (options.progress)("waiting until every gateway sees every provider's advert");
+    let deadline = Instant::now() + options.ready_timeout;
+    for gateway in file.nodes.iter().filter(|n| n.role == NodeRole::Gateway) {
+        let http = gateway.http.clone().unwrap_or_default();
+        while providers_seen(&http) < options.providers {
+            if Instant::now() > deadline {
+                bail!(
+                    "gateway {http} saw only {} of {} providers",
+                    providers_seen(&http),
+                    options.providers
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok(file)
+}
+
+fn write(dir: &Path, file: &TestnetFile) -> Result<()> {
+    let path = dir.join(TESTNET_FILE);
+    fs::write(&path, serde_json::to_vec_pretty(file)?)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+pub fn read(dir: &Path) -> Result<TestnetFile> {
+    let path = dir.join(TESTNET_FILE);
+    let bytes = fs::read(&path)
+        .with_context(|| format!("no testnet in {} (missing {TESTNET_FILE})", dir.display()))?;
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a valid testnet file", path.display()))
+}
+
+/// Each node and whether its process is alive.
+pub fn status(dir: &Path) -> Result<Vec<(NodeRecord, bool)>> {
+    Ok(read(dir)?
+        .nodes
+        .into_iter()
+        .map(|n| {
+            let alive = pid_alive(n.pid);
+            (n, alive)
+        })
+        .collect())
+}
+
+fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Kills one node with SIGKILL (scenarios, the demo).
+pub fn kill_node(pid: u32) {
+    signal(pid, "KILL");
+}
+
+/// Stops every process the testnet started (only those, by pid) and waits for them.
+pub fn down(dir: &Path) -> Result<usize> {
+    let nodes = read(dir)?.nodes;
+    let mut stopped = 0;
+    for node in &nodes {
+        if pid_alive(node.pid) {
+            signal(node.pid, "TERM");
+            stopped += 1;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for node in &nodes {
+        while pid_alive(node.pid) {
+            if Instant::now() > deadline {
+                signal(node.pid, "KILL");
+                std::thread::sleep(Duration::from_millis(100));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(stopped)
+}
+
+/// The log file of a node, chosen by index, peer id or role-index (`provider-0`).
+pub fn log_path(dir: &Path, node: &str) -> Result<PathBuf> {
+    let file = read(dir)?;
+    let found = file.nodes.iter().enumerate().find(|(i, n)| {
+        i.to_string() == node
+            || n.peer_id == node
+            || Path::new(&n.data_dir)
+                .file_name()
+                .is_some_and(|f| f == node)
+    });
+    match found {
+        Some((_, n)) => Ok(Path::new(&n.data_dir).join("node.log")),
+        None => bail!(
+            "no node `{node}` in this testnet (use an index, a peer id or a name like provider-0)"
+        ),
+    }
+}
