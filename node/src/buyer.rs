@@ -3,6 +3,7 @@
 //! with signed cumulative receipts (every `RECEIPT_EVERY` tokens and at the end).
 //! Dropping the returned stream closes the libp2p stream, which cancels the job.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::AsyncReadExt;
@@ -14,14 +15,19 @@ use sharemesh_protocol::{
 use tokio::sync::mpsc;
 
 use crate::clock::{now_ms, SeqCounter};
+use crate::ledger::Ledger;
 use crate::mesh::framing::{read_frame, write_frame};
 use crate::mesh::{MeshHandle, INFER_PROTOCOL};
 
 /// Receipts go out at least this often (in tokens); the provider's credit window is
 /// larger, so a paying buyer never stalls it.
 pub const RECEIPT_EVERY: u64 = 8;
-/// A provider silent this long is considered stalled.
-pub const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a provider may take to accept or reject a request.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Prefill allowance before the first token, per prompt token (10 tokens/s at worst).
+pub const PREFILL_ALLOWANCE_PER_TOKEN: Duration = Duration::from_millis(100);
+/// A provider silent this long is considered stalled (gateways may set their own).
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone)]
 pub enum JobEvent {
@@ -42,6 +48,8 @@ pub async fn start_job(
     key: Keypair,
     provider: PeerId,
     request: JobRequest,
+    ledger: Option<Arc<Ledger>>,
+    stall_timeout: Duration,
 ) -> anyhow::Result<mpsc::Receiver<JobEvent>> {
     let seq = SeqCounter::default();
     let envelope = key.seal(&request, seq.next(), now_ms(), 3_600_000)?;
@@ -54,10 +62,21 @@ pub async fn start_job(
     .map_err(|_| anyhow::anyhow!("timed out opening a stream to {provider}"))?
     .map_err(|e| anyhow::anyhow!("could not open a stream to {provider}: {e}"))?;
     let (events_tx, events) = mpsc::channel(64);
-    tokio::spawn(run_job(stream, key, seq, envelope, request, events_tx));
+    tokio::spawn(run_job(
+        stream,
+        key,
+        seq,
+        envelope,
+        request,
+        events_tx,
+        ledger,
+        stall_timeout,
+    ));
     Ok(events)
 }
 
+// The job's whole context travels into its task.
+#[allow(clippy::too_many_arguments)]
 async fn run_job(
     stream: libp2p::Stream,
     key: Keypair,
@@ -65,6 +84,8 @@ async fn run_job(
     envelope: SignedEnvelope,
     request: JobRequest,
     events: mpsc::Sender<JobEvent>,
+    ledger: Option<Arc<Ledger>>,
+    stall_timeout: Duration,
 ) {
     let (mut reader, mut writer) = stream.split();
     let fail = |events: &mpsc::Sender<JobEvent>, why: String| {
@@ -76,7 +97,7 @@ async fn run_job(
     if let Err(err) = write_frame(&mut writer, &envelope).await {
         return fail(&events, format!("sending the request: {err}")).await;
     }
-    let first = match read_frame(&mut reader, STALL_TIMEOUT).await {
+    let first = match read_frame(&mut reader, ANSWER_TIMEOUT).await {
         Ok(frame) => frame,
         Err(err) => {
             return fail(&events, format!("waiting for the provider's answer: {err}")).await
@@ -129,8 +150,12 @@ async fn run_job(
             .ok()?;
         Some((body, envelope))
     };
+    // The first token waits for the prefill (and any resumed tokens' replay).
+    let replay = u32::try_from(request.resume.len()).unwrap_or(u32::MAX);
+    let mut timeout =
+        stall_timeout + PREFILL_ALLOWANCE_PER_TOKEN * accept.prompt_tokens.saturating_add(replay);
     loop {
-        let frame = match read_frame(&mut reader, STALL_TIMEOUT).await {
+        let frame = match read_frame(&mut reader, timeout).await {
             Ok(frame) => frame,
             Err(err) => return fail(&events, format!("provider stream broke: {err}")).await,
         };
@@ -150,6 +175,7 @@ async fn run_job(
             Err(err) => return fail(&events, format!("bad chunk: {err}")).await,
         };
         received += chunk.token_ids.len() as u64;
+        timeout = stall_timeout;
         let finish = chunk.finish;
         if !chunk.token_ids.is_empty() && events.send(JobEvent::Token(chunk)).await.is_err() {
             return;
@@ -159,6 +185,12 @@ async fn run_job(
             || (finish.is_some() && last_receipt.is_none())
         {
             if let Some((body, envelope)) = receipt(received) {
+                // Booked before it is sent: whatever the provider holds, we hold too.
+                if let Some(ledger) = &ledger {
+                    if let Err(err) = ledger.record_receipt(&envelope) {
+                        return fail(&events, format!("could not book a receipt: {err}")).await;
+                    }
+                }
                 if write_frame(&mut writer, &envelope).await.is_ok() {
                     acknowledged = received;
                     last_receipt = Some(body);

@@ -53,6 +53,10 @@ pub enum Command {
     },
     /// Terminal playground: chat with a model through a gateway.
     Chat(crate::chat::ChatArgs),
+    /// What this provider earned, from its ledger.
+    Earnings(AccountArgs),
+    /// What this gateway spent, from its ledger.
+    Spend(AccountArgs),
     /// Show the effective configuration (config.toml < SHAREMESH_* env < flags).
     Config {
         #[command(subcommand)]
@@ -68,6 +72,18 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Args, Debug)]
+pub struct AccountArgs {
+    #[arg(long)]
+    pub json: bool,
+    /// Only receipts issued on or after this UTC day (YYYY-MM-DD).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Ask a running node's HTTP API (its ledger is locked while it runs).
+    #[arg(long)]
+    pub node: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -226,6 +242,8 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         Command::Demo => crate::demo::run(&data_dir),
         Command::Chat(args) => crate::chat::run(args),
+        Command::Earnings(args) => account(&data_dir, crate::ledger::Side::Earnings, args),
+        Command::Spend(args) => account(&data_dir, crate::ledger::Side::Spend, args),
         Command::Testnet { command } => crate::testnet_cli::run(&data_dir, command),
         Command::Provide(args) => crate::run::provide(&data_dir, args),
         Command::Gateway(args) => crate::run::gateway(&data_dir, args),
@@ -505,6 +523,82 @@ fn keys(data_dir: &std::path::Path, command: KeysCommand) -> Result<()> {
         KeysCommand::Revoke { id } => {
             let record = store.revoke(&id)?;
             println!("revoked {} ({})", record.id, record.name);
+        }
+    }
+    Ok(())
+}
+
+fn account(data_dir: &std::path::Path, side: crate::ledger::Side, args: AccountArgs) -> Result<()> {
+    let since_ms = match &args.since {
+        Some(day) => crate::ledger::parse_day(day)
+            .with_context(|| format!("--since `{day}` is not a date (YYYY-MM-DD)"))?,
+        None => 0,
+    };
+    let report: serde_json::Value = match &args.node {
+        Some(node) => {
+            let path = match side {
+                crate::ledger::Side::Earnings => "earnings",
+                crate::ledger::Side::Spend => "spend",
+            };
+            let mut url = format!("{}/v1/account/{path}", node.trim_end_matches('/'));
+            if let Some(day) = &args.since {
+                url.push_str(&format!("?since={day}"));
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime
+                .block_on(async { reqwest::get(&url).await?.json::<serde_json::Value>().await })
+                .with_context(|| format!("asking {url}"))?
+        }
+        None => {
+            let ledger = crate::ledger::Ledger::open(&data_dir.join("ledger"))?;
+            let me = crate::identity::load_or_create(data_dir)?.node_id();
+            serde_json::to_value(crate::ledger::report(&ledger, &me, side, since_ms)?)?
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    let usd = |v: &serde_json::Value| v["amount_nano_usd"].as_u64().unwrap_or(0) as f64 / 1e9;
+    let title = match side {
+        crate::ledger::Side::Earnings => ("earned", "buyer"),
+        crate::ledger::Side::Spend => ("spent", "provider"),
+    };
+    println!(
+        "{} ${:.9} for {} tokens over {} receipts",
+        title.0,
+        usd(&report["total"]),
+        report["total"]["tokens"],
+        report["total"]["jobs"]
+    );
+    for (heading, key) in [
+        ("per day", "per_day"),
+        ("per model", "per_model"),
+        (&*format!("per {}", title.1), "per_counterparty"),
+    ] {
+        println!("{heading}:");
+        if let Some(map) = report[key].as_object() {
+            for (name, totals) in map {
+                println!(
+                    "  {name:<54} {:>8} tokens  ${:.9}",
+                    totals["tokens"],
+                    usd(totals)
+                );
+            }
+        }
+    }
+    for (name, key) in [
+        ("time to first token (ms)", "ttft_ms"),
+        ("tokens/s", "tokens_per_second"),
+    ] {
+        if report[key].is_object() {
+            println!(
+                "{name}: p50 {:.1}, p95 {:.1}",
+                report[key]["p50"].as_f64().unwrap_or(0.0),
+                report[key]["p95"].as_f64().unwrap_or(0.0)
+            );
         }
     }
     Ok(())

@@ -13,6 +13,53 @@ use crate::mesh::MeshHandle;
 #[derive(Clone)]
 pub struct AppState {
     pub mesh: MeshHandle,
+    pub ledger: Option<std::sync::Arc<crate::ledger::Ledger>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Since {
+    since: Option<String>,
+}
+
+fn account(
+    state: &AppState,
+    side: crate::ledger::Side,
+    since: Option<String>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let Some(ledger) = &state.ledger else {
+        return crate::gateway::error::ApiError::upstream("this node keeps no ledger")
+            .into_response();
+    };
+    let since_ms = match since.as_deref().map(crate::ledger::parse_day) {
+        None => 0,
+        Some(Some(ms)) => ms,
+        Some(None) => {
+            return crate::gateway::error::ApiError::invalid(
+                "since",
+                "`since` must be a date, YYYY-MM-DD",
+            )
+            .into_response()
+        }
+    };
+    match crate::ledger::report(ledger, &state.mesh.node_id, side, since_ms) {
+        Ok(report) => Json(report).into_response(),
+        Err(err) => crate::gateway::error::ApiError::upstream(err.to_string()).into_response(),
+    }
+}
+
+async fn earnings(
+    State(state): State<AppState>,
+    axum::extract::Query(q): axum::extract::Query<Since>,
+) -> axum::response::Response {
+    account(&state, crate::ledger::Side::Earnings, q.since)
+}
+
+async fn spend(
+    State(state): State<AppState>,
+    axum::extract::Query(q): axum::extract::Query<Since>,
+) -> axum::response::Response {
+    account(&state, crate::ledger::Side::Spend, q.since)
 }
 
 #[derive(Serialize)]
@@ -91,6 +138,8 @@ pub fn router(state: AppState, gateway: Option<crate::gateway::GatewayState>) ->
         .route("/health", get(health))
         .route("/v1/network/providers", get(providers))
         .route("/v1/network/peers", get(peers))
+        .route("/v1/account/earnings", get(earnings))
+        .route("/v1/account/spend", get(spend))
         .with_state(state);
     match gateway {
         Some(gateway) => network.merge(crate::gateway::router(gateway)),

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use crate::clock::{now_ms, SeqCounter};
 use crate::engine::{Engine, EngineError, EngineEvent, GenerateRequest};
 use crate::hardware::Hardware;
+use crate::ledger::{JobRecord, Ledger};
 use crate::mesh::framing::{read_frame, write_frame, FrameError};
 use crate::mesh::{MeshHandle, INFER_PROTOCOL};
 
@@ -43,6 +44,20 @@ pub struct ProviderPolicy {
     pub advert_lifetime: Duration,
     /// Measured generation speed per model, thousandths of tokens/s.
     pub measured_milli_tps: u32,
+    /// Prices that differ from `price_per_token` for a tier.
+    pub tier_prices: Vec<(Tier, NanoUsd)>,
+    pub thermal: crate::policy::ThermalGuard,
+    /// Testnet adversary: stop sending (but keep the stream open) after this many tokens.
+    pub stall_after: Option<u64>,
+}
+
+impl ProviderPolicy {
+    pub fn price(&self, tier: Tier) -> NanoUsd {
+        self.tier_prices
+            .iter()
+            .find(|(t, _)| *t == tier)
+            .map_or(self.price_per_token, |(_, p)| *p)
+    }
 }
 
 impl Default for ProviderPolicy {
@@ -57,6 +72,9 @@ impl Default for ProviderPolicy {
             advert_interval: Duration::from_secs(10),
             advert_lifetime: Duration::from_secs(60),
             measured_milli_tps: 0,
+            tier_prices: Vec::new(),
+            thermal: crate::policy::ThermalGuard::default(),
+            stall_after: None,
         }
     }
 }
@@ -69,6 +87,7 @@ pub struct Provider {
     hardware: Hardware,
     seq: SeqCounter,
     replay: Mutex<ReplayGuard>,
+    ledger: Option<Arc<Ledger>>,
 }
 
 impl Provider {
@@ -78,6 +97,7 @@ impl Provider {
         mesh: MeshHandle,
         policy: ProviderPolicy,
         hardware: Hardware,
+        ledger: Option<Arc<Ledger>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             key,
@@ -87,6 +107,7 @@ impl Provider {
             hardware,
             seq: SeqCounter::default(),
             replay: Mutex::new(ReplayGuard::new(100_000)),
+            ledger,
         })
     }
 
@@ -116,7 +137,7 @@ impl Provider {
                         .iter()
                         .map(|&tier| TierPrice {
                             tier,
-                            price_per_token: self.policy.price_per_token,
+                            price_per_token: self.policy.price(tier),
                         })
                         .collect(),
                 })
@@ -235,12 +256,16 @@ impl Provider {
                 format!("tier {} is not offered", request.tier.name()),
             ));
         }
-        if request.max_price_per_token < self.policy.price_per_token {
+        if let Some(reason) = self.policy.thermal.over_limit() {
+            return Err((RejectReason::Paused, reason));
+        }
+        let price = self.policy.price(request.tier);
+        if request.max_price_per_token < price {
             return Err((
                 RejectReason::PriceBelowFloor,
                 format!(
                     "price {} nano-USD/token is above the ceiling {}",
-                    self.policy.price_per_token.0, request.max_price_per_token.0
+                    price.0, request.max_price_per_token.0
                 ),
             ));
         }
@@ -342,7 +367,7 @@ impl Provider {
         let accept = Accept {
             job_id: request.job_id,
             provider: self.key.node_id(),
-            price_per_token: self.policy.price_per_token,
+            price_per_token: self.policy.price(request.tier),
             prompt_tokens,
             credit_window_tokens: self.policy.credit_window_tokens,
         };
@@ -354,9 +379,10 @@ impl Provider {
             reader,
             request.clone(),
             self.key.node_id(),
-            self.policy.price_per_token,
+            self.policy.price(request.tier),
             u64::from(prompt_tokens),
             acked_tx,
+            self.ledger.clone(),
         ));
         let window = u64::from(self.policy.credit_window_tokens);
         let mut sent = 0u64;
@@ -367,6 +393,12 @@ impl Provider {
             };
             match event {
                 EngineEvent::Token(token) => {
+                    if self.policy.stall_after.is_some_and(|n| sent >= n) {
+                        // Adversary: go silent but hold the stream until the buyer leaves.
+                        tracing::warn!("adversary: stalling");
+                        while acked.changed().await.is_ok() {}
+                        return Ok(());
+                    }
                     // Credit window: wait for receipts before running further ahead.
                     while sent.saturating_sub(*acked.borrow()) >= window {
                         if acked.changed().await.is_err() {
@@ -409,6 +441,29 @@ impl Provider {
                     };
                     write_frame(&mut writer, &self.seal(&commitment)?).await?;
                     tracing::info!(tokens = generation.generated_tokens, finish = ?generation.finish, "job done");
+                    if let Some(ledger) = &self.ledger {
+                        let record = JobRecord {
+                            job_id: request.job_id.to_string(),
+                            provider: self.key.node_id().to_string(),
+                            buyer: request.buyer.to_string(),
+                            model: self
+                                .engine
+                                .models()
+                                .iter()
+                                .find(|m| m.id == request.model)
+                                .map_or_else(|| request.model.to_string(), |m| m.name.clone()),
+                            prompt_tokens: u64::from(prompt_tokens),
+                            completion_tokens: u64::from(generation.generated_tokens),
+                            price_per_token: self.policy.price(request.tier).0,
+                            started_ms: now_ms(),
+                            ttft_ms: None,
+                            tokens_per_second: Some(generation.generation_tokens_per_second()),
+                            outcome: format!("{:?}", generation.finish).to_lowercase(),
+                        };
+                        if let Err(err) = ledger.record_job(&record) {
+                            tracing::warn!(%err, "could not book the job");
+                        }
+                    }
                     break Ok(());
                 }
                 EngineEvent::Failed(err) => {
@@ -441,6 +496,7 @@ async fn read_receipts(
     price: NanoUsd,
     prompt_tokens: u64,
     acked: watch::Sender<u64>,
+    ledger: Option<Arc<Ledger>>,
 ) {
     let mut replay = ReplayGuard::new(16);
     loop {
@@ -471,6 +527,13 @@ async fn read_receipts(
         {
             tracing::warn!("ignoring an inconsistent or replayed receipt");
             continue;
+        }
+        // Booked (and flushed) before it counts as acknowledged.
+        if let Some(ledger) = &ledger {
+            if let Err(err) = ledger.record_receipt(&envelope) {
+                tracing::warn!(%err, "could not book a receipt; not counting it");
+                continue;
+            }
         }
         acked.send_modify(|a| *a = (*a).max(receipt.completion_tokens));
     }

@@ -58,6 +58,34 @@ pub struct ProvideArgs {
     /// Seconds between advert refreshes.
     #[arg(long, default_value_t = 10)]
     pub advert_interval: u64,
+    /// Price for reserved (gold) work, USD per million tokens (default: --price).
+    #[arg(long)]
+    pub price_reserved: Option<f64>,
+    /// Price for interruptible (bronze) work, USD per million tokens (default: --price).
+    #[arg(long)]
+    pub price_interruptible: Option<f64>,
+    /// Availability window, e.g. "mon-fri 09:00-17:00 UTC+02:00" (repeatable; none = always).
+    #[arg(long, value_parser = crate::policy::parse_window)]
+    pub window: Vec<sharemesh_protocol::AvailabilityWindow>,
+    /// Take no new work while a GPU is hotter than this (°C, via NVML).
+    #[arg(long)]
+    pub max_temperature: Option<u32>,
+    /// Take no new work while a GPU draws more than this (W, via NVML).
+    #[arg(long)]
+    pub max_power: Option<f64>,
+    /// Testnet adversary mode, e.g. `stall-after:5` (goes silent after 5 tokens).
+    #[arg(long, hide = true)]
+    pub adversary: Option<String>,
+}
+
+fn parse_adversary(mode: Option<&str>) -> Result<Option<u64>> {
+    match mode {
+        None => Ok(None),
+        Some(mode) => match mode.strip_prefix("stall-after:").map(str::parse::<u64>) {
+            Some(Ok(n)) => Ok(Some(n)),
+            _ => anyhow::bail!("unknown adversary mode `{mode}` (known: stall-after:N)"),
+        },
+    }
 }
 
 #[derive(Args, Debug)]
@@ -76,6 +104,34 @@ pub struct GatewayArgs {
     /// Require API keys even on loopback (always required elsewhere).
     #[arg(long)]
     pub require_api_key: bool,
+    /// Daily spend limit in USD (UTC days).
+    #[arg(long)]
+    pub daily_budget: Option<f64>,
+    /// Monthly spend limit in USD (UTC months).
+    #[arg(long)]
+    pub monthly_budget: Option<f64>,
+    /// Milliseconds of silence after which a provider counts as stalled and is replaced.
+    #[arg(long, default_value_t = 30_000)]
+    pub stall_timeout_ms: u64,
+}
+
+fn usd(value: Option<f64>, flag: &str) -> Result<Option<NanoUsd>> {
+    value
+        .map(|v| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(NanoUsd((v * 1e9).round() as u64))
+            } else {
+                anyhow::bail!("{flag} must be a non-negative number of USD")
+            }
+        })
+        .transpose()
+}
+
+/// Opens the node's ledger (`<data-dir>/ledger`).
+pub fn open_ledger(data_dir: &Path) -> Result<std::sync::Arc<crate::ledger::Ledger>> {
+    Ok(std::sync::Arc::new(crate::ledger::Ledger::open(
+        &data_dir.join("ledger"),
+    )?))
 }
 
 fn default_listen() -> Vec<Multiaddr> {
@@ -146,6 +202,24 @@ pub fn provide(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         credit_window_tokens: args.credit_window,
         advert_interval: Duration::from_secs(args.advert_interval.max(1)),
         measured_milli_tps: (measured.generation_tokens_per_second * 1000.0) as u32,
+        tier_prices: [
+            (Tier::Reserved, args.price_reserved),
+            (Tier::Interruptible, args.price_interruptible),
+        ]
+        .into_iter()
+        .filter_map(|(tier, price)| price.map(|p| (tier, p)))
+        .map(|(tier, p)| {
+            NanoUsd::per_token_from_usd_per_mtok(p)
+                .map(|p| (tier, p))
+                .context("tier prices must be non-negative numbers")
+        })
+        .collect::<Result<_>>()?,
+        windows: args.window.clone(),
+        thermal: crate::policy::ThermalGuard {
+            max_temperature_celsius: args.max_temperature,
+            max_power_watts: args.max_power,
+        },
+        stall_after: parse_adversary(args.adversary.as_deref())?,
         ..ProviderPolicy::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -155,12 +229,24 @@ pub fn provide(data_dir: &Path, args: ProvideArgs) -> Result<()> {
     runtime.block_on(async move {
         let engine = Engine::spawn(vec![model], args.max_concurrent as usize);
         let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, true)).await?;
-        let provider = Provider::new(key, engine, mesh.clone(), policy, hardware);
+        let ledger = open_ledger(data_dir)?;
+        let provider = Provider::new(
+            key,
+            engine,
+            mesh.clone(),
+            policy,
+            hardware,
+            Some(ledger.clone()),
+        );
         tokio::spawn(provider.clone().serve());
         tokio::spawn(provider.advertise());
         let http = match args.mesh.http {
             Some(address) => {
-                Some(http::serve(address, AppState { mesh: mesh.clone() }, None).await?)
+                let state = AppState {
+                    mesh: mesh.clone(),
+                    ledger: Some(ledger.clone()),
+                };
+                Some(http::serve(address, state, None).await?)
             }
             None => None,
         };
@@ -195,11 +281,17 @@ pub fn gateway(data_dir: &Path, args: GatewayArgs) -> Result<()> {
                 .context("--max-price must be a non-negative number")?,
             tier: args.tier,
             region: args.region.clone(),
+            stall_timeout: Duration::from_millis(args.stall_timeout_ms.max(100)),
             ..RoutingDefaults::default()
         };
-        let dispatcher = Dispatcher::new(mesh.clone(), key, defaults);
+        let budget = crate::gateway::dispatch::Budget {
+            daily: usd(args.daily_budget, "--daily-budget")?,
+            monthly: usd(args.monthly_budget, "--monthly-budget")?,
+        };
+        let ledger = open_ledger(data_dir)?;
+        let dispatcher = Dispatcher::new(mesh.clone(), key, defaults, Some(ledger.clone()), budget);
         let gateway = crate::gateway::GatewayState { dispatcher, keys };
-        let http = http::serve(address, AppState { mesh: mesh.clone() }, Some(gateway)).await?;
+        let http = http::serve(address, AppState { mesh: mesh.clone(), ledger: Some(ledger) }, Some(gateway)).await?;
         announce(&mesh, "gateway", Some(http)).await;
         wait_for_shutdown().await;
         Ok(())

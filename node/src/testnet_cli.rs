@@ -21,6 +21,13 @@ pub enum TestnetCommand {
     },
     /// Stop the processes this testnet started (by pid) and wait for them.
     Down(DirArgs),
+    /// Run a bounded scenario (load, churn) against the running testnet and report.
+    Scenario {
+        #[command(flatten)]
+        dir: DirArgs,
+        #[command(flatten)]
+        args: crate::scenario::ScenarioArgs,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -133,6 +140,10 @@ pub fn run(data_dir: &Path, command: TestnetCommand) -> Result<()> {
                 std::fs::read_to_string(&path)
                     .with_context(|| format!("reading {}", path.display()))?
             );
+        }
+        TestnetCommand::Scenario { dir: d, args } => {
+            let report = crate::scenario::run(&dir(data_dir, &d), &args)?;
+            crate::scenario::print(&report);
         }
         TestnetCommand::Down(args) => {
             let stopped = launcher::down(&dir(data_dir, &args))?;

@@ -162,3 +162,95 @@ async fn kill_9_of_the_serving_provider_mid_stream_is_invisible_to_the_client() 
         contents(&events[..killed_at]).len()
     );
 }
+
+/// A provider that goes silent mid-stream (adversary `stall-after:5`) is detected by
+/// the gateway's stall timeout and replaced; the text equals local generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_provider_is_detected_and_replaced() {
+    let model_path = common::default_model_path();
+    let model_path = model_path.to_str().unwrap().to_owned();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let base = [
+        "provide",
+        "--model",
+        &model_path,
+        "--threads",
+        "1",
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--advert-interval",
+        "1",
+    ];
+    // The cheaper provider stalls, so it is chosen first.
+    let mut staller = base.to_vec();
+    staller.extend(["--price", "0.05", "--adversary", "stall-after:5"]);
+    let (_staller, ready) = start(&staller, dirs[0].path());
+    let staller_id = ready["peer_id"].as_str().unwrap().to_owned();
+    let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
+    let mut honest = base.to_vec();
+    honest.extend(["--price", "0.1", "--bootstrap", &bootstrap]);
+    let (_honest, ready) = start(&honest, dirs[1].path());
+    let honest_id = ready["peer_id"].as_str().unwrap().to_owned();
+    let http = format!("127.0.0.1:{}", free_port());
+    let (_gateway, _) = start(
+        &[
+            "gateway",
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--bootstrap",
+            &bootstrap,
+            "--http",
+            &http,
+            "--stall-timeout-ms",
+            "1500",
+        ],
+        dirs[2].path(),
+    );
+    let probe = http.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_until(40, "two providers", || {
+            get_json(&probe, "/v1/network/providers")
+                .as_array()
+                .map_or(0, Vec::len)
+                == 2
+        })
+    })
+    .await
+    .unwrap();
+    let body = r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Write a short poem about the sea."}], "temperature": 0, "max_tokens": 16}"#;
+    let response = reqwest::Client::new()
+        .post(format!("http://{http}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let providers = response.headers()["x-sharemesh-provider"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(providers, format!("{staller_id},{honest_id}"));
+    let json: serde_json::Value = response.json().await.unwrap();
+    let local = std::process::Command::new(common::sharemesh_bin())
+        .arg("--data-dir")
+        .arg(dirs[2].path())
+        .args([
+            "generate",
+            "--chat",
+            "--json",
+            "--threads",
+            "1",
+            "--max-tokens",
+            "16",
+            "--prompt",
+            "Write a short poem about the sea.",
+            "--model",
+            &model_path,
+        ])
+        .output()
+        .unwrap();
+    let local: serde_json::Value = serde_json::from_slice(&local.stdout).unwrap();
+    assert_eq!(json["choices"][0]["message"]["content"], local["text"]);
+    assert_eq!(json["usage"]["completion_tokens"], 16);
+}

@@ -115,6 +115,7 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
         provider_mesh.clone(),
         policy,
         sharemesh_node::hardware::detect(),
+        None,
     );
     tokio::spawn(provider.clone().serve());
 
@@ -131,6 +132,8 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
         Keypair::from_secret(buyer_key.secret()),
         provider_mesh.peer_id,
         job,
+        None,
+        sharemesh_node::buyer::DEFAULT_STALL_TIMEOUT,
     )
     .await
     .unwrap();
@@ -187,6 +190,8 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
         Keypair::from_secret(buyer_key.secret()),
         provider_mesh.peer_id,
         job,
+        None,
+        sharemesh_node::buyer::DEFAULT_STALL_TIMEOUT,
     )
     .await
     .unwrap();

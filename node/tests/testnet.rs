@@ -99,6 +99,48 @@ fn testnet_up_status_logs_down_leaves_no_process_behind() {
         "logs are JSON lines"
     );
 
+    // Scenarios, small: load, then churn (a provider is killed half-way and restarted).
+    for kind in ["load", "churn"] {
+        let out = sharemesh(
+            data.path(),
+            &[
+                "testnet",
+                "scenario",
+                kind,
+                "--dir",
+                dir_arg,
+                "--requests",
+                "4",
+                "--concurrency",
+                "2",
+                "--max-tokens",
+                "6",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.join(format!("scenario-{kind}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(report["completed"], 4, "{kind}: {report}");
+        assert!(report["ttft_ms_p50"].as_f64().unwrap() > 0.0);
+        assert!(!report["paid_per_provider"].as_object().unwrap().is_empty());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("completed"));
+    }
+    // The churned provider was restarted under a new pid, which testnet.json records.
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("testnet.json")).unwrap()).unwrap();
+    let pids: Vec<u64> = file["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["pid"].as_u64())
+        .collect();
+    let guard = Guard(pids.clone());
     let down = sharemesh(data.path(), &["testnet", "down", "--dir", dir_arg]);
     assert!(down.status.success());
     assert!(

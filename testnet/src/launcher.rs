@@ -55,6 +55,11 @@ fn start_node(
     timeout: Duration,
 ) -> Result<(u32, serde_json::Value)> {
     fs::create_dir_all(data_dir)?;
+    // Kept so a scenario can restart the node exactly as it was started.
+    fs::write(
+        data_dir.join("args.json"),
+        serde_json::to_vec(&(binary, args))?,
+    )?;
     let ready_path = data_dir.join("ready.json");
     let _ = fs::remove_file(&ready_path);
     let log = File::create(data_dir.join("node.log"))?;
@@ -272,6 +277,26 @@ fn signal(pid: u32, name: &str) {
         .arg(pid.to_string())
         .stderr(Stdio::null())
         .status();
+}
+
+/// Restarts a node from its data folder with the arguments it was first started with
+/// (same identity, ledger and address book), and records its new pid.
+pub fn restart_node(data_dir: &Path) -> Result<u32> {
+    let saved = fs::read(data_dir.join("args.json"))
+        .with_context(|| format!("{} has no args.json", data_dir.display()))?;
+    let (binary, args): (PathBuf, Vec<String>) = serde_json::from_slice(&saved)?;
+    let (pid, _) = start_node(&binary, data_dir, &args, Duration::from_secs(120))?;
+    let testnet_dir = data_dir
+        .parent()
+        .context("a node folder sits inside its testnet folder")?;
+    let mut file = read(testnet_dir)?;
+    for node in &mut file.nodes {
+        if Path::new(&node.data_dir) == data_dir {
+            node.pid = pid;
+        }
+    }
+    write(testnet_dir, &file)?;
+    Ok(pid)
 }
 
 /// Kills one node with SIGKILL (scenarios, the demo).

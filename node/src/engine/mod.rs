@@ -292,32 +292,28 @@ fn run_job(
         )));
         return;
     };
-    let mut started = false;
-    let result = model.generate(&request, |event| {
-        if !started {
-            started = true;
-            if events
-                .blocking_send(EngineEvent::Started {
-                    prompt_tokens: event.prompt_tokens,
-                })
-                .is_err()
-            {
-                return false;
-            }
+    // Announce the job (with its prompt size) before the prefill, so the buyer hears
+    // back at once; a prompt that does not tokenise fails here with the reason.
+    let prompt_tokens = match model.prompt_tokens(&request.prompt) {
+        Ok(tokens) => tokens.len() as u32,
+        Err(err) => {
+            let _ = events.blocking_send(EngineEvent::Failed(err));
+            return;
         }
+    };
+    if events
+        .blocking_send(EngineEvent::Started { prompt_tokens })
+        .is_err()
+    {
+        return;
+    }
+    let result = model.generate(&request, |event| {
         events
             .blocking_send(EngineEvent::Token(event.clone()))
             .is_ok()
     });
     let last = match result {
-        Ok(generation) => {
-            if !started {
-                let _ = events.blocking_send(EngineEvent::Started {
-                    prompt_tokens: generation.prompt_tokens,
-                });
-            }
-            EngineEvent::Finished(generation)
-        }
+        Ok(generation) => EngineEvent::Finished(generation),
         Err(err) => EngineEvent::Failed(err),
     };
     let _ = events.blocking_send(last);

@@ -16,6 +16,7 @@ use super::error::ApiError;
 use super::openai::CompletionRequest;
 use crate::buyer::{start_job, JobEvent};
 use crate::clock::now_ms;
+use crate::ledger::{JobRecord, Ledger};
 use crate::mesh::orderbook::BookEntry;
 use crate::mesh::MeshHandle;
 
@@ -27,6 +28,8 @@ pub struct RoutingDefaults {
     pub region: Option<String>,
     /// Providers tried (first plus failovers) before giving up.
     pub max_attempts: usize,
+    /// A provider silent this long mid-job is replaced.
+    pub stall_timeout: std::time::Duration,
 }
 
 impl Default for RoutingDefaults {
@@ -36,6 +39,7 @@ impl Default for RoutingDefaults {
             tier: Tier::OnDemand,
             region: None,
             max_attempts: 4,
+            stall_timeout: crate::buyer::DEFAULT_STALL_TIMEOUT,
         }
     }
 }
@@ -73,20 +77,106 @@ pub struct Segment {
     pub amount_nano_usd: u64,
 }
 
+/// Spend limits of the gateway, in nano-USD.
+#[derive(Clone, Debug, Default)]
+pub struct Budget {
+    pub daily: Option<NanoUsd>,
+    pub monthly: Option<NanoUsd>,
+}
+
 pub struct Dispatcher {
     mesh: MeshHandle,
     key: Keypair,
     defaults: RoutingDefaults,
     reliability: Mutex<ReputationBook<NodeId>>,
+    ledger: Option<Arc<Ledger>>,
+    budget: Budget,
+    /// Worst-case cost of requests in flight, held against the budget.
+    reserved: Mutex<u64>,
+}
+
+/// Releases a request's reservation however it ends.
+struct Reservation<'a> {
+    reserved: &'a Mutex<u64>,
+    amount: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut reserved) = self.reserved.lock() {
+            *reserved = reserved.saturating_sub(self.amount);
+        }
+    }
 }
 
 impl Dispatcher {
-    pub fn new(mesh: MeshHandle, key: Keypair, defaults: RoutingDefaults) -> Arc<Self> {
+    pub fn new(
+        mesh: MeshHandle,
+        key: Keypair,
+        defaults: RoutingDefaults,
+        ledger: Option<Arc<Ledger>>,
+        budget: Budget,
+    ) -> Arc<Self> {
         Arc::new(Self {
             mesh,
             key,
             defaults,
             reliability: Mutex::new(ReputationBook::new(ScoreParams::default(), 10_000)),
+            ledger,
+            budget,
+            reserved: Mutex::new(0),
+        })
+    }
+
+    pub fn ledger(&self) -> Option<&Arc<Ledger>> {
+        self.ledger.as_ref()
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.key.node_id()
+    }
+
+    /// Refuses the request (402) if its worst-case cost does not fit what is left of the
+    /// daily and monthly budgets, counting requests in flight; else reserves it.
+    fn reserve(&self, worst_case: u64) -> Result<Reservation<'_>, ApiError> {
+        let now = now_ms();
+        let mut reserved = self
+            .reserved
+            .lock()
+            .map_err(|_| ApiError::upstream("budget lock poisoned"))?;
+        let periods = [
+            (
+                self.budget.daily,
+                crate::ledger::parse_day(&crate::ledger::day(now)).unwrap_or(0),
+                "daily",
+            ),
+            (
+                self.budget.monthly,
+                crate::ledger::parse_day(&format!("{}-01", &crate::ledger::day(now)[..7]))
+                    .unwrap_or(0),
+                "monthly",
+            ),
+        ];
+        for (limit, since, name) in periods {
+            let Some(limit) = limit else { continue };
+            let spent = match &self.ledger {
+                Some(ledger) => ledger
+                    .spent_since(&self.key.node_id(), since)
+                    .map_err(|e| ApiError::upstream(e.to_string()))?,
+                None => 0,
+            };
+            let left = limit.0.saturating_sub(spent).saturating_sub(*reserved);
+            if worst_case > left {
+                return Err(ApiError::insufficient_balance(format!(
+                    "the worst-case cost of this request is {worst_case} nano-USD but only {left} of the {name} budget of {} nano-USD is left",
+                    limit.0
+                )));
+            }
+        }
+        *reserved += worst_case;
+        Ok(Reservation {
+            reserved: &self.reserved,
+            amount: worst_case,
         })
     }
 
@@ -200,6 +290,24 @@ impl Dispatcher {
                 request.model
             )));
         }
+        // Worst case: every prompt byte a token, every completion token produced, at the
+        // highest price among the candidates we may fail over to.
+        let prompt_bytes = match &request.prompt {
+            sharemesh_protocol::Prompt::Text(t) => t.len() as u64,
+            sharemesh_protocol::Prompt::Chat(m) => {
+                m.iter().map(|m| m.content.len() as u64 + 16).sum::<u64>() + 64
+            }
+            sharemesh_protocol::Prompt::Tokens(t) => t.len() as u64,
+        };
+        let highest = candidates
+            .iter()
+            .take(self.defaults.max_attempts)
+            .map(|(_, p)| p.0)
+            .max()
+            .unwrap_or(0);
+        let worst_case =
+            highest.saturating_mul(prompt_bytes + u64::from(request.sampling.max_tokens));
+        let _reservation = self.reserve(worst_case)?;
         let job_id = JobId::from_bytes(rand::rng().random());
         let mut delivered: Vec<u32> = Vec::new();
         let mut providers: Vec<NodeId> = Vec::new();
@@ -225,25 +333,47 @@ impl Dispatcher {
                 deadline_ms: now_ms() + 600_000,
                 resume: delivered.clone(),
             };
-            let mut stream = match start_job(
-                &self.mesh,
-                Keypair::from_secret(self.key.secret()),
-                peer,
-                job,
-            )
-            .await
-            {
-                Ok(stream) => stream,
-                Err(err) => {
-                    last_error = err.to_string();
-                    self.record(provider, Outcome::Failed);
-                    continue;
+            let segment_started = std::time::Instant::now();
+            let mut first_token: Option<std::time::Instant> = None;
+            // A stream refused or closed before any answer (a busy provider drops
+            // streams it cannot take yet) is retried briefly before moving on.
+            let mut pending = None;
+            let mut stream = None;
+            for attempt in 1..=3u64 {
+                match start_job(
+                    &self.mesh,
+                    Keypair::from_secret(self.key.secret()),
+                    peer,
+                    job.clone(),
+                    self.ledger.clone(),
+                    self.defaults.stall_timeout,
+                )
+                .await
+                {
+                    Ok(mut opened) => match opened.recv().await {
+                        Some(JobEvent::Failed(why)) => last_error = why,
+                        first => {
+                            pending = first;
+                            stream = Some(opened);
+                            break;
+                        }
+                    },
+                    Err(err) => last_error = err.to_string(),
                 }
+                tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
+            }
+            let Some(mut stream) = stream else {
+                self.record(provider, Outcome::Failed);
+                continue;
             };
             let mut segment_tokens = 0u64;
             let mut segment_prompt = 0u64;
             let outcome = loop {
-                let Some(event) = stream.recv().await else {
+                let next = match pending.take() {
+                    Some(event) => Some(event),
+                    None => stream.recv().await,
+                };
+                let Some(event) = next else {
                     break Err("the job ended without an answer".to_owned());
                 };
                 match event {
@@ -268,6 +398,7 @@ impl Dispatcher {
                         break Err(format!("{:?}: {}", reject.reason, reject.detail))
                     }
                     JobEvent::Token(chunk) => {
+                        first_token.get_or_insert_with(std::time::Instant::now);
                         segment_tokens += chunk.token_ids.len() as u64;
                         let token_id = chunk.token_ids.first().copied().unwrap_or_default();
                         delivered.extend(&chunk.token_ids);
@@ -297,6 +428,31 @@ impl Dispatcher {
                     completion_tokens: segment_tokens,
                     amount_nano_usd: amount.0,
                 });
+                if let Some(ledger) = &self.ledger {
+                    let ttft = first_token.map(|t| (t - segment_started).as_secs_f64() * 1000.0);
+                    let tps = first_token
+                        .filter(|_| segment_tokens > 1)
+                        .map(|t| (segment_tokens - 1) as f64 / t.elapsed().as_secs_f64().max(1e-9));
+                    let record = JobRecord {
+                        job_id: job_id.to_string(),
+                        provider: provider.to_string(),
+                        buyer: self.key.node_id().to_string(),
+                        model: request.model.clone(),
+                        prompt_tokens: segment_prompt,
+                        completion_tokens: segment_tokens,
+                        price_per_token: price.0,
+                        started_ms: now_ms(),
+                        ttft_ms: ttft,
+                        tokens_per_second: tps,
+                        outcome: match &outcome {
+                            Ok(finish) => format!("{finish:?}").to_lowercase(),
+                            Err(_) => "failed".to_owned(),
+                        },
+                    };
+                    if let Err(err) = ledger.record_job(&record) {
+                        tracing::warn!(%err, "could not book the job");
+                    }
+                }
             }
             match outcome {
                 Ok(finish) if finish != FinishReason::Error => {

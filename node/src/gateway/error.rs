@@ -66,6 +66,16 @@ impl ApiError {
         }
     }
 
+    pub fn insufficient_balance(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::PAYMENT_REQUIRED,
+            message: message.into(),
+            kind: "insufficient_quota",
+            param: None,
+            code: Some("insufficient_balance"),
+        }
+    }
+
     pub fn unauthorized(code: &'static str, message: &str) -> Self {
         Self {
             status: StatusCode::UNAUTHORIZED,

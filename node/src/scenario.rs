@@ -1,0 +1,275 @@
+//! `sharemesh testnet scenario load|churn`: bounded traffic against a running testnet,
+//! ending with a report (completed and failed requests, failovers, time to first token
+//! p50/p95, tokens/s, what each provider was paid) printed as a table and written as
+//! JSON to `DIR/scenario-<name>.json`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use futures::StreamExt;
+use serde::Serialize;
+use sharemesh_testnet::{launcher, NodeRole};
+
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScenarioKind {
+    /// Concurrent requests against the gateway.
+    Load,
+    /// Load while a provider is killed (kill -9) half-way and restarted.
+    Churn,
+}
+
+#[derive(Args, Debug)]
+pub struct ScenarioArgs {
+    pub kind: ScenarioKind,
+    #[arg(long, default_value_t = 8)]
+    pub requests: usize,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 2)]
+    pub concurrency: usize,
+    /// Upper bound on the whole scenario, seconds.
+    #[arg(long, default_value_t = 300)]
+    pub duration: u64,
+    #[arg(long, default_value_t = 12)]
+    pub max_tokens: u32,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Outcome {
+    ok: bool,
+    ttft_ms: Option<f64>,
+    tokens: u64,
+    tokens_per_second: Option<f64>,
+    providers: Vec<String>,
+    error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ScenarioReport {
+    pub scenario: ScenarioKind,
+    pub requests: usize,
+    pub completed: usize,
+    pub failed: usize,
+    pub failovers: usize,
+    pub ttft_ms_p50: Option<f64>,
+    pub ttft_ms_p95: Option<f64>,
+    pub tokens_per_second_p50: Option<f64>,
+    pub seconds: f64,
+    /// nano-USD paid to each provider, from the gateway's ledger.
+    pub paid_per_provider: BTreeMap<String, u64>,
+    pub errors: Vec<String>,
+}
+
+async fn one(http: &str, i: usize, max_tokens: u32) -> Outcome {
+    let body = serde_json::json!({
+        "model": crate::catalog::DEFAULT_MODEL,
+        "messages": [{"role": "user", "content": format!("Tell me one fact about the number {i}.")}],
+        "temperature": 0, "max_tokens": max_tokens, "stream": true,
+    });
+    let started = Instant::now();
+    let response = match reqwest::Client::new()
+        .post(format!("http://{http}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+    {
+        Ok(r) if r.status().is_success() => r,
+        Ok(r) => {
+            return Outcome {
+                error: Some(format!("HTTP {}", r.status())),
+                ..Outcome::default()
+            }
+        }
+        Err(e) => {
+            return Outcome {
+                error: Some(e.to_string()),
+                ..Outcome::default()
+            }
+        }
+    };
+    let mut outcome = Outcome::default();
+    let mut first = None;
+    let mut buffer = String::new();
+    let mut stream = response.bytes_stream();
+    while let Some(bytes) = stream.next().await {
+        let Ok(bytes) = bytes else {
+            outcome.error = Some("stream broke".into());
+            return outcome;
+        };
+        buffer.push_str(&String::from_utf8_lossy(&bytes));
+        while let Some(end) = buffer.find("\n\n") {
+            let event = buffer[..end].to_owned();
+            buffer.drain(..end + 2);
+            let Some(chunk) = event
+                .strip_prefix("data: ")
+                .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            else {
+                continue;
+            };
+            if chunk.get("error").is_some() {
+                outcome.error = Some(chunk["error"]["message"].to_string());
+                return outcome;
+            }
+            if chunk["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+            {
+                first.get_or_insert_with(Instant::now);
+                outcome.tokens += 1;
+            }
+            if let Some(providers) = chunk["sharemesh"]["providers"].as_array() {
+                outcome.providers = providers
+                    .iter()
+                    .filter_map(|p| p.as_str().map(str::to_owned))
+                    .collect();
+                outcome.ok = true;
+            }
+        }
+    }
+    if let Some(first) = first {
+        outcome.ttft_ms = Some((first - started).as_secs_f64() * 1000.0);
+        if outcome.tokens > 1 {
+            outcome.tokens_per_second =
+                Some((outcome.tokens - 1) as f64 / first.elapsed().as_secs_f64().max(1e-9));
+        }
+    }
+    outcome
+}
+
+fn quantile(values: &mut [f64], q: f64) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    (!values.is_empty()).then(|| values[((values.len() - 1) as f64 * q).round() as usize])
+}
+
+pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
+    let file = launcher::read(dir)?;
+    let gateway = file
+        .nodes
+        .iter()
+        .find_map(|n| n.http.clone())
+        .context("the testnet has no gateway")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let started = Instant::now();
+    let deadline = Duration::from_secs(args.duration);
+    // Churn: the last provider (never the bootstrap) dies half-way and comes back.
+    let victim = file
+        .nodes
+        .iter()
+        .rev()
+        .find(|n| n.role == NodeRole::Provider && file.nodes.first().map(|f| f.pid) != Some(n.pid))
+        .cloned();
+    let outcomes: Vec<Outcome> = runtime.block_on(async {
+        let requests = futures::stream::iter(0..args.requests)
+            .map(|i| {
+                let gateway = gateway.clone();
+                async move { one(&gateway, i, args.max_tokens).await }
+            })
+            .buffer_unordered(args.concurrency.max(1));
+        let mut requests = Box::pin(requests);
+        let mut outcomes = Vec::new();
+        let mut churned = false;
+        loop {
+            let next =
+                tokio::time::timeout(deadline.saturating_sub(started.elapsed()), requests.next())
+                    .await;
+            match next {
+                Ok(Some(outcome)) => outcomes.push(outcome),
+                Ok(None) => break,
+                Err(_) => break, // Bounded in time: stop waiting.
+            }
+            if matches!(args.kind, ScenarioKind::Churn)
+                && !churned
+                && outcomes.len() * 2 >= args.requests
+            {
+                churned = true;
+                if let Some(victim) = &victim {
+                    launcher::kill_node(victim.pid);
+                    let _ = restart(victim);
+                }
+            }
+        }
+        outcomes
+    });
+    let spend: serde_json::Value = runtime
+        .block_on(async {
+            reqwest::get(format!("http://{gateway}/v1/account/spend"))
+                .await?
+                .json()
+                .await
+        })
+        .unwrap_or_default();
+    let paid_per_provider = spend["per_counterparty"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v["amount_nano_usd"].as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut ttft: Vec<f64> = outcomes.iter().filter_map(|o| o.ttft_ms).collect();
+    let mut tps: Vec<f64> = outcomes
+        .iter()
+        .filter_map(|o| o.tokens_per_second)
+        .collect();
+    let completed = outcomes.iter().filter(|o| o.ok).count();
+    let report = ScenarioReport {
+        scenario: args.kind,
+        requests: args.requests,
+        completed,
+        failed: args.requests - completed,
+        failovers: outcomes.iter().filter(|o| o.providers.len() > 1).count(),
+        ttft_ms_p50: quantile(&mut ttft, 0.5),
+        ttft_ms_p95: quantile(&mut ttft, 0.95),
+        tokens_per_second_p50: quantile(&mut tps, 0.5),
+        seconds: started.elapsed().as_secs_f64(),
+        paid_per_provider,
+        errors: outcomes.iter().filter_map(|o| o.error.clone()).collect(),
+    };
+    let name = format!(
+        "scenario-{}.json",
+        serde_json::to_value(args.kind)?.as_str().unwrap_or("run")
+    );
+    std::fs::write(dir.join(&name), serde_json::to_vec_pretty(&report)?)?;
+    Ok(report)
+}
+
+/// Restarts a killed provider as it was started (same data folder: same identity,
+/// ledger and address book), in place in the testnet file.
+fn restart(node: &sharemesh_testnet::NodeRecord) -> Result<()> {
+    launcher::restart_node(Path::new(&node.data_dir)).map(|_| ())
+}
+
+pub fn print(report: &ScenarioReport) {
+    println!(
+        "scenario {:?}: {} requests in {:.1} s",
+        report.scenario, report.requests, report.seconds
+    );
+    println!(
+        "  completed {:>5}   failed {:>5}   failovers {:>5}",
+        report.completed, report.failed, report.failovers
+    );
+    let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0} ms"));
+    println!(
+        "  time to first token  p50 {}  p95 {}",
+        ms(report.ttft_ms_p50),
+        ms(report.ttft_ms_p95)
+    );
+    println!(
+        "  tokens/s p50 {}",
+        report
+            .tokens_per_second_p50
+            .map_or("-".to_owned(), |v| format!("{v:.1}"))
+    );
+    for (provider, paid) in &report.paid_per_provider {
+        println!("  paid {provider}  ${:.9}", *paid as f64 / 1e9);
+    }
+    for error in report.errors.iter().take(5) {
+        println!("  error: {error}");
+    }
+}
