@@ -57,7 +57,7 @@ fn testnet_up_status_logs_down_leaves_no_process_behind() {
         .as_array()
         .map(|n| n.iter().filter_map(|n| n["pid"].as_u64()).collect())
         .unwrap_or_default();
-    let guard = Guard(pids.clone());
+    let _first_guard = Guard(pids.clone());
     assert!(
         out.status.success(),
         "{}",
