@@ -190,6 +190,10 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-text (for benchmarks).
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Run the generation this many times in one process and report the last (warm)
+    /// run; benchmarks use it to leave start-up effects out.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
 }
 
 #[derive(Args, Debug)]
@@ -374,6 +378,9 @@ fn generate(data_dir: &std::path::Path, args: GenerateArgs) -> Result<()> {
     };
     let stream = !args.json;
     let mut stdout = std::io::stdout();
+    for _ in 1..args.repeat.max(1) {
+        model.generate(&request, |_| true)?;
+    }
     let generation = model.generate(&request, |event| {
         if stream {
             let _ = write!(stdout, "{}", event.text_delta);
