@@ -73,6 +73,9 @@ pub struct ProvideArgs {
     /// Take no new work while a GPU draws more than this (W, via NVML).
     #[arg(long)]
     pub max_power: Option<f64>,
+    /// Also serve the OpenAI API (as a gateway with default routing) on --http.
+    #[arg(long, requires = "http")]
+    pub openai: bool,
     /// Testnet adversary mode, e.g. `stall-after:5` (goes silent after 5 tokens).
     #[arg(long, hide = true)]
     pub adversary: Option<String>,
@@ -125,6 +128,20 @@ fn usd(value: Option<f64>, flag: &str) -> Result<Option<NanoUsd>> {
             }
         })
         .transpose()
+}
+
+/// API keys are required off loopback (and on it when asked); refuses to start without any.
+fn key_check(data_dir: &Path, address: SocketAddr, require: bool) -> Result<crate::keys::KeyCheck> {
+    if !require && address.ip().is_loopback() {
+        return Ok(crate::keys::KeyCheck::default());
+    }
+    let active = crate::keys::KeyStore::open(data_dir)?.active();
+    if active.is_empty() {
+        anyhow::bail!("the API on {address} needs API keys, but none exist: create one with `sharemesh keys create`");
+    }
+    Ok(crate::keys::KeyCheck {
+        required: Some(active),
+    })
 }
 
 /// Opens the node's ledger (`<data-dir>/ledger`).
@@ -239,14 +256,28 @@ pub fn provide(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             Some(ledger.clone()),
         );
         tokio::spawn(provider.clone().serve());
-        tokio::spawn(provider.advertise());
+        tokio::spawn(provider.clone().advertise());
         let http = match args.mesh.http {
             Some(address) => {
+                let gateway = if args.openai {
+                    let dispatcher = Dispatcher::new(
+                        mesh.clone(),
+                        crate::identity::load_or_create(data_dir)?,
+                        RoutingDefaults::default(),
+                        Some(ledger.clone()),
+                        crate::gateway::dispatch::Budget::default(),
+                    );
+                    dispatcher.set_local_provider(provider.clone());
+                    let keys = key_check(data_dir, address, false)?;
+                    Some(crate::gateway::GatewayState { dispatcher, keys })
+                } else {
+                    None
+                };
                 let state = AppState {
                     mesh: mesh.clone(),
                     ledger: Some(ledger.clone()),
                 };
-                Some(http::serve(address, state, None).await?)
+                Some(http::serve(address, state, gateway).await?)
             }
             None => None,
         };
@@ -264,18 +295,11 @@ pub fn gateway(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         .build()?;
     runtime.block_on(async move {
         let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, false)).await?;
-        let address = args.mesh.http.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
-        let keys = if args.require_api_key || !address.ip().is_loopback() {
-            let active = crate::keys::KeyStore::open(data_dir)?.active();
-            if active.is_empty() {
-                anyhow::bail!(
-                    "the gateway listens on {address}, which needs API keys, but none exist: create one with `sharemesh keys create`"
-                );
-            }
-            crate::keys::KeyCheck { required: Some(active) }
-        } else {
-            crate::keys::KeyCheck::default()
-        };
+        let address = args
+            .mesh
+            .http
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        let keys = key_check(data_dir, address, args.require_api_key)?;
         let defaults = RoutingDefaults {
             max_price_per_token: NanoUsd::per_token_from_usd_per_mtok(args.max_price)
                 .context("--max-price must be a non-negative number")?,
@@ -291,7 +315,15 @@ pub fn gateway(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         let ledger = open_ledger(data_dir)?;
         let dispatcher = Dispatcher::new(mesh.clone(), key, defaults, Some(ledger.clone()), budget);
         let gateway = crate::gateway::GatewayState { dispatcher, keys };
-        let http = http::serve(address, AppState { mesh: mesh.clone(), ledger: Some(ledger) }, Some(gateway)).await?;
+        let http = http::serve(
+            address,
+            AppState {
+                mesh: mesh.clone(),
+                ledger: Some(ledger),
+            },
+            Some(gateway),
+        )
+        .await?;
         announce(&mesh, "gateway", Some(http)).await;
         wait_for_shutdown().await;
         Ok(())

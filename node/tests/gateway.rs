@@ -210,3 +210,47 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
         providers[0]["load"]["active_jobs"] == 0 && providers[0]["load"]["queue_depth"] == 0
     });
 }
+
+/// One process can both serve and buy: `provide --openai` answers the OpenAI API from
+/// its own engine when it is the best (or only) provider.
+#[test]
+fn a_provider_can_also_be_the_gateway() {
+    let model_path = common::default_model_path();
+    let dir = tempfile::tempdir().unwrap();
+    let http = format!("127.0.0.1:{}", free_port());
+    let (_node, _) = start(
+        &[
+            "provide",
+            "--model",
+            model_path.to_str().unwrap(),
+            "--threads",
+            "1",
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--advert-interval",
+            "1",
+            "--http",
+            &http,
+            "--openai",
+        ],
+        dir.path(),
+    );
+    wait_until(30, "its own model on /v1/models", || {
+        get_json(&http, "/v1/models")["data"][0]["id"] == MODEL
+    });
+    let body = r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "temperature": 0}"#;
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-d",
+            body,
+            &format!("http://{http}/v1/chat/completions"),
+        ])
+        .output()
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        answer["choices"][0]["message"]["content"], "The answer is 4.",
+        "{answer}"
+    );
+}

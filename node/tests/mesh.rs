@@ -162,3 +162,40 @@ async fn forged_expired_and_replayed_adverts_are_rejected_and_not_forwarded() {
         accepted_seq
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_also_talk_over_quic() {
+    let quic = |bootstrap: Vec<Multiaddr>| MeshConfig {
+        listen: vec!["/ip4/127.0.0.1/udp/0/quic-v1".parse().unwrap()],
+        ..config(bootstrap)
+    };
+    let a_key = Keypair::from_secret([31; 32]);
+    let a = mesh::spawn(a_key.secret(), quic(vec![])).await.unwrap();
+    while a.listen_addrs().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(a.listen_addrs()[0].to_string().contains("/quic-v1/"));
+    let b = mesh::spawn(
+        Keypair::from_secret([32; 32]).secret(),
+        quic(a.listen_addrs()),
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seq = 1;
+    while !known(&b).contains(&a_key.node_id()) {
+        assert!(Instant::now() < deadline, "no advert over QUIC");
+        a.publish_advert(&a_key.seal(&advert(&a_key), seq, now_ms(), 60_000).unwrap())
+            .await
+            .unwrap();
+        seq += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let peers = b.peers().await.unwrap();
+    assert!(
+        peers
+            .iter()
+            .any(|p| p.addresses.iter().any(|a| a.contains("quic-v1"))),
+        "{peers:?}"
+    );
+}

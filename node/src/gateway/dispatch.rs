@@ -93,6 +93,8 @@ pub struct Dispatcher {
     budget: Budget,
     /// Worst-case cost of requests in flight, held against the budget.
     reserved: Mutex<u64>,
+    /// This process's own provider, served directly (a node cannot dial itself).
+    local: std::sync::OnceLock<Arc<crate::provider::Provider>>,
 }
 
 /// Releases a request's reservation however it ends.
@@ -125,7 +127,13 @@ impl Dispatcher {
             ledger,
             budget,
             reserved: Mutex::new(0),
+            local: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Routes jobs for this node's own provider to it directly.
+    pub fn set_local_provider(&self, provider: Arc<crate::provider::Provider>) {
+        let _ = self.local.set(provider);
     }
 
     pub fn ledger(&self) -> Option<&Arc<Ledger>> {
@@ -340,6 +348,14 @@ impl Dispatcher {
             let mut pending = None;
             let mut stream = None;
             for attempt in 1..=3u64 {
+                if provider == self.key.node_id() {
+                    if let Some(local) = self.local.get() {
+                        let mut opened = local.run_local(job.clone());
+                        pending = opened.recv().await;
+                        stream = Some(opened);
+                    }
+                    break;
+                }
                 match start_job(
                     &self.mesh,
                     Keypair::from_secret(self.key.secret()),

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# A researcher's scenario: a 4-provider testnet with mixed prices and one staller,
+# then load and churn, with the reports kept side by side. Copy and edit.
+#
+#   examples/scenario.sh [OUT_DIR]
+set -euo pipefail
+out="${1:-/tmp/sharemesh-scenario}"
+sharemesh() { cargo run -q -p sharemesh-node --bin sharemesh -- "$@"; }
+
+sharemesh testnet down --dir "$out" 2>/dev/null || true
+# Prices are passed to every provider; the launcher gives each provider one thread.
+sharemesh testnet up --dir "$out" --providers 4 --gateways 1 --provider-args "--price 0.1 --max-concurrent 8"
+trap 'sharemesh testnet down --dir "$out"' EXIT
+
+sharemesh testnet scenario load  --dir "$out" --requests 16 --concurrency 4 --max-tokens 16
+sharemesh testnet scenario churn --dir "$out" --requests 16 --concurrency 4 --max-tokens 16
+
+echo "reports: $out/scenario-load.json $out/scenario-churn.json"
+sharemesh testnet status --dir "$out"
