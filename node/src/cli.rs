@@ -102,6 +102,12 @@ pub enum KeysCommand {
     Create {
         #[arg(long, default_value = "default")]
         name: String,
+        /// This key's own daily spend limit, USD.
+        #[arg(long)]
+        daily_budget: Option<f64>,
+        /// This key's own monthly spend limit, USD.
+        #[arg(long)]
+        monthly_budget: Option<f64>,
     },
     /// List keys (ids, names, state).
     List,
@@ -509,8 +515,23 @@ fn bench(data_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
 fn keys(data_dir: &std::path::Path, command: KeysCommand) -> Result<()> {
     let mut store = crate::keys::KeyStore::open(data_dir)?;
     match command {
-        KeysCommand::Create { name } => {
-            let (record, key) = store.create(&name)?;
+        KeysCommand::Create {
+            name,
+            daily_budget,
+            monthly_budget,
+        } => {
+            let nano = |usd: Option<f64>| -> Result<Option<u64>> {
+                usd.map(|v| {
+                    anyhow::ensure!(
+                        v.is_finite() && v >= 0.0,
+                        "budgets must be non-negative USD amounts"
+                    );
+                    Ok((v * 1e9).round() as u64)
+                })
+                .transpose()
+            };
+            let (record, key) =
+                store.create_with_budget(&name, nano(daily_budget)?, nano(monthly_budget)?)?;
             eprintln!(
                 "created key {} ({}); it is shown only now:",
                 record.id, record.name

@@ -15,6 +15,11 @@ pub struct KeyRecord {
     pub sha256: String,
     pub created_ms: u64,
     pub revoked: bool,
+    /// Spend limits for this key, nano-USD per UTC day / month.
+    #[serde(default)]
+    pub daily_budget_nano_usd: Option<u64>,
+    #[serde(default)]
+    pub monthly_budget_nano_usd: Option<u64>,
 }
 
 pub struct KeyStore {
@@ -51,6 +56,16 @@ impl KeyStore {
 
     /// Creates a key and returns its secret text (shown once).
     pub fn create(&mut self, name: &str) -> Result<(KeyRecord, String)> {
+        self.create_with_budget(name, None, None)
+    }
+
+    /// Creates a key with its own daily and monthly budgets (nano-USD).
+    pub fn create_with_budget(
+        &mut self,
+        name: &str,
+        daily: Option<u64>,
+        monthly: Option<u64>,
+    ) -> Result<(KeyRecord, String)> {
         let mut secret = [0u8; 24];
         rand::fill(&mut secret);
         let key = format!("sk-sm-{}", hex::encode(secret));
@@ -60,6 +75,8 @@ impl KeyStore {
             sha256: hash(&key),
             created_ms: crate::clock::now_ms(),
             revoked: false,
+            daily_budget_nano_usd: daily,
+            monthly_budget_nano_usd: monthly,
         };
         self.records.push(record.clone());
         self.save()?;
@@ -81,11 +98,11 @@ impl KeyStore {
         Ok(record)
     }
 
-    pub fn active(&self) -> Vec<String> {
+    pub fn active(&self) -> Vec<KeyRecord> {
         self.records
             .iter()
             .filter(|r| !r.revoked)
-            .map(|r| r.sha256.clone())
+            .cloned()
             .collect()
     }
 }
@@ -93,16 +110,19 @@ impl KeyStore {
 /// What the gateway checks requests against.
 #[derive(Clone, Debug, Default)]
 pub struct KeyCheck {
-    /// sha256 of every active key; `None` when keys are not required.
-    pub required: Option<Vec<String>>,
+    /// Every active key; `None` when keys are not required.
+    pub required: Option<Vec<KeyRecord>>,
 }
 
 impl KeyCheck {
+    /// The active key matching `presented`, if keys are required and it is one.
+    pub fn identify(&self, presented: &str) -> Option<&KeyRecord> {
+        let digest = hash(presented);
+        self.required.as_ref()?.iter().find(|r| r.sha256 == digest)
+    }
+
     pub fn allows(&self, presented: &str) -> bool {
-        match &self.required {
-            None => true,
-            Some(hashes) => hashes.contains(&hash(presented)),
-        }
+        self.required.is_none() || self.identify(presented).is_some()
     }
 }
 

@@ -45,12 +45,17 @@ pub struct JobRecord {
     pub ttft_ms: Option<f64>,
     pub tokens_per_second: Option<f64>,
     pub outcome: String,
+    /// The API key (id) the request came with, on a gateway that uses keys.
+    #[serde(default)]
+    pub api_key: Option<String>,
 }
 
 pub struct Ledger {
     db: sled::Db,
     receipts: sled::Tree,
     jobs: sled::Tree,
+    /// Serving sessions: start ms → last-alive ms (big-endian u64s), for uptime.
+    sessions: sled::Tree,
 }
 
 fn key(receipt: &Receipt) -> Vec<u8> {
@@ -77,7 +82,13 @@ impl Ledger {
             })?;
         let receipts = db.open_tree("receipts")?;
         let jobs = db.open_tree("jobs")?;
-        Ok(Self { db, receipts, jobs })
+        let sessions = db.open_tree("sessions")?;
+        Ok(Self {
+            db,
+            receipts,
+            jobs,
+            sessions,
+        })
     }
 
     /// Verifies and stores a receipt; the newest per (job, provider) is kept.
@@ -154,6 +165,43 @@ impl Ledger {
                 serde_json::from_slice(&value?).map_err(|e| LedgerError::Corrupt(e.to_string()))
             })
             .collect()
+    }
+
+    /// Records that a serving session started at `started_ms` is alive at `now_ms`.
+    pub fn heartbeat(&self, started_ms: u64, now_ms: u64) -> Result<(), LedgerError> {
+        self.sessions
+            .insert(started_ms.to_be_bytes(), &now_ms.to_be_bytes())?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Seconds of serving sessions since `since_ms` (as far as heartbeats show).
+    pub fn uptime_seconds(&self, since_ms: u64) -> Result<f64, LedgerError> {
+        let mut total = 0u64;
+        for entry in self.sessions.iter() {
+            let (start, alive) = entry?;
+            let read = |b: &[u8]| {
+                b.try_into()
+                    .map(u64::from_be_bytes)
+                    .map_err(|_| LedgerError::Corrupt("session entry".into()))
+            };
+            let (start, alive) = (read(&start)?, read(&alive)?);
+            total += alive.saturating_sub(start.max(since_ms));
+        }
+        Ok(total as f64 / 1000.0)
+    }
+
+    /// What requests made with API key `key_id` cost since `since_ms` (from job records).
+    pub fn spent_by_key(&self, key_id: &str, since_ms: u64) -> Result<u64, LedgerError> {
+        Ok(self
+            .jobs()?
+            .iter()
+            .filter(|j| j.api_key.as_deref() == Some(key_id) && j.started_ms >= since_ms)
+            .map(|j| {
+                j.price_per_token
+                    .saturating_mul(j.prompt_tokens + j.completion_tokens)
+            })
+            .sum())
     }
 
     /// Amount of receipts signed by `buyer` and issued at or after `since_ms`.
@@ -244,6 +292,8 @@ pub struct Report {
     pub ttft_ms: Option<Percentiles>,
     pub tokens_per_second: Option<Percentiles>,
     pub jobs_by_outcome: BTreeMap<String, u64>,
+    /// Seconds this node served (earnings only).
+    pub uptime_seconds: Option<f64>,
 }
 
 /// Which side's report: `me` as provider (earnings) or as buyer (spend).
@@ -405,6 +455,13 @@ mod tests {
         }
         let ledger = Ledger::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(ledger.receipts().unwrap_or_default().len(), 20);
+        ledger
+            .heartbeat(1_000, 61_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        ledger
+            .heartbeat(100_000, 130_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ledger.uptime_seconds(0).unwrap_or_default(), 90.0);
     }
 
     #[test]

@@ -541,6 +541,7 @@ impl Provider {
                             ttft_ms: None,
                             tokens_per_second: Some(generation.generation_tokens_per_second()),
                             outcome: format!("{:?}", generation.finish).to_lowercase(),
+                            api_key: None,
                         };
                         if let Err(err) = ledger.record_job(&record) {
                             tracing::warn!(%err, "could not book the job");

@@ -247,6 +247,18 @@ pub fn provide(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         let engine = Engine::spawn(vec![model], args.max_concurrent as usize);
         let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, true)).await?;
         let ledger = open_ledger(data_dir)?;
+        // Uptime for the earnings report: a heartbeat per serving session.
+        let heartbeat = ledger.clone();
+        let started = crate::clock::now_ms();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(30));
+            loop {
+                tick.tick().await;
+                if let Err(err) = heartbeat.heartbeat(started, crate::clock::now_ms()) {
+                    tracing::warn!(%err, "could not record uptime");
+                }
+            }
+        });
         let provider = Provider::new(
             key,
             engine,

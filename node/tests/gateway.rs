@@ -55,6 +55,25 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
     assert!(key_out.status.success());
     let key = String::from_utf8(key_out.stdout).unwrap().trim().to_owned();
     assert!(key.starts_with("sk-sm-"));
+    // A second key with its own (tiny) daily budget.
+    let poor_out = Command::new(common::sharemesh_bin())
+        .arg("--data-dir")
+        .arg(dirs[2].path())
+        .args([
+            "keys",
+            "create",
+            "--name",
+            "intern",
+            "--daily-budget",
+            "0.000001",
+        ])
+        .output()
+        .unwrap();
+    assert!(poor_out.status.success());
+    let poor_key = String::from_utf8(poor_out.stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
     let keyed = format!("127.0.0.1:{}", free_port());
     let (_keyed_gateway, _) = start(
         &[
@@ -171,6 +190,23 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!("{stdout}");
+
+    // The key with its own budget is refused before any work starts.
+    let out = Command::new("curl")
+        .args(["-s", "-H", &format!("Authorization: Bearer {poor_key}"), "-H", "content-type: application/json", "-d"])
+        .arg(r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50}"#)
+        .arg(format!("http://{keyed}/v1/chat/completions"))
+        .output()
+        .unwrap();
+    let refused: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        refused["error"]["code"], "insufficient_balance",
+        "{refused}"
+    );
+    assert!(refused["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("API key intern"));
 
     // The terminal playground keeps a conversation and reports speed and cost.
     let mut chat = Command::new(common::sharemesh_bin())

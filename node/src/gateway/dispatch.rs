@@ -16,6 +16,7 @@ use super::error::ApiError;
 use super::openai::CompletionRequest;
 use crate::buyer::{start_job, JobEvent};
 use crate::clock::now_ms;
+use crate::keys::KeyRecord;
 use crate::ledger::{JobRecord, Ledger};
 use crate::mesh::orderbook::BookEntry;
 use crate::mesh::MeshHandle;
@@ -91,22 +92,34 @@ pub struct Dispatcher {
     reliability: Mutex<ReputationBook<NodeId>>,
     ledger: Option<Arc<Ledger>>,
     budget: Budget,
-    /// Worst-case cost of requests in flight, held against the budget.
-    reserved: Mutex<u64>,
+    /// Worst-case cost of requests in flight, held against the budgets.
+    reserved: Mutex<Reserved>,
     /// This process's own provider, served directly (a node cannot dial itself).
     local: std::sync::OnceLock<Arc<crate::provider::Provider>>,
 }
 
+#[derive(Default)]
+struct Reserved {
+    total: u64,
+    per_key: std::collections::HashMap<String, u64>,
+}
+
 /// Releases a request's reservation however it ends.
 struct Reservation<'a> {
-    reserved: &'a Mutex<u64>,
+    reserved: &'a Mutex<Reserved>,
     amount: u64,
+    key: Option<String>,
 }
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         if let Ok(mut reserved) = self.reserved.lock() {
-            *reserved = reserved.saturating_sub(self.amount);
+            reserved.total = reserved.total.saturating_sub(self.amount);
+            if let Some(key) = &self.key {
+                if let Some(held) = reserved.per_key.get_mut(key) {
+                    *held = held.saturating_sub(self.amount);
+                }
+            }
         }
     }
 }
@@ -126,7 +139,7 @@ impl Dispatcher {
             reliability: Mutex::new(ReputationBook::new(ScoreParams::default(), 10_000)),
             ledger,
             budget,
-            reserved: Mutex::new(0),
+            reserved: Mutex::new(Reserved::default()),
             local: std::sync::OnceLock::new(),
         })
     }
@@ -146,45 +159,70 @@ impl Dispatcher {
 
     /// Refuses the request (402) if its worst-case cost does not fit what is left of the
     /// daily and monthly budgets, counting requests in flight; else reserves it.
-    fn reserve(&self, worst_case: u64) -> Result<Reservation<'_>, ApiError> {
+    fn reserve(
+        &self,
+        worst_case: u64,
+        key: Option<&KeyRecord>,
+    ) -> Result<Reservation<'_>, ApiError> {
         let now = now_ms();
         let mut reserved = self
             .reserved
             .lock()
             .map_err(|_| ApiError::upstream("budget lock poisoned"))?;
-        let periods = [
-            (
-                self.budget.daily,
-                crate::ledger::parse_day(&crate::ledger::day(now)).unwrap_or(0),
-                "daily",
-            ),
-            (
-                self.budget.monthly,
-                crate::ledger::parse_day(&format!("{}-01", &crate::ledger::day(now)[..7]))
-                    .unwrap_or(0),
-                "monthly",
-            ),
-        ];
-        for (limit, since, name) in periods {
+        let day = crate::ledger::parse_day(&crate::ledger::day(now)).unwrap_or(0);
+        let month =
+            crate::ledger::parse_day(&format!("{}-01", &crate::ledger::day(now)[..7])).unwrap_or(0);
+        let ledger_error = |e: crate::ledger::LedgerError| ApiError::upstream(e.to_string());
+        // (limit, spent, name, held by requests in flight)
+        let mut limits: Vec<(u64, u64, String, u64)> = Vec::new();
+        for (limit, since, name) in [
+            (self.budget.daily, day, "daily"),
+            (self.budget.monthly, month, "monthly"),
+        ] {
             let Some(limit) = limit else { continue };
             let spent = match &self.ledger {
                 Some(ledger) => ledger
                     .spent_since(&self.key.node_id(), since)
-                    .map_err(|e| ApiError::upstream(e.to_string()))?,
+                    .map_err(ledger_error)?,
                 None => 0,
             };
-            let left = limit.0.saturating_sub(spent).saturating_sub(*reserved);
+            limits.push((limit.0, spent, format!("gateway's {name}"), reserved.total));
+        }
+        if let Some(key) = key {
+            for (limit, since, name) in [
+                (key.daily_budget_nano_usd, day, "daily"),
+                (key.monthly_budget_nano_usd, month, "monthly"),
+            ] {
+                let Some(limit) = limit else { continue };
+                let spent = match &self.ledger {
+                    Some(ledger) => ledger.spent_by_key(&key.id, since).map_err(ledger_error)?,
+                    None => 0,
+                };
+                let in_flight = reserved.per_key.get(&key.id).copied().unwrap_or(0);
+                limits.push((
+                    limit,
+                    spent,
+                    format!("API key {}'s {name}", key.name),
+                    in_flight,
+                ));
+            }
+        }
+        for (limit, spent, name, in_flight) in limits {
+            let left = limit.saturating_sub(spent).saturating_sub(in_flight);
             if worst_case > left {
                 return Err(ApiError::insufficient_balance(format!(
-                    "the worst-case cost of this request is {worst_case} nano-USD but only {left} of the {name} budget of {} nano-USD is left",
-                    limit.0
+                    "the worst-case cost of this request is {worst_case} nano-USD but only {left} of the {name} budget of {limit} nano-USD is left"
                 )));
             }
         }
-        *reserved += worst_case;
+        reserved.total += worst_case;
+        if let Some(key) = key {
+            *reserved.per_key.entry(key.id.clone()).or_default() += worst_case;
+        }
         Ok(Reservation {
             reserved: &self.reserved,
             amount: worst_case,
+            key: key.map(|k| k.id.clone()),
         })
     }
 
@@ -273,12 +311,17 @@ impl Dispatcher {
         }
     }
 
-    /// Starts a request; the first event is `Accepted` or `Failed`.
-    pub fn run(self: &Arc<Self>, request: CompletionRequest) -> mpsc::Receiver<DispatchEvent> {
+    /// Starts a request (on behalf of `key`, when API keys are on); the first event is
+    /// `Accepted` or `Failed`.
+    pub fn run(
+        self: &Arc<Self>,
+        request: CompletionRequest,
+        key: Option<KeyRecord>,
+    ) -> mpsc::Receiver<DispatchEvent> {
         let (events, receiver) = mpsc::channel(64);
         let this = self.clone();
         tokio::spawn(async move {
-            if let Err(err) = this.drive(request, &events).await {
+            if let Err(err) = this.drive(request, key, &events).await {
                 let _ = events.send(DispatchEvent::Failed(err)).await;
             }
         });
@@ -288,6 +331,7 @@ impl Dispatcher {
     async fn drive(
         &self,
         request: CompletionRequest,
+        key: Option<KeyRecord>,
         events: &mpsc::Sender<DispatchEvent>,
     ) -> Result<(), ApiError> {
         let model = self.resolve_model(&request.model)?;
@@ -315,7 +359,7 @@ impl Dispatcher {
             .unwrap_or(0);
         let worst_case =
             highest.saturating_mul(prompt_bytes + u64::from(request.sampling.max_tokens));
-        let _reservation = self.reserve(worst_case)?;
+        let _reservation = self.reserve(worst_case, key.as_ref())?;
         let job_id = JobId::from_bytes(rand::rng().random());
         let mut delivered: Vec<u32> = Vec::new();
         let mut providers: Vec<NodeId> = Vec::new();
@@ -460,6 +504,7 @@ impl Dispatcher {
                         started_ms: now_ms(),
                         ttft_ms: ttft,
                         tokens_per_second: tps,
+                        api_key: key.as_ref().map(|k| k.id.clone()),
                         outcome: match &outcome {
                             Ok(finish) => format!("{finish:?}").to_lowercase(),
                             Err(_) => "failed".to_owned(),

@@ -56,31 +56,35 @@ fn provider_list(providers: &[NodeId]) -> String {
         .join(",")
 }
 
-async fn require_key(State(state): State<GatewayState>, request: Request, next: Next) -> Response {
+async fn require_key(
+    State(state): State<GatewayState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     if state.keys.required.is_some() {
         let presented = request
             .headers()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        match presented {
-            None | Some("") => {
-                return ApiError::unauthorized(
-                    "missing_api_key",
-                    "an API key is required (Authorization: Bearer sk-sm-…)",
-                )
-                .into_response()
-            }
-            Some(key) if !state.keys.allows(key) => {
-                return ApiError::unauthorized(
-                    "invalid_api_key",
-                    "the API key is not valid or was revoked",
-                )
-                .into_response()
-            }
-            Some(_) => {}
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned();
+        if presented.is_empty() {
+            return ApiError::unauthorized(
+                "missing_api_key",
+                "an API key is required (Authorization: Bearer sk-sm-…)",
+            )
+            .into_response();
         }
+        let Some(record) = state.keys.identify(&presented).cloned() else {
+            return ApiError::unauthorized(
+                "invalid_api_key",
+                "the API key is not valid or was revoked",
+            )
+            .into_response();
+        };
+        request.extensions_mut().insert(record);
     }
     next.run(request).await
 }
@@ -91,22 +95,26 @@ async fn read_body(body: Body) -> Result<axum::body::Bytes, ApiError> {
         .map_err(|_| ApiError::too_large(MAX_BODY_BYTES))
 }
 
+type ApiKey = Option<axum::Extension<crate::keys::KeyRecord>>;
+
 async fn chat_completions(
     State(state): State<GatewayState>,
+    key: ApiKey,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    complete(state, headers, body, true)
+    complete(state, key.map(|k| k.0), headers, body, true)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn completions(
     State(state): State<GatewayState>,
+    key: ApiKey,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    complete(state, headers, body, false)
+    complete(state, key.map(|k| k.0), headers, body, false)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -140,6 +148,7 @@ fn usage(prompt: u32, completion: u32) -> Value {
 
 async fn complete(
     state: GatewayState,
+    key: Option<crate::keys::KeyRecord>,
     headers: HeaderMap,
     body: Body,
     chat: bool,
@@ -147,7 +156,7 @@ async fn complete(
     let body = read_body(body).await?;
     let request = openai::parse(&body, chat, &headers)?;
     let started = Instant::now();
-    let mut events = state.dispatcher.run(request.clone());
+    let mut events = state.dispatcher.run(request.clone(), key);
     let (job_id, first_provider, prompt_tokens) = match events.recv().await {
         Some(DispatchEvent::Accepted {
             job_id,
