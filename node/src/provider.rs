@@ -88,9 +88,23 @@ pub struct Provider {
     seq: SeqCounter,
     replay: Mutex<ReplayGuard>,
     ledger: Option<Arc<Ledger>>,
+    /// Interruptible jobs in progress, each with the signal that preempts it.
+    interruptible: Mutex<Vec<(sharemesh_protocol::JobId, Arc<tokio::sync::Notify>)>>,
 }
 
 impl Provider {
+    /// Signals the oldest interruptible job to stop (it ends with `Cancelled`, and the
+    /// buyer's gateway resumes it elsewhere).
+    fn preempt_one(&self) {
+        if let Ok(mut jobs) = self.interruptible.lock() {
+            if !jobs.is_empty() {
+                let (job, signal) = jobs.remove(0);
+                tracing::info!(%job, "preempting interruptible job for reserved work");
+                signal.notify_one();
+            }
+        }
+    }
+
     pub fn new(
         key: Keypair,
         engine: Engine,
@@ -108,6 +122,7 @@ impl Provider {
             seq: SeqCounter::default(),
             replay: Mutex::new(ReplayGuard::new(100_000)),
             ledger,
+            interruptible: Mutex::new(Vec::new()),
         })
     }
 
@@ -357,9 +372,11 @@ impl Provider {
                 "outside the provider's availability windows".into(),
             ));
         }
-        if self.engine.active_jobs() + self.engine.queue_depth()
-            >= self.policy.max_concurrent as usize
-        {
+        let busy = self.engine.active_jobs() + self.engine.queue_depth();
+        if request.tier == Tier::Reserved && busy > 0 {
+            // Gold work never waits behind bronze: preempt an interruptible job.
+            self.preempt_one();
+        } else if busy >= self.policy.max_concurrent as usize {
             return Err((RejectReason::OverCapacity, "all slots are busy".into()));
         }
         Ok(request)
@@ -469,8 +486,29 @@ impl Provider {
         let window = u64::from(self.policy.credit_window_tokens);
         let mut sent = 0u64;
         let mut tokens = Vec::new();
+        let preempt = Arc::new(tokio::sync::Notify::new());
+        if request.tier == Tier::Interruptible {
+            if let Ok(mut jobs) = self.interruptible.lock() {
+                jobs.push((request.job_id, preempt.clone()));
+            }
+        }
         let result = loop {
-            let Some(event) = events.recv().await else {
+            let next = tokio::select! {
+                event = events.recv() => event,
+                () = preempt.notified() => {
+                    let chunk = TokenChunk {
+                        job_id: request.job_id,
+                        provider: self.key.node_id(),
+                        first_index: (request.resume.len() as u64 + sent) as u32,
+                        token_ids: vec![],
+                        text_delta: String::new(),
+                        finish: Some(FinishReason::Cancelled),
+                    };
+                    // Dropping `events` when we return cancels the engine job.
+                    break write_frame(&mut writer, &self.seal(&chunk)?).await;
+                }
+            };
+            let Some(event) = next else {
                 break Ok(());
             };
             match event {
@@ -564,6 +602,9 @@ impl Provider {
                 EngineEvent::Started { .. } => {}
             }
         };
+        if let Ok(mut jobs) = self.interruptible.lock() {
+            jobs.retain(|(job, _)| *job != request.job_id);
+        }
         // Give the buyer a moment to send its final receipt, then close.
         let _ = tokio::time::timeout(FINAL_RECEIPT_WAIT, acked.wait_for(|&a| a >= sent)).await;
         receipts.abort();

@@ -225,7 +225,13 @@ async fn a_stalled_provider_is_detected_and_replaced() {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 200);
+    if response.status() != 200 {
+        panic!(
+            "status {}: {}",
+            response.status(),
+            response.text().await.unwrap_or_default()
+        );
+    }
     let providers = response.headers()["x-sharemesh-provider"]
         .to_str()
         .unwrap()
@@ -253,4 +259,166 @@ async fn a_stalled_provider_is_detected_and_replaced() {
     let local: serde_json::Value = serde_json::from_slice(&local.stdout).unwrap();
     assert_eq!(json["choices"][0]["message"]["content"], local["text"]);
     assert_eq!(json["usage"]["completion_tokens"], 16);
+}
+
+/// Bronze (interruptible) work is preempted when gold (reserved) work arrives, and the
+/// bronze response finishes on another provider without a visible seam.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bronze_job_preempted_by_gold_work_finishes_elsewhere() {
+    let model_path = common::default_model_path();
+    let model_path = model_path.to_str().unwrap().to_owned();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let base = [
+        "provide",
+        "--model",
+        &model_path,
+        "--threads",
+        "1",
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--advert-interval",
+        "1",
+    ];
+    // The only gold provider, and the cheapest bronze one.
+    let mut gold = base.to_vec();
+    gold.extend([
+        "--price",
+        "0.05",
+        "--tier",
+        "interruptible",
+        "--tier",
+        "reserved",
+    ]);
+    let (_gold, ready) = start(&gold, dirs[0].path());
+    let gold_id = ready["peer_id"].as_str().unwrap().to_owned();
+    let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
+    let mut other = base.to_vec();
+    other.extend([
+        "--price",
+        "0.1",
+        "--tier",
+        "interruptible",
+        "--bootstrap",
+        &bootstrap,
+    ]);
+    let (_other, ready) = start(&other, dirs[1].path());
+    let other_id = ready["peer_id"].as_str().unwrap().to_owned();
+    let http = format!("127.0.0.1:{}", free_port());
+    let (_gateway, _) = start(
+        &[
+            "gateway",
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--bootstrap",
+            &bootstrap,
+            "--http",
+            &http,
+        ],
+        dirs[2].path(),
+    );
+    let probe = http.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_until(40, "two providers", || {
+            get_json(&probe, "/v1/network/providers")
+                .as_array()
+                .map_or(0, Vec::len)
+                == 2
+        })
+    })
+    .await
+    .unwrap();
+
+    let client = reqwest::Client::new();
+    let url = format!("http://{http}/v1/chat/completions");
+    let bronze = r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Write a short poem about the sea."}], "temperature": 0, "max_tokens": 32, "stream": true, "sharemesh": {"tier": "bronze"}}"#;
+    let response = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(bronze)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["x-sharemesh-provider"].to_str().unwrap(),
+        gold_id,
+        "the cheapest bronze provider serves first"
+    );
+    let mut body = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut text = String::new();
+    let mut tokens = 0;
+    let mut gold_answer = None;
+    let mut providers = Vec::new();
+    while let Some(bytes) = body.next().await {
+        buffer.push_str(&String::from_utf8_lossy(&bytes.unwrap()));
+        while let Some(end) = buffer.find("\n\n") {
+            let event = buffer[..end].to_owned();
+            buffer.drain(..end + 2);
+            let Some(chunk) = event
+                .strip_prefix("data: ")
+                .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            else {
+                continue;
+            };
+            if let Some(delta) = chunk["choices"][0]["delta"]["content"].as_str() {
+                if !delta.is_empty() {
+                    text.push_str(delta);
+                    tokens += 1;
+                }
+            }
+            if let Some(list) = chunk["sharemesh"]["providers"].as_array() {
+                providers = list
+                    .iter()
+                    .map(|p| p.as_str().unwrap().to_owned())
+                    .collect();
+            }
+        }
+        if tokens >= 5 && gold_answer.is_none() {
+            // Gold work arrives at the only reserved provider.
+            let gold = r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "temperature": 0, "max_tokens": 16, "sharemesh": {"tier": "gold"}}"#;
+            let (client, url) = (client.clone(), url.clone());
+            gold_answer = Some(tokio::spawn(async move {
+                let response = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(gold)
+                    .send()
+                    .await
+                    .unwrap();
+                response.json::<serde_json::Value>().await.unwrap()
+            }));
+        }
+    }
+    assert_eq!(
+        providers,
+        vec![gold_id.clone(), other_id],
+        "the bronze job moved to the other provider"
+    );
+    let gold = gold_answer.unwrap().await.unwrap();
+    assert_eq!(gold["choices"][0]["message"]["content"], "The answer is 4.");
+    assert_eq!(gold["sharemesh"]["providers"][0], gold_id.as_str());
+    let local = std::process::Command::new(common::sharemesh_bin())
+        .arg("--data-dir")
+        .arg(dirs[2].path())
+        .args([
+            "generate",
+            "--chat",
+            "--json",
+            "--threads",
+            "1",
+            "--max-tokens",
+            "32",
+            "--prompt",
+            "Write a short poem about the sea.",
+            "--model",
+            &model_path,
+        ])
+        .output()
+        .unwrap();
+    let local: serde_json::Value = serde_json::from_slice(&local.stdout).unwrap();
+    assert_eq!(
+        text,
+        local["text"].as_str().unwrap(),
+        "the preempted response equals an uninterrupted run"
+    );
 }

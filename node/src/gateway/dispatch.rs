@@ -516,7 +516,8 @@ impl Dispatcher {
                 }
             }
             match outcome {
-                Ok(finish) if finish != FinishReason::Error => {
+                // A provider that cancels (preemption) or errs has not finished the job.
+                Ok(finish) if matches!(finish, FinishReason::Stop | FinishReason::Length) => {
                     self.record(
                         provider,
                         Outcome::Completed {
@@ -533,7 +534,9 @@ impl Dispatcher {
                     let _ = events.send(done).await;
                     return Ok(());
                 }
-                Ok(_) => last_error = format!("provider {provider} reported an error"),
+                Ok(finish) => {
+                    last_error = format!("provider {provider} stopped the job ({finish:?})")
+                }
                 Err(why) => last_error = format!("provider {provider}: {why}"),
             }
             tracing::warn!(job = %job_id, %provider, error = %last_error, delivered = delivered.len(), "provider failed; trying the next");
