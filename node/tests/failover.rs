@@ -202,7 +202,7 @@ async fn a_stalled_provider_is_detected_and_replaced() {
             "--http",
             &http,
             "--stall-timeout-ms",
-            "1500",
+            "4000",
         ],
         dirs[2].path(),
     );
