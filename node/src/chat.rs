@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 #[derive(Args, Debug)]
@@ -74,49 +73,36 @@ async fn ask(
         providers: Vec::new(),
     };
     let mut first_token = None;
-    let mut buffer = String::new();
-    let mut body = response.bytes_stream();
-    while let Some(bytes) = body.next().await {
-        buffer.push_str(&String::from_utf8_lossy(
-            &bytes.context("the stream broke")?,
-        ));
-        while let Some(end) = buffer.find("\n\n") {
-            let event = buffer[..end].to_owned();
-            buffer.drain(..end + 2);
-            let Some(data) = event.strip_prefix("data: ") else {
-                continue;
-            };
-            let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-                continue;
-            };
-            if let Some(error) = chunk.get("error") {
-                bail!(
-                    "{}",
-                    error["message"].as_str().unwrap_or("the request failed")
-                );
+    let mut chunks = crate::sse::SseChunks::new(response);
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk?;
+        if let Some(error) = chunk.get("error") {
+            bail!(
+                "{}",
+                error["message"].as_str().unwrap_or("the request failed")
+            );
+        }
+        if let Some(text) = chunk["choices"][0]["delta"]["content"].as_str() {
+            if !text.is_empty() {
+                first_token.get_or_insert_with(Instant::now);
+                answer.text.push_str(text);
+                write!(out, "{text}")?;
+                out.flush()?;
             }
-            if let Some(text) = chunk["choices"][0]["delta"]["content"].as_str() {
-                if !text.is_empty() {
-                    first_token.get_or_insert_with(Instant::now);
-                    answer.text.push_str(text);
-                    write!(out, "{text}")?;
-                    out.flush()?;
-                }
-            }
-            if let Some(meta) = chunk.get("sharemesh") {
-                answer.cost_nano_usd = meta["cost_nano_usd"].as_u64().unwrap_or(0);
-                answer.providers = meta["providers"]
-                    .as_array()
-                    .map(|p| {
-                        p.iter()
-                            .filter_map(|v| v.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-            }
-            if let Some(tokens) = chunk["usage"]["completion_tokens"].as_u64() {
-                answer.tokens = tokens;
-            }
+        }
+        if let Some(meta) = chunk.get("sharemesh") {
+            answer.cost_nano_usd = meta["cost_nano_usd"].as_u64().unwrap_or(0);
+            answer.providers = meta["providers"]
+                .as_array()
+                .map(|p| {
+                    p.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+        }
+        if let Some(tokens) = chunk["usage"]["completion_tokens"].as_u64() {
+            answer.tokens = tokens;
         }
     }
     answer.seconds = first_token.map_or(0.0, |t| t.elapsed().as_secs_f64());

@@ -8,7 +8,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use futures::StreamExt;
 use sharemesh_testnet::launcher;
 
 use crate::testnet_cli::{up_options, DirArgs, UpArgs};
@@ -111,58 +110,43 @@ async fn ask(gateway: &str, file: &sharemesh_testnet::TestnetFile) -> Result<()>
         .to_owned();
     eprintln!("  served by {serving}\n");
     let mut stdout = std::io::stdout();
-    let mut body = response.bytes_stream();
-    let mut buffer = String::new();
+    let mut chunks = crate::sse::SseChunks::new(response);
     let mut tokens = 0usize;
     let mut killed: Option<Instant> = None;
     let mut final_chunk = serde_json::Value::Null;
     let mut usage = serde_json::Value::Null;
-    while let Some(bytes) = body.next().await {
-        buffer.push_str(&String::from_utf8_lossy(
-            &bytes.context("the stream broke")?,
-        ));
-        while let Some(end) = buffer.find("\n\n") {
-            let event = buffer[..end].to_owned();
-            buffer.drain(..end + 2);
-            let Some(data) = event.strip_prefix("data: ") else {
-                continue;
-            };
-            if data == "[DONE]" {
-                continue;
-            }
-            let chunk: serde_json::Value =
-                serde_json::from_str(data).context("a malformed stream chunk")?;
-            if chunk.get("error").is_some() {
-                bail!("the request failed: {}", chunk["error"]["message"]);
-            }
-            if let Some(text) = chunk["choices"][0]["delta"]["content"].as_str() {
-                if !text.is_empty() {
-                    if let Some(at) = killed.take() {
-                        let _ = write!(
-                            stdout,
-                            "\x1b[33m⟨failover: {:.1} s⟩\x1b[0m",
-                            at.elapsed().as_secs_f64()
-                        );
-                    }
-                    let _ = write!(stdout, "{text}");
-                    let _ = stdout.flush();
-                    tokens += 1;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk?;
+        if chunk.get("error").is_some() {
+            bail!("the request failed: {}", chunk["error"]["message"]);
+        }
+        if let Some(text) = chunk["choices"][0]["delta"]["content"].as_str() {
+            if !text.is_empty() {
+                if let Some(at) = killed.take() {
+                    let _ = write!(
+                        stdout,
+                        "\x1b[33m⟨failover: {:.1} s⟩\x1b[0m",
+                        at.elapsed().as_secs_f64()
+                    );
                 }
+                let _ = write!(stdout, "{text}");
+                let _ = stdout.flush();
+                tokens += 1;
             }
-            if chunk.get("sharemesh").is_some() {
-                final_chunk = chunk.clone();
-            }
-            if chunk.get("usage").is_some_and(|u| !u.is_null()) {
-                usage = chunk["usage"].clone();
-            }
-            if tokens == KILL_AFTER_TOKENS {
-                tokens += 1_000_000; // kill once
-                if let Some(node) = file.nodes.iter().find(|n| n.peer_id == serving) {
-                    let _ = write!(stdout, "\x1b[31m⟨kill -9 {}⟩\x1b[0m", node.pid);
-                    let _ = stdout.flush();
-                    launcher::kill_node(node.pid);
-                    killed = Some(Instant::now());
-                }
+        }
+        if chunk.get("sharemesh").is_some() {
+            final_chunk = chunk.clone();
+        }
+        if chunk.get("usage").is_some_and(|u| !u.is_null()) {
+            usage = chunk["usage"].clone();
+        }
+        if tokens == KILL_AFTER_TOKENS {
+            tokens += 1_000_000; // kill once
+            if let Some(node) = file.nodes.iter().find(|n| n.peer_id == serving) {
+                let _ = write!(stdout, "\x1b[31m⟨kill -9 {}⟩\x1b[0m", node.pid);
+                let _ = stdout.flush();
+                launcher::kill_node(node.pid);
+                killed = Some(Instant::now());
             }
         }
     }

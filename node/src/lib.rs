@@ -21,4 +21,5 @@ pub mod policy;
 pub mod provider;
 pub mod run;
 pub mod scenario;
+pub mod sse;
 pub mod testnet_cli;

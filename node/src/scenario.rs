@@ -92,41 +92,32 @@ async fn one(http: &str, i: usize, max_tokens: u32) -> Outcome {
     };
     let mut outcome = Outcome::default();
     let mut first = None;
-    let mut buffer = String::new();
-    let mut stream = response.bytes_stream();
-    while let Some(bytes) = stream.next().await {
-        let Ok(bytes) = bytes else {
-            outcome.error = Some("stream broke".into());
-            return outcome;
-        };
-        buffer.push_str(&String::from_utf8_lossy(&bytes));
-        while let Some(end) = buffer.find("\n\n") {
-            let event = buffer[..end].to_owned();
-            buffer.drain(..end + 2);
-            let Some(chunk) = event
-                .strip_prefix("data: ")
-                .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-            else {
-                continue;
-            };
-            if chunk.get("error").is_some() {
-                outcome.error = Some(chunk["error"]["message"].to_string());
+    let mut chunks = crate::sse::SseChunks::new(response);
+    while let Some(chunk) = chunks.next().await {
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(err) => {
+                outcome.error = Some(err.to_string());
                 return outcome;
             }
-            if chunk["choices"][0]["delta"]["content"]
-                .as_str()
-                .is_some_and(|t| !t.is_empty())
-            {
-                first.get_or_insert_with(Instant::now);
-                outcome.tokens += 1;
-            }
-            if let Some(providers) = chunk["sharemesh"]["providers"].as_array() {
-                outcome.providers = providers
-                    .iter()
-                    .filter_map(|p| p.as_str().map(str::to_owned))
-                    .collect();
-                outcome.ok = true;
-            }
+        };
+        if chunk.get("error").is_some() {
+            outcome.error = Some(chunk["error"]["message"].to_string());
+            return outcome;
+        }
+        if chunk["choices"][0]["delta"]["content"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+        {
+            first.get_or_insert_with(Instant::now);
+            outcome.tokens += 1;
+        }
+        if let Some(providers) = chunk["sharemesh"]["providers"].as_array() {
+            outcome.providers = providers
+                .iter()
+                .filter_map(|p| p.as_str().map(str::to_owned))
+                .collect();
+            outcome.ok = true;
         }
     }
     if let Some(first) = first {
