@@ -539,12 +539,16 @@ fn keys(data_dir: &std::path::Path, command: KeysCommand) -> Result<()> {
             println!("{key}");
         }
         KeysCommand::List => {
+            let usd =
+                |b: Option<u64>| b.map_or("-".to_owned(), |b| format!("${:.2}", b as f64 / 1e9));
             for r in &store.records {
                 println!(
-                    "{}  {:<20} {}",
+                    "{}  {:<20} {:<8} daily {:<10} monthly {}",
                     r.id,
                     r.name,
-                    if r.revoked { "revoked" } else { "active" }
+                    if r.revoked { "revoked" } else { "active" },
+                    usd(r.daily_budget_nano_usd),
+                    usd(r.monthly_budget_nano_usd)
                 );
             }
         }
