@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod chat;
 pub mod cli;
 pub mod clock;
+pub mod commands;
 pub mod config;
 pub mod demo;
 pub mod engine;

@@ -13,8 +13,8 @@ use futures::{AsyncReadExt, StreamExt};
 use libp2p::PeerId;
 use sharemesh_protocol::{
     Accept, Advert, AvailabilityWindow, FinishReason, JobRequest, Keypair, Load, MessageKind,
-    ModelOffer, NanoUsd, OutputCommitment, Receipt, Reject, RejectReason, ReplayGuard,
-    SignedEnvelope, Tier, TierPrice, TokenChunk, WireMessage,
+    ModelOffer, NanoUsd, OutputCommitment, Reject, RejectReason, ReplayGuard, SignedEnvelope, Tier,
+    TierPrice, TokenChunk, WireMessage,
 };
 use tokio::sync::watch;
 
@@ -24,6 +24,10 @@ use crate::hardware::Hardware;
 use crate::ledger::{JobRecord, Ledger};
 use crate::mesh::framing::{read_frame, write_frame, FrameError};
 use crate::mesh::{MeshHandle, INFER_PROTOCOL};
+
+mod local;
+mod receipts;
+use receipts::read_receipts;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const FINAL_RECEIPT_WAIT: Duration = Duration::from_secs(5);
@@ -208,82 +212,6 @@ impl Provider {
                 Err(err) => tracing::error!(%err, "sealing the advert failed"),
             }
         }
-    }
-
-    /// Runs a job for this node's own gateway (a process that both provides and buys
-    /// cannot dial itself): the engine's events become the same `JobEvent`s a remote
-    /// provider's stream yields. Nothing is metered: a node does not pay itself.
-    pub fn run_local(
-        self: &Arc<Self>,
-        request: JobRequest,
-    ) -> tokio::sync::mpsc::Receiver<crate::buyer::JobEvent> {
-        use crate::buyer::JobEvent;
-        let (tx, rx) = tokio::sync::mpsc::channel(64);
-        let this = self.clone();
-        tokio::spawn(async move {
-            let reject = |reason, detail: String| {
-                JobEvent::Rejected(Reject {
-                    job_id: request.job_id,
-                    provider: this.key.node_id(),
-                    reason,
-                    detail,
-                })
-            };
-            if !this.engine.models().iter().any(|m| m.id == request.model) {
-                let _ = tx
-                    .send(reject(
-                        RejectReason::UnknownModel,
-                        "model not served here".into(),
-                    ))
-                    .await;
-                return;
-            }
-            let mut events = match this.engine.submit(GenerateRequest {
-                model: request.model,
-                prompt: request.prompt.clone(),
-                sampling: request.sampling.clone(),
-                resume: request.resume.clone(),
-                ignore_eos: false,
-            }) {
-                Ok(events) => events,
-                Err(err) => {
-                    let _ = tx
-                        .send(reject(RejectReason::OverCapacity, err.to_string()))
-                        .await;
-                    return;
-                }
-            };
-            while let Some(event) = events.recv().await {
-                let out = match event {
-                    EngineEvent::Started { prompt_tokens } => JobEvent::Accepted(Accept {
-                        job_id: request.job_id,
-                        provider: this.key.node_id(),
-                        price_per_token: NanoUsd::ZERO,
-                        prompt_tokens,
-                        credit_window_tokens: u32::MAX,
-                    }),
-                    EngineEvent::Token(token) => JobEvent::Token(TokenChunk {
-                        job_id: request.job_id,
-                        provider: this.key.node_id(),
-                        first_index: token.index,
-                        token_ids: vec![token.token_id],
-                        text_delta: token.text_delta,
-                        finish: None,
-                    }),
-                    EngineEvent::Finished(generation) => JobEvent::Finished {
-                        finish: generation.finish,
-                        commitment: None,
-                        last_receipt: None,
-                    },
-                    EngineEvent::Failed(err) => JobEvent::Failed(err.to_string()),
-                };
-                // The caller leaving drops `events`, which cancels the engine job.
-                if tx.send(out).await.is_err() {
-                    return;
-                }
-            }
-        });
-        rx
     }
 
     /// Accepts `/sharemesh/infer/1` streams until the mesh stops.
@@ -609,56 +537,5 @@ impl Provider {
         let _ = tokio::time::timeout(FINAL_RECEIPT_WAIT, acked.wait_for(|&a| a >= sent)).await;
         receipts.abort();
         result
-    }
-}
-
-/// Reads the buyer's receipts, keeping the highest valid cumulative count.
-async fn read_receipts(
-    mut reader: futures::io::ReadHalf<libp2p::Stream>,
-    request: JobRequest,
-    provider: sharemesh_protocol::NodeId,
-    price: NanoUsd,
-    prompt_tokens: u64,
-    acked: watch::Sender<u64>,
-    ledger: Option<Arc<Ledger>>,
-) {
-    let mut replay = ReplayGuard::new(16);
-    loop {
-        let envelope = match read_frame(&mut reader, Duration::from_secs(3600)).await {
-            Ok(envelope) => envelope,
-            Err(_) => return,
-        };
-        let now = now_ms();
-        let Ok(opened) = envelope.open::<Receipt>(now) else {
-            tracing::warn!("ignoring an invalid receipt");
-            continue;
-        };
-        let receipt = &opened.body;
-        let consistent = receipt.job_id == request.job_id
-            && receipt.buyer == request.buyer
-            && receipt.provider == provider
-            && receipt.price_per_token == price
-            && receipt.prompt_tokens == prompt_tokens;
-        if !consistent
-            || replay
-                .admit(
-                    &opened,
-                    MessageKind::Receipt,
-                    *request.job_id.as_bytes(),
-                    now,
-                )
-                .is_err()
-        {
-            tracing::warn!("ignoring an inconsistent or replayed receipt");
-            continue;
-        }
-        // Booked (and flushed) before it counts as acknowledged.
-        if let Some(ledger) = &ledger {
-            if let Err(err) = ledger.record_receipt(&envelope) {
-                tracing::warn!(%err, "could not book a receipt; not counting it");
-                continue;
-            }
-        }
-        acked.send_modify(|a| *a = (*a).max(receipt.completion_tokens));
     }
 }

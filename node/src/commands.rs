@@ -1,0 +1,201 @@
+//! Handlers of the bookkeeping subcommands: `models`, `keys`, `earnings` and `spend`.
+
+use anyhow::{Context, Result};
+
+use crate::catalog::{Catalog, DEFAULT_MODEL};
+use crate::cli::{AccountArgs, KeysCommand, ModelsCommand};
+
+pub fn models(data_dir: &std::path::Path, command: ModelsCommand) -> Result<()> {
+    let mut catalog = Catalog::open(data_dir)?;
+    match command {
+        ModelsCommand::Fetch {
+            name,
+            hf: Some(repo),
+            file,
+            sha256,
+            hf_endpoint,
+            revision,
+        } => {
+            let file = file.context("--hf needs --file")?;
+            let url = format!(
+                "{}/{repo}/resolve/{revision}/{file}",
+                hf_endpoint.trim_end_matches('/')
+            );
+            std::fs::create_dir_all(catalog.dir())?;
+            let file_name = std::path::Path::new(&file)
+                .file_name()
+                .context("--file names no file")?
+                .to_owned();
+            let target = catalog.dir().join(file_name);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let sha = runtime.block_on(crate::catalog::download_resumable(
+                &url,
+                &target,
+                sha256.as_deref(),
+            ))?;
+            let entry = catalog.add(&target, name.as_deref(), Some(&sha))?;
+            println!("{} {} {}", entry.name, entry.id, entry.path.display());
+        }
+        ModelsCommand::Fetch { name, .. } => {
+            let entry = catalog.fetch_known(name.as_deref().unwrap_or(DEFAULT_MODEL))?;
+            println!("{} {} {}", entry.name, entry.id, entry.path.display());
+        }
+        ModelsCommand::Add { path, name } => {
+            let entry = catalog.add(&path, name.as_deref(), None)?;
+            println!("{} {} {}", entry.name, entry.id, entry.path.display());
+        }
+        ModelsCommand::List { json } => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(catalog.entries())?);
+            } else {
+                println!(
+                    "{:<28} {:<14} {:>10} {:<8} {:<7} {:>7}  PATH",
+                    "NAME", "ID", "SIZE", "ARCH", "QUANT", "CTX"
+                );
+                for e in catalog.entries() {
+                    println!(
+                        "{:<28} {:<14} {:>9.1}M {:<8} {:<7} {:>7}  {}",
+                        e.name,
+                        &e.id.to_string()[..12],
+                        e.size_bytes as f64 / 1e6,
+                        e.architecture,
+                        e.quantization,
+                        e.context_length,
+                        e.path.display()
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn keys(data_dir: &std::path::Path, command: KeysCommand) -> Result<()> {
+    let mut store = crate::keys::KeyStore::open(data_dir)?;
+    match command {
+        KeysCommand::Create {
+            name,
+            daily_budget,
+            monthly_budget,
+        } => {
+            let nano = |usd: Option<f64>| -> Result<Option<u64>> {
+                usd.map(|v| {
+                    anyhow::ensure!(
+                        v.is_finite() && v >= 0.0,
+                        "budgets must be non-negative USD amounts"
+                    );
+                    Ok((v * 1e9).round() as u64)
+                })
+                .transpose()
+            };
+            let (record, key) =
+                store.create_with_budget(&name, nano(daily_budget)?, nano(monthly_budget)?)?;
+            eprintln!(
+                "created key {} ({}); it is shown only now:",
+                record.id, record.name
+            );
+            println!("{key}");
+        }
+        KeysCommand::List => {
+            let usd =
+                |b: Option<u64>| b.map_or("-".to_owned(), |b| format!("${:.2}", b as f64 / 1e9));
+            for r in &store.records {
+                println!(
+                    "{}  {:<20} {:<8} daily {:<10} monthly {}",
+                    r.id,
+                    r.name,
+                    if r.revoked { "revoked" } else { "active" },
+                    usd(r.daily_budget_nano_usd),
+                    usd(r.monthly_budget_nano_usd)
+                );
+            }
+        }
+        KeysCommand::Revoke { id } => {
+            let record = store.revoke(&id)?;
+            println!("revoked {} ({})", record.id, record.name);
+        }
+    }
+    Ok(())
+}
+
+pub fn account(
+    data_dir: &std::path::Path,
+    side: crate::ledger::Side,
+    args: AccountArgs,
+) -> Result<()> {
+    let since_ms = match &args.since {
+        Some(day) => crate::ledger::parse_day(day)
+            .with_context(|| format!("--since `{day}` is not a date (YYYY-MM-DD)"))?,
+        None => 0,
+    };
+    let report: serde_json::Value = match &args.node {
+        Some(node) => {
+            let path = match side {
+                crate::ledger::Side::Earnings => "earnings",
+                crate::ledger::Side::Spend => "spend",
+            };
+            let mut url = format!("{}/v1/account/{path}", node.trim_end_matches('/'));
+            if let Some(day) = &args.since {
+                url.push_str(&format!("?since={day}"));
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime
+                .block_on(async { reqwest::get(&url).await?.json::<serde_json::Value>().await })
+                .with_context(|| format!("asking {url}"))?
+        }
+        None => {
+            let ledger = crate::ledger::Ledger::open(&data_dir.join("ledger"))?;
+            let me = crate::identity::load_or_create(data_dir)?.node_id();
+            serde_json::to_value(crate::ledger::report(&ledger, &me, side, since_ms)?)?
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    let usd = |v: &serde_json::Value| v["amount_nano_usd"].as_u64().unwrap_or(0) as f64 / 1e9;
+    let title = match side {
+        crate::ledger::Side::Earnings => ("earned", "buyer"),
+        crate::ledger::Side::Spend => ("spent", "provider"),
+    };
+    println!(
+        "{} ${:.9} for {} tokens over {} receipts",
+        title.0,
+        usd(&report["total"]),
+        report["total"]["tokens"],
+        report["total"]["jobs"]
+    );
+    for (heading, key) in [
+        ("per day", "per_day"),
+        ("per model", "per_model"),
+        (&*format!("per {}", title.1), "per_counterparty"),
+    ] {
+        println!("{heading}:");
+        if let Some(map) = report[key].as_object() {
+            for (name, totals) in map {
+                println!(
+                    "  {name:<54} {:>8} tokens  ${:.9}",
+                    totals["tokens"],
+                    usd(totals)
+                );
+            }
+        }
+    }
+    for (name, key) in [
+        ("time to first token (ms)", "ttft_ms"),
+        ("tokens/s", "tokens_per_second"),
+    ] {
+        if report[key].is_object() {
+            println!(
+                "{name}: p50 {:.1}, p95 {:.1}",
+                report[key]["p50"].as_f64().unwrap_or(0.0),
+                report[key]["p95"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    Ok(())
+}
