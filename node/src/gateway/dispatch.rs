@@ -428,6 +428,8 @@ impl Dispatcher {
             };
             let mut segment_tokens = 0u64;
             let mut segment_prompt = 0u64;
+            // What the provider accepted at (its own engine, in-process, charges nothing).
+            let mut segment_price = price;
             let outcome = loop {
                 let next = match pending.take() {
                     Some(event) => Some(event),
@@ -439,6 +441,7 @@ impl Dispatcher {
                 match event {
                     JobEvent::Accepted(accept) => {
                         segment_prompt = u64::from(accept.prompt_tokens);
+                        segment_price = accept.price_per_token;
                         providers.push(provider);
                         let event = if accepted {
                             DispatchEvent::Switched { provider }
@@ -478,7 +481,7 @@ impl Dispatcher {
                 }
             };
             if segment_prompt > 0 {
-                let amount = price
+                let amount = segment_price
                     .times(segment_prompt + segment_tokens)
                     .unwrap_or(NanoUsd::ZERO);
                 cost = cost.checked_add(amount).unwrap_or(cost);
@@ -500,7 +503,7 @@ impl Dispatcher {
                         model: request.model.clone(),
                         prompt_tokens: segment_prompt,
                         completion_tokens: segment_tokens,
-                        price_per_token: price.0,
+                        price_per_token: segment_price.0,
                         started_ms: now_ms(),
                         ttft_ms: ttft,
                         tokens_per_second: tps,
