@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use common::{free_port, get_json, start, wait_until, Process};
+use common::{start, Process};
 use futures::StreamExt;
 
 const BODY: &str = r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Write a short poem about the sea."}], "temperature": 0, "max_tokens": 40, "stream": true}"#;
@@ -41,30 +41,7 @@ async fn kill_9_of_the_serving_provider_mid_stream_is_invisible_to_the_client() 
         }
         providers.insert(ready["peer_id"].as_str().unwrap().to_owned(), process);
     }
-    let http = format!("127.0.0.1:{}", free_port());
-    let (_gateway, _) = start(
-        &[
-            "gateway",
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--bootstrap",
-            &bootstrap,
-            "--http",
-            &http,
-        ],
-        dirs[3].path(),
-    );
-    let gateway_http = http.clone();
-    tokio::task::spawn_blocking(move || {
-        wait_until(40, "three providers in the gateway's order book", || {
-            get_json(&gateway_http, "/v1/network/providers")
-                .as_array()
-                .map_or(0, Vec::len)
-                == 3
-        })
-    })
-    .await
-    .unwrap();
+    let (_gateway, http) = common::gateway(&bootstrap, dirs[3].path(), 3, &[]);
 
     let client = reqwest::Client::new();
     let url = format!("http://{http}/v1/chat/completions");
@@ -191,32 +168,12 @@ async fn a_stalled_provider_is_detected_and_replaced() {
     honest.extend(["--price", "0.1", "--bootstrap", &bootstrap]);
     let (_honest, ready) = start(&honest, dirs[1].path());
     let honest_id = ready["peer_id"].as_str().unwrap().to_owned();
-    let http = format!("127.0.0.1:{}", free_port());
-    let (_gateway, _) = start(
-        &[
-            "gateway",
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--bootstrap",
-            &bootstrap,
-            "--http",
-            &http,
-            "--stall-timeout-ms",
-            "4000",
-        ],
+    let (_gateway, http) = common::gateway(
+        &bootstrap,
         dirs[2].path(),
+        2,
+        &["--stall-timeout-ms", "4000"],
     );
-    let probe = http.clone();
-    tokio::task::spawn_blocking(move || {
-        wait_until(40, "two providers", || {
-            get_json(&probe, "/v1/network/providers")
-                .as_array()
-                .map_or(0, Vec::len)
-                == 2
-        })
-    })
-    .await
-    .unwrap();
     let body = r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Write a short poem about the sea."}], "temperature": 0, "max_tokens": 16}"#;
     let response = reqwest::Client::new()
         .post(format!("http://{http}/v1/chat/completions"))
@@ -303,30 +260,7 @@ async fn a_bronze_job_preempted_by_gold_work_finishes_elsewhere() {
     ]);
     let (_other, ready) = start(&other, dirs[1].path());
     let other_id = ready["peer_id"].as_str().unwrap().to_owned();
-    let http = format!("127.0.0.1:{}", free_port());
-    let (_gateway, _) = start(
-        &[
-            "gateway",
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--bootstrap",
-            &bootstrap,
-            "--http",
-            &http,
-        ],
-        dirs[2].path(),
-    );
-    let probe = http.clone();
-    tokio::task::spawn_blocking(move || {
-        wait_until(40, "two providers", || {
-            get_json(&probe, "/v1/network/providers")
-                .as_array()
-                .map_or(0, Vec::len)
-                == 2
-        })
-    })
-    .await
-    .unwrap();
+    let (_gateway, http) = common::gateway(&bootstrap, dirs[2].path(), 2, &[]);
 
     let client = reqwest::Client::new();
     let url = format!("http://{http}/v1/chat/completions");

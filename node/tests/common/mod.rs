@@ -101,3 +101,32 @@ pub fn wait_until(seconds: u64, what: &str, mut condition: impl FnMut() -> bool)
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+/// Starts a gateway that joins through `bootstrap` (extra flags appended) and waits
+/// until its order book lists `providers` adverts; returns it and its HTTP address.
+pub fn gateway(
+    bootstrap: &str,
+    data_dir: &Path,
+    providers: usize,
+    extra: &[&str],
+) -> (Process, String) {
+    let http = format!("127.0.0.1:{}", free_port());
+    let mut args = vec![
+        "gateway",
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--bootstrap",
+        bootstrap,
+        "--http",
+        &http,
+    ];
+    args.extend_from_slice(extra);
+    let (process, _) = start(&args, data_dir);
+    wait_until(40, &format!("{providers} providers at the gateway"), || {
+        get_json(&http, "/v1/network/providers")
+            .as_array()
+            .map_or(0, Vec::len)
+            == providers
+    });
+    (process, http)
+}
