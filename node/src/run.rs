@@ -116,6 +116,27 @@ pub struct GatewayArgs {
     /// Milliseconds of silence after which a provider counts as stalled and is replaced.
     #[arg(long, default_value_t = 30_000)]
     pub stall_timeout_ms: u64,
+    /// Ranking score (SPEC §10): multiplier on the expected price of a request.
+    #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().price)]
+    pub score_price: f64,
+    /// Ranking score: what a second of waiting is worth, in nano-USD.
+    #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().nano_usd_per_second)]
+    pub score_nano_usd_per_second: f64,
+    /// Ranking score: how strongly an unreliable provider is penalised.
+    #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().unreliability)]
+    pub score_unreliability: f64,
+}
+
+fn score_weights(args: &GatewayArgs) -> Result<sharemesh_market::ScoreWeights> {
+    let weights = sharemesh_market::ScoreWeights {
+        price: args.score_price,
+        nano_usd_per_second: args.score_nano_usd_per_second,
+        unreliability: args.score_unreliability,
+    };
+    weights
+        .validate()
+        .context("check --score-price, --score-nano-usd-per-second and --score-unreliability")?;
+    Ok(weights)
 }
 
 fn usd(value: Option<f64>, flag: &str) -> Result<Option<NanoUsd>> {
@@ -318,6 +339,7 @@ pub fn gateway(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             tier: args.tier,
             region: args.region.clone(),
             stall_timeout: Duration::from_millis(args.stall_timeout_ms.max(100)),
+            score: score_weights(&args)?,
             ..RoutingDefaults::default()
         };
         let budget = crate::gateway::dispatch::Budget {

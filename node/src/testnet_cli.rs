@@ -1,4 +1,4 @@
-//! `sharemesh testnet up|status|logs|down`.
+//! `sharemesh testnet up|status|logs|down|scenario|market-sim`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +21,9 @@ pub enum TestnetCommand {
     },
     /// Stop the processes this testnet started (by pid) and wait for them.
     Down(DirArgs),
+    /// Simulate the market without inference: the gateway's auction against random and
+    /// round-robin on synthetic providers and a bursty trace (table; optional CSV/JSON).
+    MarketSim(MarketSimArgs),
     /// Run a bounded scenario (load, churn) against the running testnet and report.
     Scenario {
         #[command(flatten)]
@@ -53,6 +56,61 @@ pub struct UpArgs {
     /// Extra flags for every provider, e.g. "--price 0.2 --region eu".
     #[arg(long, default_value = "")]
     pub provider_args: String,
+}
+
+#[derive(Args, Debug)]
+pub struct MarketSimArgs {
+    #[arg(long, default_value_t = 40)]
+    pub providers: usize,
+    #[arg(long, default_value_t = 4000)]
+    pub requests: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Mean demand as a share of the fleet's token capacity.
+    #[arg(long, default_value_t = 0.35)]
+    pub load: f64,
+    /// Providers asked for a quote per auction round.
+    #[arg(long, default_value_t = 4)]
+    pub quote_k: usize,
+    /// Every n-th provider commits reserved (gold) slots.
+    #[arg(long, default_value_t = 3)]
+    pub reserved_every: usize,
+    /// Also write the table as CSV here.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Print the full reports as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn market_sim(args: &MarketSimArgs) -> Result<()> {
+    use sharemesh_testnet::market_sim;
+    if !(args.load.is_finite() && args.load > 0.0 && args.load <= 10.0) {
+        anyhow::bail!("--load must be in (0, 10], got {}", args.load);
+    }
+    if args.providers == 0 || args.requests == 0 || args.quote_k == 0 || args.reserved_every == 0 {
+        anyhow::bail!("--providers, --requests, --quote-k and --reserved-every must be at least 1");
+    }
+    let config = market_sim::SimConfig {
+        providers: args.providers,
+        requests: args.requests,
+        seed: args.seed,
+        load: args.load,
+        quote_k: args.quote_k,
+        reserved_every: args.reserved_every,
+        weights: sharemesh_market::ScoreWeights::default(),
+    };
+    let reports = market_sim::simulate(&config);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        println!("{}", market_sim::table(&reports));
+    }
+    if let Some(path) = &args.csv {
+        std::fs::write(path, market_sim::csv(&reports))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn progress(message: &str) {
@@ -141,6 +199,7 @@ pub fn run(data_dir: &Path, command: TestnetCommand) -> Result<()> {
                     .with_context(|| format!("reading {}", path.display()))?
             );
         }
+        TestnetCommand::MarketSim(args) => market_sim(&args)?,
         TestnetCommand::Scenario { dir: d, args } => {
             let report = crate::scenario::run(&dir(data_dir, &d), &args)?;
             crate::scenario::print(&report);

@@ -159,7 +159,7 @@ async fn eligibility_and_ranking() {
     );
     let pick = |routing: RoutingOptions| -> Vec<NodeId> {
         dispatcher
-            .candidates(&MODEL, &request(routing))
+            .candidates(&MODEL, &request(routing), &Default::default())
             .0
             .into_iter()
             .map(|(e, _)| e.advert.provider)

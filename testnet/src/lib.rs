@@ -3,6 +3,7 @@
 //! binary; its description of a running testnet is `testnet.json`.
 
 pub mod launcher;
+pub mod market_sim;
 
 use serde::{Deserialize, Serialize};
 

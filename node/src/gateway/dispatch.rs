@@ -2,10 +2,12 @@
 //! them, run the job, and on a provider failure continue the same response on the
 //! next provider with `resume` (the engine's exact resume keeps the text identical).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use libp2p::PeerId;
 use rand::Rng;
+use sharemesh_market::{OfferView, ScoreWeights};
 use sharemesh_protocol::{
     FinishReason, JobId, JobRequest, Keypair, ModelId, NanoUsd, NodeId, Tier,
 };
@@ -31,7 +33,12 @@ pub struct RoutingDefaults {
     pub max_attempts: usize,
     /// A provider silent this long mid-job is replaced.
     pub stall_timeout: std::time::Duration,
+    /// Weights of the ranking score (SPEC §10).
+    pub score: ScoreWeights,
 }
+
+/// Round trip assumed for a provider the gateway has not pinged yet.
+const UNKNOWN_RTT_MS: f64 = 200.0;
 
 impl Default for RoutingDefaults {
     fn default() -> Self {
@@ -41,6 +48,7 @@ impl Default for RoutingDefaults {
             region: None,
             max_attempts: 4,
             stall_timeout: crate::buyer::DEFAULT_STALL_TIMEOUT,
+            score: ScoreWeights::default(),
         }
     }
 }
@@ -248,12 +256,14 @@ impl Dispatcher {
             .ok_or_else(|| ApiError::model_not_found(name))
     }
 
-    /// Eligible providers for `model`, best first: cheapest, then fastest, then most
-    /// reliable (observed success rate).
+    /// Eligible providers for `model`, best first by `sharemesh_market::rank`: expected
+    /// cost of the request from price, latency (measured round trip, plus the advertised
+    /// queue at the advertised speed), throughput and observed success rate.
     pub fn candidates(
         &self,
         model: &ModelId,
         request: &CompletionRequest,
+        rtt_ms: &HashMap<PeerId, f64>,
     ) -> (Vec<(BookEntry, NanoUsd)>, Tier) {
         let now = now_ms();
         let routing = &request.routing;
@@ -270,7 +280,8 @@ impl Dispatcher {
             .clone()
             .or_else(|| self.defaults.region.clone());
         let reliability = self.reliability.lock().ok();
-        let mut eligible: Vec<(BookEntry, NanoUsd, f64, f64)> = self
+        let tokens = request.sampling.max_tokens;
+        let (eligible, offers): (Vec<(BookEntry, NanoUsd)>, Vec<OfferView>) = self
             .live()
             .into_iter()
             .filter_map(|entry| {
@@ -287,20 +298,36 @@ impl Dispatcher {
                     && advert.available_at(now)
                     && (load.max_concurrent == 0
                         || load.active_jobs + load.queue_depth < load.max_concurrent);
-                let speed = f64::from(offer.generation_milli_tokens_per_second);
-                let success = reliability
-                    .as_ref()
-                    .map_or(0.5, |r| r.success_rate(&advert.provider, now));
-                ok.then_some((entry.clone(), price, speed, success))
+                if !ok {
+                    return None;
+                }
+                let speed = f64::from(offer.generation_milli_tokens_per_second) / 1000.0;
+                let rtt = advert
+                    .provider
+                    .peer_id()
+                    .ok()
+                    .and_then(|peer| rtt_ms.get(&peer).copied())
+                    .unwrap_or(UNKNOWN_RTT_MS);
+                // A job ahead in the queue takes about as long as this one will.
+                let queue_ms = if speed > 0.0 {
+                    f64::from(load.queue_depth) * f64::from(tokens) / speed * 1000.0
+                } else {
+                    0.0
+                };
+                let view = OfferView {
+                    price_per_token: price.0,
+                    latency_ms: rtt + queue_ms,
+                    tokens_per_second: speed,
+                    reliability: reliability
+                        .as_ref()
+                        .map_or(0.5, |r| r.success_rate(&advert.provider, now)),
+                };
+                Some(((entry.clone(), price), view))
             })
-            .collect();
-        eligible.sort_by(|a, b| {
-            a.1.cmp(&b.1)
-                .then(b.2.total_cmp(&a.2))
-                .then(b.3.total_cmp(&a.3))
-        });
+            .unzip();
+        let order = sharemesh_market::rank(&offers, tokens, &self.defaults.score);
         (
-            eligible.into_iter().map(|(e, p, _, _)| (e, p)).collect(),
+            order.into_iter().map(|i| eligible[i].clone()).collect(),
             tier,
         )
     }
@@ -335,7 +362,15 @@ impl Dispatcher {
         events: &mpsc::Sender<DispatchEvent>,
     ) -> Result<(), ApiError> {
         let model = self.resolve_model(&request.model)?;
-        let (candidates, tier) = self.candidates(&model, &request);
+        let rtt_ms: HashMap<PeerId, f64> = self
+            .mesh
+            .peers()
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|p| Some((p.peer_id.parse().ok()?, p.rtt_ms?)))
+            .collect();
+        let (candidates, tier) = self.candidates(&model, &request, &rtt_ms);
         if candidates.is_empty() {
             return Err(ApiError::no_provider(format!(
                 "no provider can serve `{}` now within the price ceiling, tier, region and VRAM constraints",
