@@ -1,0 +1,275 @@
+//! One job's messages: request, quote, answer, tokens, receipts, commitment.
+
+use serde::{Deserialize, Serialize};
+
+use super::at_most;
+use super::*;
+use crate::error::ValidationError;
+use crate::ids::{Digest, JobId, ModelId, NodeId};
+use crate::money::NanoUsd;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Prompt {
+    /// Raw text completion.
+    Text(String),
+    /// Chat messages, rendered with the model's chat template by the provider.
+    Chat(Vec<ChatMessage>),
+    /// Pre-tokenised input.
+    Tokens(Vec<u32>),
+}
+
+impl Prompt {
+    fn validate(&self) -> Result<(), ValidationError> {
+        match self {
+            Prompt::Text(text) if text.len() > MAX_TEXT_BYTES => Err(ValidationError::field(
+                "prompt",
+                format!("{} bytes, limit {MAX_TEXT_BYTES}", text.len()),
+            )),
+            Prompt::Chat(messages) => {
+                at_most("prompt.messages", messages.len(), MAX_CHAT_MESSAGES)?;
+                let total: usize = messages.iter().map(|m| m.content.len()).sum();
+                if total > MAX_TEXT_BYTES {
+                    return Err(ValidationError::field(
+                        "prompt.messages",
+                        format!("{total} bytes of content, limit {MAX_TEXT_BYTES}"),
+                    ));
+                }
+                Ok(())
+            }
+            Prompt::Tokens(tokens) => at_most("prompt.tokens", tokens.len(), MAX_PROMPT_TOKENS),
+            Prompt::Text(_) => Ok(()),
+        }
+    }
+}
+
+/// Sampling settings. Temperature 0 means greedy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    pub temperature: f32,
+    pub top_p: f32,
+    /// 0 disables top-k.
+    pub top_k: u32,
+    /// 1.0 disables the penalty.
+    pub repetition_penalty: f32,
+    pub seed: u64,
+    pub max_tokens: u32,
+    pub stop: Vec<String>,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            repetition_penalty: 1.0,
+            seed: 0,
+            max_tokens: 256,
+            stop: Vec::new(),
+        }
+    }
+}
+
+impl Sampling {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if !self.temperature.is_finite() || !(0.0..=2.0).contains(&self.temperature) {
+            return Err(ValidationError::field(
+                "temperature",
+                "must be within 0..=2",
+            ));
+        }
+        if !(self.top_p.is_finite() && self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(ValidationError::field("top_p", "must be within (0, 1]"));
+        }
+        if !self.repetition_penalty.is_finite() || !(0.5..=2.0).contains(&self.repetition_penalty) {
+            return Err(ValidationError::field(
+                "repetition_penalty",
+                "must be within 0.5..=2",
+            ));
+        }
+        if self.max_tokens == 0 || self.max_tokens as usize > MAX_PROMPT_TOKENS {
+            return Err(ValidationError::field(
+                "max_tokens",
+                format!("must be within 1..={MAX_PROMPT_TOKENS}"),
+            ));
+        }
+        at_most("stop", self.stop.len(), MAX_STOP_SEQUENCES)?;
+        for stop in &self.stop {
+            if stop.is_empty() || stop.len() > MAX_STOP_BYTES {
+                return Err(ValidationError::field(
+                    "stop",
+                    format!("each stop sequence must be 1..={MAX_STOP_BYTES} bytes"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A buyer's request for one completion, addressed to one provider.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRequest {
+    pub job_id: JobId,
+    pub buyer: NodeId,
+    /// The provider this request is addressed to, so it cannot be replayed elsewhere.
+    pub provider: NodeId,
+    pub model: ModelId,
+    pub prompt: Prompt,
+    pub sampling: Sampling,
+    pub max_price_per_token: NanoUsd,
+    pub tier: Tier,
+    /// Unix ms after which the buyer no longer wants the work.
+    pub deadline_ms: u64,
+    /// Completion tokens already delivered by an earlier provider: continue after them,
+    /// exactly as an uninterrupted run would.
+    pub resume: Vec<u32>,
+}
+
+impl JobRequest {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.prompt.validate()?;
+        self.sampling.validate()?;
+        at_most("resume", self.resume.len(), MAX_PROMPT_TOKENS)?;
+        if self.resume.len() >= self.sampling.max_tokens as usize {
+            return Err(ValidationError::field(
+                "resume",
+                "already holds max_tokens tokens: nothing left to generate",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A provider's offer for a specific request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quote {
+    pub job_id: JobId,
+    pub provider: NodeId,
+    pub price_per_token: NanoUsd,
+    pub queue_wait_ms: u32,
+    pub expected_milli_tokens_per_second: u32,
+}
+
+/// The provider takes the job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accept {
+    pub job_id: JobId,
+    pub provider: NodeId,
+    pub price_per_token: NanoUsd,
+    pub prompt_tokens: u32,
+    /// How many tokens the provider will send beyond the last receipt before pausing.
+    pub credit_window_tokens: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectReason {
+    UnknownModel,
+    OverCapacity,
+    PriceBelowFloor,
+    OutsideWindow,
+    TierNotOffered,
+    BadRequest,
+    ContextTooLong,
+    DeadlinePassed,
+    Paused,
+    Internal,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reject {
+    pub job_id: JobId,
+    pub provider: NodeId,
+    pub reason: RejectReason,
+    pub detail: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    Cancelled,
+    Error,
+}
+
+/// A slice of the output stream. `first_index` counts completion tokens from 0,
+/// including any `resume` prefix, so chunks from different providers line up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenChunk {
+    pub job_id: JobId,
+    pub provider: NodeId,
+    pub first_index: u32,
+    pub token_ids: Vec<u32>,
+    pub text_delta: String,
+    pub finish: Option<FinishReason>,
+}
+
+impl TokenChunk {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        at_most("token_ids", self.token_ids.len(), MAX_TOKENS_PER_CHUNK)?;
+        if self.text_delta.len() > MAX_TEXT_BYTES {
+            return Err(ValidationError::field("text_delta", "over the text limit"));
+        }
+        Ok(())
+    }
+}
+
+/// The buyer's signed, cumulative acknowledgement. A later receipt (higher envelope
+/// sequence) for the same job supersedes every earlier one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub job_id: JobId,
+    pub provider: NodeId,
+    pub buyer: NodeId,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub price_per_token: NanoUsd,
+    /// `(prompt_tokens + completion_tokens) × price_per_token`.
+    pub amount: NanoUsd,
+}
+
+impl Receipt {
+    pub fn expected_amount(&self) -> Option<NanoUsd> {
+        self.prompt_tokens
+            .checked_add(self.completion_tokens)
+            .and_then(|tokens| self.price_per_token.times(tokens))
+    }
+
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        match self.expected_amount() {
+            Some(amount) if amount == self.amount => Ok(()),
+            Some(amount) => Err(ValidationError::field(
+                "amount",
+                format!("is {} but tokens × price is {}", self.amount.0, amount.0),
+            )),
+            None => Err(ValidationError::field("amount", "tokens × price overflows")),
+        }
+    }
+}
+
+/// The provider's commitment to what it produced: evidence for later verification.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputCommitment {
+    pub job_id: JobId,
+    pub provider: NodeId,
+    /// sha256 of the canonical encoding of the `JobRequest` body.
+    pub request_hash: Digest,
+    /// sha256 over the output token ids (little-endian u32s).
+    pub output_hash: Digest,
+    pub output_tokens: u32,
+}
