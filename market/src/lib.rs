@@ -21,7 +21,8 @@ pub struct OfferView {
     pub reliability: f64,
 }
 
-/// Weights of the score; configurable per gateway (`[gateway.score]` in config.toml).
+/// Weights of the score; configurable per gateway (`sharemesh gateway --score-price
+/// --score-nano-usd-per-second --score-unreliability`, or the same keys in config.toml).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ScoreWeights {

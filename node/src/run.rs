@@ -116,6 +116,10 @@ pub struct GatewayArgs {
     /// Milliseconds of silence after which a provider counts as stalled and is replaced.
     #[arg(long, default_value_t = 30_000)]
     pub stall_timeout_ms: u64,
+    /// Providers asked for a quote (price, queue wait, speed) before each choice; 0 ranks
+    /// by adverts alone.
+    #[arg(long, default_value_t = 4)]
+    pub quote_k: usize,
     /// Ranking score (SPEC §10): multiplier on the expected price of a request.
     #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().price)]
     pub score_price: f64,
@@ -289,6 +293,7 @@ pub fn provide(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             Some(ledger.clone()),
         );
         tokio::spawn(provider.clone().serve());
+        tokio::spawn(provider.clone().serve_quotes());
         tokio::spawn(provider.clone().advertise());
         let http = match args.mesh.http {
             Some(address) => {
@@ -340,6 +345,7 @@ pub fn gateway(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             region: args.region.clone(),
             stall_timeout: Duration::from_millis(args.stall_timeout_ms.max(100)),
             score: score_weights(&args)?,
+            quote_k: args.quote_k,
             ..RoutingDefaults::default()
         };
         let budget = crate::gateway::dispatch::Budget {

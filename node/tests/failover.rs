@@ -8,34 +8,19 @@ mod common;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use common::{start, Process};
+use common::Process;
 use futures::StreamExt;
 
 const BODY: &str = r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Write a short poem about the sea."}], "temperature": 0, "max_tokens": 40, "stream": true}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_the_serving_provider_mid_stream_is_invisible_to_the_client() {
-    let model_path = common::default_model_path();
-    let model_path = model_path.to_str().unwrap().to_owned();
     let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut providers: HashMap<String, Process> = HashMap::new();
     let mut bootstrap = String::new();
     for (i, dir) in dirs[..3].iter().enumerate() {
-        let mut args = vec![
-            "provide",
-            "--model",
-            &model_path,
-            "--threads",
-            "1",
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--advert-interval",
-            "1",
-        ];
-        if i > 0 {
-            args.extend(["--bootstrap", &bootstrap]);
-        }
-        let (process, ready) = start(&args, dir.path());
+        let join = (i > 0).then_some(bootstrap.as_str());
+        let (process, ready) = common::provider(dir.path(), join, &[]);
         if i == 0 {
             bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
         }
@@ -144,29 +129,16 @@ async fn kill_9_of_the_serving_provider_mid_stream_is_invisible_to_the_client() 
 /// the gateway's stall timeout and replaced; the text equals local generation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_provider_is_detected_and_replaced() {
-    let model_path = common::default_model_path();
-    let model_path = model_path.to_str().unwrap().to_owned();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let base = [
-        "provide",
-        "--model",
-        &model_path,
-        "--threads",
-        "1",
-        "--listen",
-        "/ip4/127.0.0.1/tcp/0",
-        "--advert-interval",
-        "1",
-    ];
     // The cheaper provider stalls, so it is chosen first.
-    let mut staller = base.to_vec();
-    staller.extend(["--price", "0.05", "--adversary", "stall-after:5"]);
-    let (_staller, ready) = start(&staller, dirs[0].path());
+    let (_staller, ready) = common::provider(
+        dirs[0].path(),
+        None,
+        &["--price", "0.05", "--adversary", "stall-after:5"],
+    );
     let staller_id = ready["peer_id"].as_str().unwrap().to_owned();
     let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
-    let mut honest = base.to_vec();
-    honest.extend(["--price", "0.1", "--bootstrap", &bootstrap]);
-    let (_honest, ready) = start(&honest, dirs[1].path());
+    let (_honest, ready) = common::provider(dirs[1].path(), Some(&bootstrap), &["--price", "0.1"]);
     let honest_id = ready["peer_id"].as_str().unwrap().to_owned();
     let (_gateway, http) = common::gateway(
         &bootstrap,
@@ -209,7 +181,7 @@ async fn a_stalled_provider_is_detected_and_replaced() {
             "--prompt",
             "Write a short poem about the sea.",
             "--model",
-            &model_path,
+            common::default_model_path().to_str().unwrap(),
         ])
         .output()
         .unwrap();
@@ -222,43 +194,24 @@ async fn a_stalled_provider_is_detected_and_replaced() {
 /// bronze response finishes on another provider without a visible seam.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bronze_job_preempted_by_gold_work_finishes_elsewhere() {
-    let model_path = common::default_model_path();
-    let model_path = model_path.to_str().unwrap().to_owned();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let base = [
-        "provide",
-        "--model",
-        &model_path,
-        "--threads",
-        "1",
-        "--listen",
-        "/ip4/127.0.0.1/tcp/0",
-        "--advert-interval",
-        "1",
-    ];
     // The only gold provider, and the cheapest bronze one.
-    let mut gold = base.to_vec();
-    gold.extend([
+    let gold = [
         "--price",
         "0.05",
         "--tier",
         "interruptible",
         "--tier",
         "reserved",
-    ]);
-    let (_gold, ready) = start(&gold, dirs[0].path());
+    ];
+    let (_gold, ready) = common::provider(dirs[0].path(), None, &gold);
     let gold_id = ready["peer_id"].as_str().unwrap().to_owned();
     let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
-    let mut other = base.to_vec();
-    other.extend([
-        "--price",
-        "0.1",
-        "--tier",
-        "interruptible",
-        "--bootstrap",
-        &bootstrap,
-    ]);
-    let (_other, ready) = start(&other, dirs[1].path());
+    let (_other, ready) = common::provider(
+        dirs[1].path(),
+        Some(&bootstrap),
+        &["--price", "0.1", "--tier", "interruptible"],
+    );
     let other_id = ready["peer_id"].as_str().unwrap().to_owned();
     let (_gateway, http) = common::gateway(&bootstrap, dirs[2].path(), 2, &[]);
 
@@ -345,7 +298,7 @@ async fn a_bronze_job_preempted_by_gold_work_finishes_elsewhere() {
             "--prompt",
             "Write a short poem about the sea.",
             "--model",
-            &model_path,
+            common::default_model_path().to_str().unwrap(),
         ])
         .output()
         .unwrap();

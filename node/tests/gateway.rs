@@ -12,25 +12,8 @@ const MODEL: &str = "smollm2-135m-instruct";
 
 #[test]
 fn openai_sdk_and_curl_against_a_real_gateway() {
-    let model_path = common::default_model_path();
-    let model_path = model_path.to_str().unwrap();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let (_provider, ready) = start(
-        &[
-            "provide",
-            "--model",
-            model_path,
-            "--threads",
-            "1",
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--advert-interval",
-            "1",
-            "--max-concurrent",
-            "16",
-        ],
-        dirs[0].path(),
-    );
+    let (_provider, ready) = common::provider(dirs[0].path(), None, &["--max-concurrent", "16"]);
     let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
     let http = format!("127.0.0.1:{}", free_port());
     let (_gateway, _) = start(
@@ -251,26 +234,9 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
 /// its own engine when it is the best (or only) provider.
 #[test]
 fn a_provider_can_also_be_the_gateway() {
-    let model_path = common::default_model_path();
     let dir = tempfile::tempdir().unwrap();
     let http = format!("127.0.0.1:{}", free_port());
-    let (_node, _) = start(
-        &[
-            "provide",
-            "--model",
-            model_path.to_str().unwrap(),
-            "--threads",
-            "1",
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--advert-interval",
-            "1",
-            "--http",
-            &http,
-            "--openai",
-        ],
-        dir.path(),
-    );
+    let (_node, _) = common::provider(dir.path(), None, &["--http", &http, "--openai"]);
     wait_until(30, "its own model on /v1/models", || {
         get_json(&http, "/v1/models")["data"][0]["id"] == MODEL
     });

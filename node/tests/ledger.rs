@@ -50,34 +50,17 @@ fn post(http: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
 
 /// Starts a provider; returns it, its peer id, its listen address and its HTTP address.
 fn provider(
-    model: &str,
     dir: &Path,
     region: &str,
     price: &str,
     bootstrap: Option<&str>,
 ) -> (Process, String, String, String) {
     let http = format!("127.0.0.1:{}", free_port());
-    let mut args = vec![
-        "provide",
-        "--model",
-        model,
-        "--threads",
-        "1",
-        "--listen",
-        "/ip4/127.0.0.1/tcp/0",
-        "--advert-interval",
-        "1",
-        "--region",
-        region,
-        "--price",
-        price,
-        "--http",
-        &http,
-    ];
-    if let Some(b) = bootstrap {
-        args.extend(["--bootstrap", b]);
-    }
-    let (process, ready) = start(&args, dir);
+    let (process, ready) = common::provider(
+        dir,
+        bootstrap,
+        &["--region", region, "--price", price, "--http", &http],
+    );
     (
         process,
         ready["peer_id"].as_str().unwrap().to_owned(),
@@ -88,11 +71,9 @@ fn provider(
 
 #[test]
 fn books_agree_across_providers_budgets_hold_and_crashes_keep_them_consistent() {
-    let model = common::default_model_path();
-    let model = model.to_str().unwrap();
     let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
-    let (eu, eu_id, bootstrap, eu_http) = provider(model, dirs[0].path(), "eu", "0.1", None);
-    let (us, us_id, _, us_http) = provider(model, dirs[1].path(), "us", "0.2", Some(&bootstrap));
+    let (eu, eu_id, bootstrap, eu_http) = provider(dirs[0].path(), "eu", "0.1", None);
+    let (us, us_id, _, us_http) = provider(dirs[1].path(), "us", "0.2", Some(&bootstrap));
     let http = format!("127.0.0.1:{}", free_port());
     let (gateway, _) = start(
         &[
@@ -172,8 +153,8 @@ fn books_agree_across_providers_budgets_hold_and_crashes_keep_them_consistent() 
     assert!(spend["ttft_ms"]["p50"].as_f64().unwrap() > 0.0);
 
     // Crashes mid-stream: kill -9 the serving provider, then the gateway, while streaming.
-    let (eu, _, bootstrap, _) = provider(model, dirs[0].path(), "eu", "0.1", None);
-    let (us, _, _, _) = provider(model, dirs[1].path(), "eu", "0.1", Some(&bootstrap));
+    let (eu, _, bootstrap, _) = provider(dirs[0].path(), "eu", "0.1", None);
+    let (us, _, _, _) = provider(dirs[1].path(), "eu", "0.1", Some(&bootstrap));
     let (gateway, _) = start(
         &[
             "gateway",
@@ -230,7 +211,7 @@ fn books_agree_across_providers_budgets_hold_and_crashes_keep_them_consistent() 
 
     // Budgets: a gateway with a tiny daily budget refuses before any work starts.
     let poor = format!("127.0.0.1:{}", free_port());
-    let (eu, _, bootstrap, _) = provider(model, dirs[0].path(), "eu", "0.1", None);
+    let (eu, _, bootstrap, _) = provider(dirs[0].path(), "eu", "0.1", None);
     let (_poor_gateway, _) = start(
         &[
             "gateway",

@@ -162,7 +162,7 @@ async fn eligibility_and_ranking() {
             .candidates(&MODEL, &request(routing), &Default::default())
             .0
             .into_iter()
-            .map(|(e, _)| e.advert.provider)
+            .map(|c| c.entry.advert.provider)
             .collect()
     };
     // Outside its window (12) and at capacity (13): never chosen. Cheapest first.

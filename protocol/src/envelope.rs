@@ -29,6 +29,8 @@ pub enum MessageKind {
     Receipt,
     OutputCommitment,
     ReputationReport,
+    // New kinds go last: the discriminant's index is on the wire.
+    QuoteRequest,
 }
 
 impl MessageKind {
@@ -45,6 +47,7 @@ impl MessageKind {
             MessageKind::Receipt => "sharemesh/1/receipt",
             MessageKind::OutputCommitment => "sharemesh/1/output-commitment",
             MessageKind::ReputationReport => "sharemesh/1/reputation-report",
+            MessageKind::QuoteRequest => "sharemesh/1/quote-request",
         }
     }
 }
@@ -105,6 +108,14 @@ wire!(
     DAY,
     |m| m.buyer,
     JobRequest::validate
+);
+wire!(
+    QuoteRequest,
+    QuoteRequest,
+    1024,
+    10 * MINUTE,
+    |m| m.buyer,
+    QuoteRequest::validate
 );
 wire!(Quote, Quote, 1024, 10 * MINUTE, |m| m.provider, |_| Ok(()));
 wire!(Accept, Accept, 1024, DAY, |m| m.provider, |_| Ok(()));

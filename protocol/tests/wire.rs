@@ -186,6 +186,7 @@ proptest! {
     fn small_messages_round_trip(job in arb_id16(), a in any::<u32>(), b in any::<u32>(), price in 0u64..1_000_000, text in arb_text()) {
         let provider = keypair(1);
         let buyer = keypair(2);
+        round_trip(&buyer, &QuoteRequest { job_id: job, buyer: buyer.node_id(), provider: provider.node_id(), model: ModelId::from_bytes([5; 32]), tier: Tier::Reserved, max_price_per_token: NanoUsd(price), max_tokens: (a % 131_072) + 1 });
         round_trip(&provider, &Quote { job_id: job, provider: provider.node_id(), price_per_token: NanoUsd(price), queue_wait_ms: a, expected_milli_tokens_per_second: b });
         round_trip(&provider, &Accept { job_id: job, provider: provider.node_id(), price_per_token: NanoUsd(price), prompt_tokens: a, credit_window_tokens: b });
         round_trip(&provider, &Reject { job_id: job, provider: provider.node_id(), reason: RejectReason::OverCapacity, detail: text.clone() });
@@ -398,3 +399,23 @@ fn receipt_golden_bytes() {
 
 const GOLDEN_RECEIPT_DIGEST: &str =
     "3b748d0693b613296c6e360ac434b19f6c5c7d55e7548043e0f1a4555f2aad16";
+
+#[test]
+fn a_quote_request_for_no_tokens_is_refused_by_name() {
+    let buyer = keypair(2);
+    let request = QuoteRequest {
+        job_id: JobId::from_bytes([1; 16]),
+        buyer: buyer.node_id(),
+        provider: keypair(1).node_id(),
+        model: ModelId::from_bytes([5; 32]),
+        tier: Tier::OnDemand,
+        max_price_per_token: NanoUsd(100),
+        max_tokens: 0,
+    };
+    let envelope = buyer.seal(&request, 1, NOW, 60_000).unwrap();
+    let err = envelope
+        .open::<QuoteRequest>(NOW + 1)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_tokens"), "{err}");
+}

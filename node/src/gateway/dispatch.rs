@@ -9,13 +9,14 @@ use libp2p::PeerId;
 use rand::Rng;
 use sharemesh_market::{OfferView, ScoreWeights};
 use sharemesh_protocol::{
-    FinishReason, JobId, JobRequest, Keypair, ModelId, NanoUsd, NodeId, Tier,
+    FinishReason, JobId, JobRequest, Keypair, ModelId, NanoUsd, NodeId, QuoteRequest, Tier,
 };
 use sharemesh_reputation::{Outcome, ReputationBook, ScoreParams};
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::openai::CompletionRequest;
+use super::quote::{self, Candidate, QuoteAnswer};
 use crate::buyer::{start_job, JobEvent};
 use crate::clock::now_ms;
 use crate::keys::KeyRecord;
@@ -35,6 +36,8 @@ pub struct RoutingDefaults {
     pub stall_timeout: std::time::Duration,
     /// Weights of the ranking score (SPEC §10).
     pub score: ScoreWeights,
+    /// Candidates asked for a quote before the choice (0: rank by adverts alone).
+    pub quote_k: usize,
 }
 
 /// Round trip assumed for a provider the gateway has not pinged yet.
@@ -49,6 +52,7 @@ impl Default for RoutingDefaults {
             max_attempts: 4,
             stall_timeout: crate::buyer::DEFAULT_STALL_TIMEOUT,
             score: ScoreWeights::default(),
+            quote_k: 4,
         }
     }
 }
@@ -264,7 +268,7 @@ impl Dispatcher {
         model: &ModelId,
         request: &CompletionRequest,
         rtt_ms: &HashMap<PeerId, f64>,
-    ) -> (Vec<(BookEntry, NanoUsd)>, Tier) {
+    ) -> (Vec<Candidate>, Tier) {
         let now = now_ms();
         let routing = &request.routing;
         let tier = if routing.interruptible {
@@ -281,7 +285,7 @@ impl Dispatcher {
             .or_else(|| self.defaults.region.clone());
         let reliability = self.reliability.lock().ok();
         let tokens = request.sampling.max_tokens;
-        let (eligible, offers): (Vec<(BookEntry, NanoUsd)>, Vec<OfferView>) = self
+        let eligible: Vec<Candidate> = self
             .live()
             .into_iter()
             .filter_map(|entry| {
@@ -322,12 +326,19 @@ impl Dispatcher {
                         .as_ref()
                         .map_or(0.5, |r| r.success_rate(&advert.provider, now)),
                 };
-                Some(((entry.clone(), price), view))
+                Some(Candidate {
+                    entry: entry.clone(),
+                    price,
+                    rtt_ms: rtt,
+                    view,
+                })
             })
-            .unzip();
-        let order = sharemesh_market::rank(&offers, tokens, &self.defaults.score);
+            .collect();
+        let views: Vec<OfferView> = eligible.iter().map(|c| c.view).collect();
+        let order = sharemesh_market::rank(&views, tokens, &self.defaults.score);
+        let mut slots: Vec<Option<Candidate>> = eligible.into_iter().map(Some).collect();
         (
-            order.into_iter().map(|i| eligible[i].clone()).collect(),
+            order.into_iter().filter_map(|i| slots[i].take()).collect(),
             tier,
         )
     }
@@ -377,6 +388,16 @@ impl Dispatcher {
                 request.model
             )));
         }
+        let job_id = JobId::from_bytes(rand::rng().random());
+        let candidates = self
+            .quote_round(candidates, job_id, model, tier, &request)
+            .await;
+        if candidates.is_empty() {
+            return Err(ApiError::no_provider(format!(
+                "every provider asked for a quote for `{}` declined it",
+                request.model
+            )));
+        }
         // Worst case: every prompt byte a token, every completion token produced, at the
         // highest price among the candidates we may fail over to.
         let prompt_bytes = match &request.prompt {
@@ -389,20 +410,21 @@ impl Dispatcher {
         let highest = candidates
             .iter()
             .take(self.defaults.max_attempts)
-            .map(|(_, p)| p.0)
+            .map(|c| c.price.0)
             .max()
             .unwrap_or(0);
         let worst_case =
             highest.saturating_mul(prompt_bytes + u64::from(request.sampling.max_tokens));
         let _reservation = self.reserve(worst_case, key.as_ref())?;
-        let job_id = JobId::from_bytes(rand::rng().random());
         let mut delivered: Vec<u32> = Vec::new();
         let mut providers: Vec<NodeId> = Vec::new();
         let mut cost = NanoUsd::ZERO;
         let mut segments: Vec<Segment> = Vec::new();
         let mut last_error = String::from("no provider answered");
         let mut accepted = false;
-        for (entry, price) in candidates.into_iter().take(self.defaults.max_attempts) {
+        for Candidate { entry, price, .. } in
+            candidates.into_iter().take(self.defaults.max_attempts)
+        {
             let provider = entry.advert.provider;
             let Ok(peer) = provider.peer_id() else {
                 continue;
@@ -596,6 +618,61 @@ impl Dispatcher {
         } else {
             ApiError::no_provider(last_error)
         })
+    }
+
+    /// Asks the first `quote_k` candidates for a quote in parallel and ranks again with
+    /// their answers (SPEC §10). With `quote_k = 0` the advert-based ranking stands.
+    async fn quote_round(
+        &self,
+        candidates: Vec<Candidate>,
+        job_id: JobId,
+        model: ModelId,
+        tier: Tier,
+        request: &CompletionRequest,
+    ) -> Vec<Candidate> {
+        let k = self.defaults.quote_k.min(candidates.len());
+        if k == 0 {
+            return candidates;
+        }
+        let ceiling = request
+            .routing
+            .max_price_per_token
+            .unwrap_or(self.defaults.max_price_per_token);
+        let key = Keypair::from_secret(self.key.secret());
+        let asks = candidates[..k].iter().map(|candidate| {
+            let key = &key;
+            async move {
+                let provider = candidate.provider();
+                let Ok(peer) = provider.peer_id() else {
+                    return QuoteAnswer::Silent;
+                };
+                if provider == self.key.node_id() {
+                    return QuoteAnswer::Local;
+                }
+                self.dial_advertised(peer, &candidate.entry).await;
+                let ask = QuoteRequest {
+                    job_id,
+                    buyer: self.key.node_id(),
+                    provider,
+                    model,
+                    tier,
+                    max_price_per_token: ceiling,
+                    max_tokens: request.sampling.max_tokens.max(1),
+                };
+                quote::ask(&self.mesh, key, peer, ask).await
+            }
+        });
+        let answers = futures::future::join_all(asks).await;
+        for (candidate, answer) in candidates.iter().zip(&answers) {
+            tracing::debug!(job = %job_id, provider = %candidate.provider(), ?answer, "quote");
+        }
+        quote::rerank(
+            candidates,
+            &answers,
+            ceiling,
+            request.sampling.max_tokens,
+            &self.defaults.score,
+        )
     }
 
     async fn dial_advertised(&self, peer: PeerId, entry: &BookEntry) {

@@ -4,6 +4,7 @@
 pub mod dispatch;
 pub mod error;
 pub mod openai;
+pub mod quote;
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -13,6 +13,7 @@ use sha2::{Digest as _, Sha256};
 
 /// Token streams between buyer and provider.
 pub const INFER_PROTOCOL: StreamProtocol = StreamProtocol::new("/sharemesh/infer/1");
+pub const QUOTE_PROTOCOL: StreamProtocol = StreamProtocol::new("/sharemesh/quote/1");
 /// Our own Kademlia DHT, separate from the public IPFS one.
 pub const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/sharemesh/kad/1");
 pub const IDENTIFY_PROTOCOL: &str = "/sharemesh/id/1";

@@ -21,8 +21,8 @@ use serde::Serialize;
 use sharemesh_protocol::{ModelId, NodeId, SignedEnvelope};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-pub use behaviour::INFER_PROTOCOL;
 use behaviour::{Behaviour, BehaviourConfig};
+pub use behaviour::{INFER_PROTOCOL, QUOTE_PROTOCOL};
 pub use book::AddressBook;
 use orderbook::OrderBook;
 

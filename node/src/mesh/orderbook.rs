@@ -113,14 +113,12 @@ impl OrderBook {
     }
 }
 
+/// A minimal advert for unit tests elsewhere in the crate.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use sharemesh_protocol::{HardwareSummary, Keypair, Load};
+pub(crate) mod tests_support {
+    use sharemesh_protocol::{Advert, HardwareSummary, Keypair, Load};
 
-    const NOW: u64 = 1_796_029_200_000;
-
-    fn advert(key: &Keypair) -> Advert {
+    pub(crate) fn advert(key: &Keypair) -> Advert {
         Advert {
             provider: key.node_id(),
             region: "local".into(),
@@ -135,6 +133,15 @@ mod tests {
             addresses: vec![],
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::advert;
+    use super::*;
+    use sharemesh_protocol::Keypair;
+
+    const NOW: u64 = 1_796_029_200_000;
 
     #[test]
     fn accepts_newer_and_rejects_forged_expired_replayed() {

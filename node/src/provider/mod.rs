@@ -26,6 +26,7 @@ use crate::mesh::framing::{read_frame, write_frame, FrameError};
 use crate::mesh::{MeshHandle, INFER_PROTOCOL};
 
 mod local;
+mod quote;
 mod receipts;
 use receipts::read_receipts;
 
@@ -231,6 +232,49 @@ impl Provider {
         Ok(())
     }
 
+    /// The terms a job and a quote must both meet: model served, tier offered, not paused
+    /// by the thermal guard, price within the ceiling, inside an availability window.
+    fn terms(
+        &self,
+        model: &sharemesh_protocol::ModelId,
+        tier: Tier,
+        ceiling: NanoUsd,
+        now: u64,
+    ) -> Result<(), (RejectReason, String)> {
+        if !self.engine.models().iter().any(|m| m.id == *model) {
+            return Err((
+                RejectReason::UnknownModel,
+                format!("model {model} is not served here"),
+            ));
+        }
+        if !self.policy.tiers.contains(&tier) {
+            return Err((
+                RejectReason::TierNotOffered,
+                format!("tier {} is not offered", tier.name()),
+            ));
+        }
+        if let Some(reason) = self.policy.thermal.over_limit() {
+            return Err((RejectReason::Paused, reason));
+        }
+        let price = self.policy.price(tier);
+        if ceiling < price {
+            return Err((
+                RejectReason::PriceBelowFloor,
+                format!(
+                    "price {} nano-USD/token is above the ceiling {}",
+                    price.0, ceiling.0
+                ),
+            ));
+        }
+        if !self.policy.windows.is_empty() && !self.policy.windows.iter().any(|w| w.contains(now)) {
+            return Err((
+                RejectReason::OutsideWindow,
+                "outside the provider's availability windows".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn check(
         &self,
         peer: PeerId,
@@ -269,37 +313,12 @@ impl Provider {
                 "the deadline has passed".into(),
             ));
         }
-        if !self.engine.models().iter().any(|m| m.id == request.model) {
-            return Err((
-                RejectReason::UnknownModel,
-                format!("model {} is not served here", request.model),
-            ));
-        }
-        if !self.policy.tiers.contains(&request.tier) {
-            return Err((
-                RejectReason::TierNotOffered,
-                format!("tier {} is not offered", request.tier.name()),
-            ));
-        }
-        if let Some(reason) = self.policy.thermal.over_limit() {
-            return Err((RejectReason::Paused, reason));
-        }
-        let price = self.policy.price(request.tier);
-        if request.max_price_per_token < price {
-            return Err((
-                RejectReason::PriceBelowFloor,
-                format!(
-                    "price {} nano-USD/token is above the ceiling {}",
-                    price.0, request.max_price_per_token.0
-                ),
-            ));
-        }
-        if !self.policy.windows.is_empty() && !self.policy.windows.iter().any(|w| w.contains(now)) {
-            return Err((
-                RejectReason::OutsideWindow,
-                "outside the provider's availability windows".into(),
-            ));
-        }
+        self.terms(
+            &request.model,
+            request.tier,
+            request.max_price_per_token,
+            now,
+        )?;
         let busy = self.engine.active_jobs() + self.engine.queue_depth();
         if request.tier == Tier::Reserved && busy > 0 {
             // Gold work never waits behind bronze: preempt an interruptible job.

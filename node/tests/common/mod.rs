@@ -130,3 +130,31 @@ pub fn gateway(
     });
     (process, http)
 }
+
+/// Starts a provider of the default model on loopback (one thread, adverts every
+/// second), joining through `bootstrap` if given, with `extra` flags appended; returns it
+/// and its ready line.
+pub fn provider(
+    data_dir: &Path,
+    bootstrap: Option<&str>,
+    extra: &[&str],
+) -> (Process, serde_json::Value) {
+    let model = default_model_path();
+    let model = model.to_str().unwrap_or_default().to_owned();
+    let mut args = vec![
+        "provide",
+        "--model",
+        &model,
+        "--threads",
+        "1",
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--advert-interval",
+        "1",
+    ];
+    if let Some(bootstrap) = bootstrap {
+        args.extend(["--bootstrap", bootstrap]);
+    }
+    args.extend_from_slice(extra);
+    start(&args, data_dir)
+}

@@ -154,6 +154,33 @@ impl JobRequest {
     }
 }
 
+/// A buyer asks a provider what it would charge and how soon it could start (the reverse
+/// auction's call for bids). Carries no prompt: quoting commits the provider to nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuoteRequest {
+    pub job_id: JobId,
+    pub buyer: NodeId,
+    /// The addressee.
+    pub provider: NodeId,
+    pub model: ModelId,
+    pub tier: Tier,
+    pub max_price_per_token: NanoUsd,
+    /// Completion tokens the job may need (sizes the provider's queue estimate).
+    pub max_tokens: u32,
+}
+
+impl QuoteRequest {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if self.max_tokens == 0 || self.max_tokens as usize > MAX_PROMPT_TOKENS {
+            return Err(ValidationError::field(
+                "max_tokens",
+                "must be in 1..=131072",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A provider's offer for a specific request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quote {
