@@ -120,6 +120,10 @@ pub struct GatewayArgs {
     /// by adverts alone.
     #[arg(long, default_value_t = 4)]
     pub quote_k: usize,
+    /// Start gold (reserved) work on the two best providers and keep the first to
+    /// answer (a request can override with `sharemesh.hedge`).
+    #[arg(long)]
+    pub hedge_gold: bool,
     /// Ranking score (SPEC §10): multiplier on the expected price of a request.
     #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().price)]
     pub score_price: f64,
@@ -346,6 +350,7 @@ pub fn gateway(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             stall_timeout: Duration::from_millis(args.stall_timeout_ms.max(100)),
             score: score_weights(&args)?,
             quote_k: args.quote_k,
+            hedge_gold: args.hedge_gold,
             ..RoutingDefaults::default()
         };
         let budget = crate::gateway::dispatch::Budget {

@@ -83,3 +83,51 @@ async fn a_quoted_queue_wait_moves_work_to_a_free_provider() {
     );
     drop(long);
 }
+
+/// Gold's hedged start: the same job starts on the two best providers and the first to
+/// answer serves it. The cheaper one (ranked first) never sends a token (adversary
+/// `stall-after:0`); the gateway's stall timeout is long, so without the hedge the
+/// client would wait two minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hedged_gold_request_is_served_by_the_first_to_answer() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let gold = ["--tier", "reserved", "--price"];
+    let (_silent, ready) = common::provider(
+        dirs[0].path(),
+        None,
+        &[&gold[..], &["0.05", "--adversary", "stall-after:0"]].concat(),
+    );
+    let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
+    let (_honest, ready) = common::provider(
+        dirs[1].path(),
+        Some(&bootstrap),
+        &[&gold[..], &["0.1"]].concat(),
+    );
+    let honest_id = ready["peer_id"].as_str().unwrap().to_owned();
+    let (_gateway, http) = common::gateway(
+        &bootstrap,
+        dirs[2].path(),
+        2,
+        &["--stall-timeout-ms", "120000", "--hedge-gold"],
+    );
+    let asked = std::time::Instant::now();
+    let response = reqwest::Client::new()
+        .post(format!("http://{http}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "temperature": 0, "max_tokens": 16, "sharemesh": {"tier": "gold"}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["x-sharemesh-provider"],
+        honest_id.as_str()
+    );
+    let json: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(json["choices"][0]["message"]["content"], "The answer is 4.");
+    let took = asked.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(60),
+        "took {took:?}: the silent provider was waited for"
+    );
+}

@@ -2,7 +2,7 @@
 //! them, run the job, and on a provider failure continue the same response on the
 //! next provider with `resume` (the engine's exact resume keeps the text identical).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use libp2p::PeerId;
@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 use super::error::ApiError;
 use super::openai::CompletionRequest;
 use super::quote::{self, Candidate, QuoteAnswer};
-use crate::buyer::{start_job, JobEvent};
+use super::segment::race;
+use crate::buyer::JobEvent;
 use crate::clock::now_ms;
 use crate::keys::KeyRecord;
 use crate::ledger::{JobRecord, Ledger};
@@ -38,6 +39,9 @@ pub struct RoutingDefaults {
     pub score: ScoreWeights,
     /// Candidates asked for a quote before the choice (0: rank by adverts alone).
     pub quote_k: usize,
+    /// Start gold work on two providers and keep the first to answer, unless the
+    /// request says otherwise (`sharemesh.hedge`).
+    pub hedge_gold: bool,
 }
 
 /// Round trip assumed for a provider the gateway has not pinged yet.
@@ -53,6 +57,7 @@ impl Default for RoutingDefaults {
             stall_timeout: crate::buyer::DEFAULT_STALL_TIMEOUT,
             score: ScoreWeights::default(),
             quote_k: 4,
+            hedge_gold: false,
         }
     }
 }
@@ -422,14 +427,20 @@ impl Dispatcher {
         let mut segments: Vec<Segment> = Vec::new();
         let mut last_error = String::from("no provider answered");
         let mut accepted = false;
-        for Candidate { entry, price, .. } in
-            candidates.into_iter().take(self.defaults.max_attempts)
+        let mut queue: VecDeque<Candidate> = candidates
+            .into_iter()
+            .take(self.defaults.max_attempts)
+            .collect();
+        let mut hedge = tier == Tier::Reserved
+            && request.routing.hedge.unwrap_or(self.defaults.hedge_gold)
+            && queue.len() >= 2;
+        while let Some(Candidate {
+            mut entry,
+            mut price,
+            ..
+        }) = queue.pop_front()
         {
-            let provider = entry.advert.provider;
-            let Ok(peer) = provider.peer_id() else {
-                continue;
-            };
-            self.dial_advertised(peer, &entry).await;
+            let mut provider = entry.advert.provider;
             let job = JobRequest {
                 job_id,
                 buyer: self.key.node_id(),
@@ -444,42 +455,52 @@ impl Dispatcher {
             };
             let segment_started = std::time::Instant::now();
             let mut first_token: Option<std::time::Instant> = None;
-            // A stream refused or closed before any answer (a busy provider drops
-            // streams it cannot take yet) is retried briefly before moving on.
-            let mut pending = None;
-            let mut stream = None;
-            for attempt in 1..=3u64 {
-                if provider == self.key.node_id() {
-                    if let Some(local) = self.local.get() {
-                        let mut opened = local.run_local(job.clone());
-                        pending = opened.recv().await;
-                        stream = Some(opened);
+            let opened = if std::mem::take(&mut hedge) {
+                // Gold's hedged start: the same job on the next provider too; the first
+                // to answer serves, the other is cancelled and stays next in line.
+                let partner = queue.pop_front();
+                let opened = match partner {
+                    None => self.open_segment(&entry, job, &mut last_error).await,
+                    Some(partner) => {
+                        let partner_job = JobRequest {
+                            provider: partner.provider(),
+                            max_price_per_token: partner.price,
+                            ..job.clone()
+                        };
+                        let mut partner_error = String::new();
+                        let (mine, theirs) = futures::future::join(
+                            self.open_segment(&entry, job, &mut last_error),
+                            self.open_segment(&partner.entry, partner_job, &mut partner_error),
+                        )
+                        .await;
+                        let winner = match (mine, theirs) {
+                            (Some(a), Some(b)) => Some(race(a, b).await),
+                            (Some(a), None) => Some((0, a)),
+                            (None, Some(b)) => Some((1, b)),
+                            (None, None) => None,
+                        };
+                        let loser = match winner {
+                            Some((1, _)) => {
+                                let loser = Candidate {
+                                    entry: std::mem::replace(&mut entry, partner.entry.clone()),
+                                    price: std::mem::replace(&mut price, partner.price),
+                                    ..partner
+                                };
+                                provider = entry.advert.provider;
+                                loser
+                            }
+                            _ => partner,
+                        };
+                        tracing::info!(job = %job_id, winner = %provider, other = %loser.provider(), "hedged start");
+                        queue.push_front(loser);
+                        winner.map(|(_, opened)| opened)
                     }
-                    break;
-                }
-                match start_job(
-                    &self.mesh,
-                    Keypair::from_secret(self.key.secret()),
-                    peer,
-                    job.clone(),
-                    self.ledger.clone(),
-                    self.defaults.stall_timeout,
-                )
-                .await
-                {
-                    Ok(mut opened) => match opened.recv().await {
-                        Some(JobEvent::Failed(why)) => last_error = why,
-                        first => {
-                            pending = first;
-                            stream = Some(opened);
-                            break;
-                        }
-                    },
-                    Err(err) => last_error = err.to_string(),
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
-            }
-            let Some(mut stream) = stream else {
+                };
+                opened
+            } else {
+                self.open_segment(&entry, job, &mut last_error).await
+            };
+            let Some(mut stream) = opened else {
                 self.record(provider, Outcome::Failed);
                 continue;
             };
@@ -488,11 +509,7 @@ impl Dispatcher {
             // What the provider accepted at (its own engine, in-process, charges nothing).
             let mut segment_price = price;
             let outcome = loop {
-                let next = match pending.take() {
-                    Some(event) => Some(event),
-                    None => stream.recv().await,
-                };
-                let Some(event) = next else {
+                let Some(event) = stream.next().await else {
                     break Err("the job ended without an answer".to_owned());
                 };
                 match event {
@@ -675,7 +692,19 @@ impl Dispatcher {
         )
     }
 
-    async fn dial_advertised(&self, peer: PeerId, entry: &BookEntry) {
+    pub(super) fn local_provider(&self) -> Option<Arc<crate::provider::Provider>> {
+        self.local.get().cloned()
+    }
+
+    pub(super) fn secret(&self) -> [u8; 32] {
+        self.key.secret()
+    }
+
+    pub(super) fn stall_timeout(&self) -> std::time::Duration {
+        self.defaults.stall_timeout
+    }
+
+    pub(super) async fn dial_advertised(&self, peer: PeerId, entry: &BookEntry) {
         if self
             .mesh
             .peers()

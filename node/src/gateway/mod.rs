@@ -5,6 +5,7 @@ pub mod dispatch;
 pub mod error;
 pub mod openai;
 pub mod quote;
+pub mod segment;
 
 use std::convert::Infallible;
 use std::sync::Arc;

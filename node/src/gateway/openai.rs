@@ -15,6 +15,8 @@ pub struct RoutingOptions {
     pub region: Option<String>,
     pub min_vram_bytes: Option<u64>,
     pub interruptible: bool,
+    /// Gold only: start on the two best providers and keep the first to answer.
+    pub hedge: Option<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -272,6 +274,19 @@ fn routing(
     routing.min_vram_bytes = vram.map(|gb| (gb * 1e9) as u64);
     routing.interruptible = boolean(options, "interruptible")?.unwrap_or(false)
         || header("x-sharemesh-interruptible").is_some_and(|v| v == "true" || v == "1");
+    routing.hedge = match boolean(options, "hedge")? {
+        Some(hedge) => Some(hedge),
+        None => header("x-sharemesh-hedge")
+            .map(|v| match v.as_str() {
+                "true" | "1" => Ok(true),
+                "false" | "0" => Ok(false),
+                _ => Err(ApiError::invalid(
+                    "x-sharemesh-hedge",
+                    "must be true or false",
+                )),
+            })
+            .transpose()?,
+    };
     Ok(routing)
 }
 
@@ -429,7 +444,7 @@ mod tests {
             r#"{"model": "m", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
                 "max_completion_tokens": 5, "stop": "x", "stream": true, "stream_options": {"include_usage": true},
                 "seed": 3, "user": "u", "logit_bias": {}, "frequency_penalty": 0,
-                "sharemesh": {"max_price_per_mtok": 0.2, "tier": "bronze", "region": "eu", "min_vram_gb": 8}}"#,
+                "sharemesh": {"max_price_per_mtok": 0.2, "tier": "bronze", "region": "eu", "min_vram_gb": 8, "hedge": true}}"#,
         )
         .unwrap();
         assert_eq!(req.sampling.max_tokens, 5);
@@ -438,9 +453,26 @@ mod tests {
         assert_eq!(req.routing.tier, Some(Tier::Interruptible));
         assert_eq!(req.routing.max_price_per_token, Some(NanoUsd(200)));
         assert_eq!(req.routing.min_vram_bytes, Some(8_000_000_000));
+        assert_eq!(req.routing.hedge, Some(true));
         let Prompt::Chat(messages) = req.prompt else {
             panic!()
         };
         assert_eq!(messages[1].content, "hi");
+    }
+
+    #[test]
+    fn the_hedge_header_must_be_a_boolean() {
+        let body = br#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert("x-sharemesh-hedge", "0".parse().unwrap());
+        assert_eq!(
+            parse(body, true, &headers).unwrap().routing.hedge,
+            Some(false)
+        );
+        headers.insert("x-sharemesh-hedge", "maybe".parse().unwrap());
+        let err = parse(body, true, &headers).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("x-sharemesh-hedge"));
+        let absent = parse(body, true, &axum::http::HeaderMap::new()).unwrap();
+        assert_eq!(absent.routing.hedge, None);
     }
 }
