@@ -64,6 +64,7 @@ pub fn run(data_dir: &Path) -> Result<()> {
     let gateway = file
         .nodes
         .iter()
+        .filter(|n| n.role == sharemesh_testnet::NodeRole::Gateway)
         .find_map(|n| n.http.clone())
         .context("no gateway in the testnet")?;
     eprintln!("  gateway (OpenAI API): http://{gateway}/v1");

@@ -129,18 +129,82 @@ async fn peers(State(state): State<AppState>) -> Json<Vec<crate::mesh::PeerInfo>
     Json(state.mesh.peers().await.unwrap_or_default())
 }
 
+#[derive(serde::Deserialize)]
+struct PeerList {
+    peers: Vec<String>,
+}
+
+/// `POST /v1/network/block` and `/v1/network/unblock` with `{"peers": [PeerId, …]}`:
+/// the operator's (and the partition scenario's) way to cut a node off from peers.
+async fn set_blocked(
+    state: AppState,
+    list: Result<Json<PeerList>, axum::extract::rejection::JsonRejection>,
+    block: bool,
+) -> axum::response::Response {
+    use crate::gateway::error::ApiError;
+    use axum::response::IntoResponse;
+    let Ok(Json(list)) = list else {
+        return ApiError::invalid("peers", "the body must be {\"peers\": [\"<PeerId>\", …]}")
+            .into_response();
+    };
+    let mut peers = Vec::with_capacity(list.peers.len());
+    for peer in &list.peers {
+        match peer.parse::<libp2p::PeerId>() {
+            Ok(peer) => peers.push(peer),
+            Err(_) => {
+                return ApiError::invalid("peers", format!("`{peer}` is not a peer id"))
+                    .into_response()
+            }
+        }
+    }
+    let count = peers.len();
+    let result = if block {
+        state.mesh.block(peers).await
+    } else {
+        state.mesh.unblock(peers).await
+    };
+    match result {
+        Ok(()) => Json(serde_json::json!({"blocked": block, "peers": count})).into_response(),
+        Err(err) => ApiError::upstream(err.to_string()).into_response(),
+    }
+}
+
+async fn block(
+    State(state): State<AppState>,
+    list: Result<Json<PeerList>, axum::extract::rejection::JsonRejection>,
+) -> axum::response::Response {
+    set_blocked(state, list, true).await
+}
+
+async fn unblock(
+    State(state): State<AppState>,
+    list: Result<Json<PeerList>, axum::extract::rejection::JsonRejection>,
+) -> axum::response::Response {
+    set_blocked(state, list, false).await
+}
+
 async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok", "peer_id": state.mesh.peer_id.to_string()}))
 }
 
-pub fn router(state: AppState, gateway: Option<crate::gateway::GatewayState>) -> Router {
-    let network = Router::new()
+/// The API; `admin` adds the endpoints that change the node (only served on loopback).
+pub fn router(
+    state: AppState,
+    gateway: Option<crate::gateway::GatewayState>,
+    admin: bool,
+) -> Router {
+    let mut network = Router::new()
         .route("/health", get(health))
         .route("/v1/network/providers", get(providers))
         .route("/v1/network/peers", get(peers))
         .route("/v1/account/earnings", get(earnings))
-        .route("/v1/account/spend", get(spend))
-        .with_state(state);
+        .route("/v1/account/spend", get(spend));
+    if admin {
+        network = network
+            .route("/v1/network/block", axum::routing::post(block))
+            .route("/v1/network/unblock", axum::routing::post(unblock));
+    }
+    let network = network.with_state(state);
     match gateway {
         Some(gateway) => network.merge(crate::gateway::router(gateway)),
         None => network,
@@ -158,7 +222,8 @@ pub async fn serve(
         .map_err(|e| anyhow::anyhow!("binding HTTP on {address}: {e}"))?;
     let bound = listener.local_addr()?;
     tokio::spawn(async move {
-        if let Err(err) = axum::serve(listener, router(state, gateway)).await {
+        let admin = bound.ip().is_loopback();
+        if let Err(err) = axum::serve(listener, router(state, gateway, admin)).await {
             tracing::error!(%err, "HTTP server stopped");
         }
     });

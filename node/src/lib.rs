@@ -22,5 +22,6 @@ pub mod policy;
 pub mod provider;
 pub mod run;
 pub mod scenario;
+pub mod sim;
 pub mod sse;
 pub mod testnet_cli;

@@ -1,4 +1,4 @@
-//! `sharemesh testnet scenario load|churn`: bounded traffic against a running testnet,
+//! `sharemesh testnet scenario load|churn|partition`: bounded traffic against a running testnet,
 //! ending with a report (completed and failed requests, failovers, time to first token
 //! p50/p95, tokens/s, what each provider was paid) printed as a table and written as
 //! JSON to `DIR/scenario-<name>.json`.
@@ -20,6 +20,10 @@ pub enum ScenarioKind {
     Load,
     /// Load while a provider is killed (kill -9) half-way and restarted.
     Churn,
+    /// Load while the network is cut in two (the gateway with the first half of the
+    /// providers, the rest on their own) from a quarter to three quarters of the
+    /// requests; then the cut heals.
+    Partition,
 }
 
 #[derive(Args, Debug)]
@@ -61,6 +65,66 @@ pub struct ScenarioReport {
     /// nano-USD paid to each provider, from the gateway's ledger.
     pub paid_per_provider: BTreeMap<String, u64>,
     pub errors: Vec<String>,
+    /// Partition only.
+    pub partition: Option<PartitionReport>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct PartitionReport {
+    /// Peer ids on the gateway's side, and on the other.
+    pub with_gateway: Vec<String>,
+    pub cut_off: Vec<String>,
+    /// Seconds into the scenario when the cut was made and lifted.
+    pub cut_at: Option<f64>,
+    pub healed_at: Option<f64>,
+    /// Seconds from lifting the cut until the gateway had received an advert from every
+    /// provider since; `None` if that did not happen before the scenario's time bound.
+    pub seconds_to_heal: Option<f64>,
+    /// Requests completed while the cut was in place.
+    pub completed_during_cut: usize,
+}
+
+/// Every node on one side blocks every node on the other, through its loopback API.
+async fn cut(sides: [&[sharemesh_testnet::NodeRecord]; 2], block: bool) -> Result<()> {
+    let client = reqwest::Client::new();
+    let path = if block { "block" } else { "unblock" };
+    for (mine, theirs) in [(sides[0], sides[1]), (sides[1], sides[0])] {
+        let peers: Vec<&str> = theirs.iter().map(|n| n.peer_id.as_str()).collect();
+        for node in mine {
+            let http = node
+                .http
+                .as_deref()
+                .with_context(|| format!("node {} has no HTTP API to cut it off", node.peer_id))?;
+            let response = client
+                .post(format!("http://{http}/v1/network/{path}"))
+                .json(&serde_json::json!({ "peers": peers }))
+                .send()
+                .await
+                .with_context(|| format!("asking {http} to {path} peers"))?;
+            anyhow::ensure!(
+                response.status().is_success(),
+                "{http} refused to {path} peers: HTTP {}",
+                response.status()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether the gateway has received an advert from every provider since `since_ms`.
+async fn all_fresh(gateway: &str, providers: &[String], since_ms: u64) -> bool {
+    let Ok(response) = reqwest::get(format!("http://{gateway}/v1/network/providers")).await else {
+        return false;
+    };
+    let listed: serde_json::Value = response.json().await.unwrap_or_default();
+    providers.iter().all(|id| {
+        listed.as_array().is_some_and(|entries| {
+            entries.iter().any(|e| {
+                e["peer_id"].as_str() == Some(id.as_str())
+                    && e["last_seen"].as_u64().is_some_and(|t| t > since_ms)
+            })
+        })
+    })
 }
 
 async fn one(http: &str, i: usize, max_tokens: u32) -> Outcome {
@@ -140,6 +204,7 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
     let gateway = file
         .nodes
         .iter()
+        .filter(|n| n.role == NodeRole::Gateway)
         .find_map(|n| n.http.clone())
         .context("the testnet has no gateway")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -155,6 +220,34 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
         .rev()
         .find(|n| n.role == NodeRole::Provider && file.nodes.first().map(|f| f.pid) != Some(n.pid))
         .cloned();
+    let providers: Vec<sharemesh_testnet::NodeRecord> = file
+        .nodes
+        .iter()
+        .filter(|n| n.role == NodeRole::Provider)
+        .cloned()
+        .collect();
+    let gateways: Vec<sharemesh_testnet::NodeRecord> = file
+        .nodes
+        .iter()
+        .filter(|n| n.role == NodeRole::Gateway)
+        .cloned()
+        .collect();
+    let half = providers.len().div_ceil(2);
+    let with_gateway: Vec<sharemesh_testnet::NodeRecord> =
+        gateways.iter().chain(&providers[..half]).cloned().collect();
+    let cut_off = &providers[half..];
+    let partitioned = matches!(args.kind, ScenarioKind::Partition);
+    if partitioned {
+        anyhow::ensure!(
+            providers.len() >= 2,
+            "a partition needs at least 2 providers (one on each side)"
+        );
+    }
+    let mut partition = partitioned.then(|| PartitionReport {
+        with_gateway: with_gateway.iter().map(|n| n.peer_id.clone()).collect(),
+        cut_off: cut_off.iter().map(|n| n.peer_id.clone()).collect(),
+        ..PartitionReport::default()
+    });
     let outcomes: Vec<Outcome> = runtime.block_on(async {
         let requests = futures::stream::iter(0..args.requests)
             .map(|i| {
@@ -170,9 +263,33 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
                 tokio::time::timeout(deadline.saturating_sub(started.elapsed()), requests.next())
                     .await;
             match next {
-                Ok(Some(outcome)) => outcomes.push(outcome),
+                Ok(Some(outcome)) => {
+                    if let Some(p) = partition.as_mut() {
+                        if p.cut_at.is_some() && p.healed_at.is_none() && outcome.ok {
+                            p.completed_during_cut += 1;
+                        }
+                    }
+                    outcomes.push(outcome)
+                }
                 Ok(None) => break,
                 Err(_) => break, // Bounded in time: stop waiting.
+            }
+            if let Some(p) = partition.as_mut() {
+                let done = outcomes.len();
+                if p.cut_at.is_none() && done * 4 >= args.requests {
+                    if let Err(err) = cut([&with_gateway, cut_off], true).await {
+                        tracing::error!(%err, "could not cut the network");
+                    }
+                    p.cut_at = Some(started.elapsed().as_secs_f64());
+                } else if p.cut_at.is_some()
+                    && p.healed_at.is_none()
+                    && done * 4 >= args.requests * 3
+                {
+                    if let Err(err) = cut([&with_gateway, cut_off], false).await {
+                        tracing::error!(%err, "could not heal the network");
+                    }
+                    p.healed_at = Some(started.elapsed().as_secs_f64());
+                }
             }
             if matches!(args.kind, ScenarioKind::Churn)
                 && !churned
@@ -183,6 +300,23 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
                     launcher::kill_node(victim.pid);
                     let _ = restart(victim);
                 }
+            }
+        }
+        if let Some(p) = partition.as_mut() {
+            if p.healed_at.is_none() {
+                // Few requests: heal now, whatever happened.
+                let _ = cut([&with_gateway, cut_off], false).await;
+                p.healed_at = Some(started.elapsed().as_secs_f64());
+            }
+            let healed_ms = crate::clock::now_ms();
+            let ids: Vec<String> = providers.iter().map(|n| n.peer_id.clone()).collect();
+            let healed = Instant::now();
+            while started.elapsed() < deadline {
+                if all_fresh(&gateway, &ids, healed_ms).await {
+                    p.seconds_to_heal = Some(healed.elapsed().as_secs_f64());
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
         outcomes
@@ -221,6 +355,7 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
         seconds: started.elapsed().as_secs_f64(),
         paid_per_provider,
         errors: outcomes.iter().filter_map(|o| o.error.clone()).collect(),
+        partition,
     };
     let name = format!(
         "scenario-{}.json",
@@ -257,6 +392,21 @@ pub fn print(report: &ScenarioReport) {
             .tokens_per_second_p50
             .map_or("-".to_owned(), |v| format!("{v:.1}"))
     );
+    if let Some(p) = &report.partition {
+        let at = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} s"));
+        println!(
+            "  partition: {} nodes with the gateway, {} cut off; cut at {}, healed at {}",
+            p.with_gateway.len(),
+            p.cut_off.len(),
+            at(p.cut_at),
+            at(p.healed_at)
+        );
+        println!(
+            "  completed during the cut {}   every advert fresh again after {}",
+            p.completed_during_cut,
+            at(p.seconds_to_heal)
+        );
+    }
     for (provider, paid) in &report.paid_per_provider {
         println!("  paid {provider}  ${:.9}", *paid as f64 / 1e9);
     }

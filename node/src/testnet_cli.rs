@@ -24,6 +24,9 @@ pub enum TestnetCommand {
     /// Simulate the market without inference: the gateway's auction against random and
     /// round-robin on synthetic providers and a bursty trace (table; optional CSV/JSON).
     MarketSim(MarketSimArgs),
+    /// Simulate many mesh nodes in this process on the memory transport (synthetic
+    /// adverts, no inference) and report how adverts spread.
+    Simulate(crate::sim::SimulateArgs),
     /// Run a bounded scenario (load, churn) against the running testnet and report.
     Scenario {
         #[command(flatten)]
@@ -168,7 +171,11 @@ pub fn run(data_dir: &Path, command: TestnetCommand) -> Result<()> {
                     return Err(err.context("the testnet did not come up (its nodes were stopped)"));
                 }
             };
-            for node in file.nodes.iter().filter(|n| n.http.is_some()) {
+            for node in file
+                .nodes
+                .iter()
+                .filter(|n| n.role == sharemesh_testnet::NodeRole::Gateway)
+            {
                 println!(
                     "gateway: http://{}/v1",
                     node.http.as_deref().unwrap_or_default()
@@ -200,6 +207,18 @@ pub fn run(data_dir: &Path, command: TestnetCommand) -> Result<()> {
             );
         }
         TestnetCommand::MarketSim(args) => market_sim(&args)?,
+        TestnetCommand::Simulate(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the runtime")?;
+            let report = runtime.block_on(crate::sim::run(&args, progress))?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                crate::sim::print(&report);
+            }
+        }
         TestnetCommand::Scenario { dir: d, args } => {
             let report = crate::scenario::run(&dir(data_dir, &d), &args)?;
             crate::scenario::print(&report);

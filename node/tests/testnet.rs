@@ -77,7 +77,11 @@ fn testnet_up_status_logs_down_leaves_no_process_behind() {
         assert!(node.get("adversary").is_some());
     }
     assert!(pids.iter().all(|&p| alive(p)));
-    let gateway_http = nodes.iter().find_map(|n| n["http"].as_str()).unwrap();
+    let gateway_http = nodes
+        .iter()
+        .filter(|n| n["role"] == "gateway")
+        .find_map(|n| n["http"].as_str())
+        .unwrap();
     assert_eq!(
         common::get_json(gateway_http, "/v1/network/providers")
             .as_array()
@@ -99,8 +103,9 @@ fn testnet_up_status_logs_down_leaves_no_process_behind() {
         "logs are JSON lines"
     );
 
-    // Scenarios, small: load, then churn (a provider is killed half-way and restarted).
-    for kind in ["load", "churn"] {
+    // Scenarios, small: load, churn (a provider is killed half-way and restarted), and
+    // partition (the second provider is cut off from the gateway's side and healed).
+    for kind in ["load", "churn", "partition"] {
         let out = sharemesh(
             data.path(),
             &[
@@ -115,6 +120,8 @@ fn testnet_up_status_logs_down_leaves_no_process_behind() {
                 "2",
                 "--max-tokens",
                 "6",
+                "--duration",
+                "150",
             ],
         );
         assert!(
@@ -130,6 +137,13 @@ fn testnet_up_status_logs_down_leaves_no_process_behind() {
         assert!(report["ttft_ms_p50"].as_f64().unwrap() > 0.0);
         assert!(!report["paid_per_provider"].as_object().unwrap().is_empty());
         assert!(String::from_utf8_lossy(&out.stdout).contains("completed"));
+        if kind == "partition" {
+            let p = &report["partition"];
+            assert_eq!(p["with_gateway"].as_array().unwrap().len(), 2, "{p}");
+            assert_eq!(p["cut_off"].as_array().unwrap().len(), 1, "{p}");
+            assert!(p["completed_during_cut"].as_u64().unwrap() >= 1, "{p}");
+            assert!(p["seconds_to_heal"].as_f64().is_some(), "never healed: {p}");
+        }
     }
     // The churned provider was restarted under a new pid, which testnet.json records.
     let file: serde_json::Value =
@@ -187,4 +201,58 @@ fn the_demo_runs_end_to_end() {
         pids.iter().all(|&p| !alive(p)),
         "the demo left processes behind"
     );
+}
+
+/// The in-process simulation (memory transport, emulated links, synthetic adverts, no
+/// inference) delivers every advert to every node of a small mesh and reports it.
+#[test]
+fn an_in_process_simulation_spreads_every_advert() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sharemesh(
+        dir.path(),
+        &[
+            "testnet",
+            "simulate",
+            "--nodes",
+            "20",
+            "--gateways",
+            "2",
+            "--duration",
+            "20",
+            "--advert-interval",
+            "5",
+            "--time-scale",
+            "2",
+            "--latency-ms",
+            "30",
+            "--loss",
+            "0.01",
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["nodes"], 20);
+    assert!(
+        report["adverts_published"].as_u64().unwrap() >= 18 * 3,
+        "{report}"
+    );
+    assert_eq!(report["delivery_ratio"], 1.0, "{report}");
+    // Two one-way hops of ≥ 30 ms of link latency at the least.
+    assert!(
+        report["delivery_p50_ms"].as_f64().unwrap() >= 30.0,
+        "{report}"
+    );
+    assert!(
+        report["connections_per_node"].as_f64().unwrap() >= 3.0,
+        "{report}"
+    );
+    assert!(report["bytes_per_node_per_second"].as_f64().unwrap() > 0.0);
+    let bad = sharemesh(dir.path(), &["testnet", "simulate", "--nodes", "1"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--nodes must be at least 2"));
 }

@@ -151,12 +151,17 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             options.providers
         ));
         let data_dir = dir.join(format!("provider-{i}"));
+        // Providers serve their network API too (loopback only: earnings, peers, and
+        // the block list that the partition scenario uses).
+        let http = format!("127.0.0.1:{}", port(200 + i as u16)?);
         let mut args: Vec<String> = vec![
             "provide".into(),
             "--model".into(),
             options.model.clone(),
             "--listen".into(),
             format!("/ip4/127.0.0.1/tcp/{}", port(i as u16)?),
+            "--http".into(),
+            http.clone(),
         ];
         if let Some(boot) = &bootstrap {
             args.extend(["--bootstrap".into(), boot.clone()]);
@@ -188,7 +193,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             pid,
             peer_id: ready["peer_id"].as_str().unwrap_or_default().to_owned(),
             listen,
-            http: None,
+            http: Some(http),
             data_dir: data_dir.display().to_string(),
             adversary,
         });

@@ -8,7 +8,7 @@ use libp2p::gossipsub::{self, IdentTopic, MessageAuthenticity, ValidationMode};
 use libp2p::kad::{self, store::MemoryStore, store::MemoryStoreConfig};
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::NetworkBehaviour;
-use libp2p::{connection_limits, identify, identity, mdns, ping, StreamProtocol};
+use libp2p::{allow_block_list, connection_limits, identify, identity, mdns, ping, StreamProtocol};
 use sha2::{Digest as _, Sha256};
 
 /// Token streams between buyer and provider.
@@ -31,6 +31,8 @@ pub fn reputation_topic() -> IdentTopic {
 #[derive(NetworkBehaviour)]
 pub struct Behaviour {
     pub limits: connection_limits::Behaviour,
+    /// Peers the operator (or a partition scenario) cut off: no connection either way.
+    pub blocked: allow_block_list::Behaviour<allow_block_list::BlockedPeers>,
     pub identify: identify::Behaviour,
     pub ping: ping::Behaviour,
     pub kad: kad::Behaviour<MemoryStore>,
@@ -50,8 +52,14 @@ pub struct BehaviourConfig {
 fn gossipsub_config(heartbeat: Duration) -> Result<gossipsub::Config, String> {
     gossipsub::ConfigBuilder::default()
         .heartbeat_interval(heartbeat)
-        // Signed by the libp2p key and checked before our own validation.
-        .validation_mode(ValidationMode::Strict)
+        // Every payload is a signed envelope that our validation checks; a second
+        // signature by the libp2p key doubled the ed25519 work per delivery (the
+        // largest CPU cost of a many-node mesh), so gossip messages are anonymous.
+        .validation_mode(ValidationMode::Anonymous)
+        // Under load a relay may lag; an advert lives for minutes, so late beats lost
+        // (the default drops forwards queued for more than 1 s).
+        .forward_queue_duration(Duration::from_secs(30))
+        .publish_queue_duration(Duration::from_secs(30))
         // Messages wait for our verdict (signature, expiry, sequence) before forwarding.
         .validate_messages()
         .max_transmit_size(128 * 1024)
@@ -106,7 +114,7 @@ pub fn build(key: &identity::Keypair, config: &BehaviourConfig) -> Result<Behavi
         .with_max_pending_incoming(Some(config.max_connections))
         .with_max_pending_outgoing(Some(config.max_connections));
     let mut gossipsub = gossipsub::Behaviour::new(
-        MessageAuthenticity::Signed(key.clone()),
+        MessageAuthenticity::Anonymous,
         gossipsub_config(config.heartbeat)?,
     )?;
     let (params, thresholds) = peer_score();
@@ -133,6 +141,7 @@ pub fn build(key: &identity::Keypair, config: &BehaviourConfig) -> Result<Behavi
     };
     Ok(Behaviour {
         limits: connection_limits::Behaviour::new(limits),
+        blocked: allow_block_list::Behaviour::default(),
         identify: identify::Behaviour::new(
             identify::Config::new(IDENTIFY_PROTOCOL.into(), key.public())
                 .with_agent_version(format!("sharemesh/{}", env!("CARGO_PKG_VERSION"))),

@@ -95,6 +95,17 @@ impl EventLoop {
             Command::Disconnect(peer) => {
                 let _ = self.swarm.disconnect_peer_id(peer);
             }
+            Command::Block(peers, block) => {
+                let blocked = &mut self.swarm.behaviour_mut().blocked;
+                for peer in peers {
+                    tracing::info!(%peer, block, "peer block list changed");
+                    if block {
+                        blocked.block_peer(peer);
+                    } else {
+                        blocked.unblock_peer(peer);
+                    }
+                }
+            }
             Command::Peers(reply) => {
                 let behaviour = self.swarm.behaviour();
                 let peers = self
@@ -305,11 +316,14 @@ impl EventLoop {
             tracing::debug!(%peer, "pruning peer");
             let _ = self.swarm.disconnect_peer_id(peer);
         }
-        if !connected.is_empty() {
-            let _ = self.swarm.behaviour_mut().kad.bootstrap();
-        }
-        // Below target: redial peers we reached before (a restarted peer comes back).
+        // Below target: look for more peers (a Kademlia random walk; above target it
+        // would only dial peers to prune them — with every node of a 50-node mesh doing
+        // so every 5 s that churn took both cores), and redial peers we reached before
+        // (a restarted peer comes back).
         if connected.len() < self.target_peers {
+            if !connected.is_empty() {
+                let _ = self.swarm.behaviour_mut().kad.bootstrap();
+            }
             for address in self.address_book.addresses() {
                 let (peer, _) = super::split_peer(&address);
                 if peer.is_some_and(|p| !self.swarm.is_connected(&p)) {

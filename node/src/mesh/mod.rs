@@ -6,6 +6,7 @@ pub mod behaviour;
 mod book;
 mod event_loop;
 pub mod framing;
+pub mod link;
 pub mod orderbook;
 
 use std::path::PathBuf;
@@ -40,6 +41,30 @@ pub struct MeshConfig {
     pub heartbeat: Duration,
     /// Where the address book is persisted (`None`: not persisted).
     pub address_book: Option<PathBuf>,
+    pub transport: MeshTransport,
+}
+
+/// What carries the mesh's connections.
+#[derive(Clone, Default)]
+pub enum MeshTransport {
+    /// TCP and QUIC.
+    #[default]
+    Network,
+    /// libp2p's in-process memory transport (`/memory/N` addresses), every dialled
+    /// connection through an emulated link; for simulations of many nodes in one process.
+    Memory {
+        link: link::LinkModel,
+        counters: Arc<link::LinkCounters>,
+    },
+}
+
+impl std::fmt::Debug for MeshTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MeshTransport::Network => f.write_str("Network"),
+            MeshTransport::Memory { .. } => f.write_str("Memory"),
+        }
+    }
 }
 
 impl Default for MeshConfig {
@@ -53,6 +78,7 @@ impl Default for MeshConfig {
             max_connections: 64,
             heartbeat: Duration::from_secs(1),
             address_book: None,
+            transport: MeshTransport::Network,
         }
     }
 }
@@ -90,6 +116,8 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Vec<PeerId>>,
     },
     Disconnect(PeerId),
+    /// Block (`true`) or unblock peers.
+    Block(Vec<PeerId>, bool),
 }
 
 /// Cloneable access to the mesh.
@@ -130,6 +158,15 @@ impl MeshHandle {
 
     pub async fn disconnect(&self, peer: PeerId) -> Result<()> {
         self.send(Command::Disconnect(peer)).await
+    }
+
+    /// Refuses every connection with `peers` (closing open ones) until unblocked.
+    pub async fn block(&self, peers: Vec<PeerId>) -> Result<()> {
+        self.send(Command::Block(peers, true)).await
+    }
+
+    pub async fn unblock(&self, peers: Vec<PeerId>) -> Result<()> {
+        self.send(Command::Block(peers, false)).await
     }
 
     pub async fn peers(&self) -> Result<Vec<PeerInfo>> {
@@ -175,6 +212,9 @@ fn build_swarm(key: identity::Keypair, config: &MeshConfig) -> Result<Swarm<Beha
     };
     let behaviour = behaviour::build(&key, &behaviour_config)
         .map_err(|e| anyhow::anyhow!("building the behaviour: {e}"))?;
+    if let MeshTransport::Memory { link, counters } = &config.transport {
+        return memory_swarm(key, behaviour, link.clone(), counters.clone());
+    }
     let swarm = libp2p::SwarmBuilder::with_existing_identity(key)
         .with_tokio()
         .with_tcp(
@@ -183,6 +223,40 @@ fn build_swarm(key: identity::Keypair, config: &MeshConfig) -> Result<Swarm<Beha
             yamux::Config::default,
         )?
         .with_quic()
+        .with_behaviour(|_| behaviour)?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(120)))
+        .build();
+    Ok(swarm)
+}
+
+fn memory_swarm(
+    key: identity::Keypair,
+    behaviour: Behaviour,
+    link: link::LinkModel,
+    counters: Arc<link::LinkCounters>,
+) -> Result<Swarm<Behaviour>> {
+    use libp2p::core::transport::{MemoryTransport, Transport as _};
+    use libp2p::core::{upgrade, ConnectedPoint};
+    let swarm = libp2p::SwarmBuilder::with_existing_identity(key)
+        .with_tokio()
+        .with_other_transport(move |key| {
+            let noise = noise::Config::new(key)?;
+            let transport = MemoryTransport::default()
+                .and_then(move |connection, endpoint| {
+                    let profile = match &endpoint {
+                        ConnectedPoint::Dialer { address, .. } => link(address),
+                        ConnectedPoint::Listener { .. } => link::LinkProfile::default(),
+                    };
+                    let counters = counters.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(link::link(connection, profile, counters))
+                    }
+                })
+                .upgrade(upgrade::Version::V1)
+                .authenticate(noise)
+                .multiplex(yamux::Config::default());
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(transport)
+        })?
         .with_behaviour(|_| behaviour)?
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(120)))
         .build();
