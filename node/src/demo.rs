@@ -56,6 +56,7 @@ pub fn run(data_dir: &Path) -> Result<()> {
         base_port: 0,
         model: model.clone(),
         provider_args: String::new(),
+        netns: false,
     };
     let options = up_options(data_dir, &args)?;
     let _cleanup = Cleanup(&dir);

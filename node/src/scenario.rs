@@ -127,19 +127,20 @@ async fn all_fresh(gateway: &str, providers: &[String], since_ms: u64) -> bool {
     })
 }
 
-async fn one(http: &str, i: usize, max_tokens: u32) -> Outcome {
+async fn one(http: &str, key: Option<&str>, i: usize, max_tokens: u32) -> Outcome {
     let body = serde_json::json!({
         "model": crate::catalog::DEFAULT_MODEL,
         "messages": [{"role": "user", "content": format!("Tell me one fact about the number {i}.")}],
         "temperature": 0, "max_tokens": max_tokens, "stream": true,
     });
     let started = Instant::now();
-    let response = match reqwest::Client::new()
+    let mut request = reqwest::Client::new()
         .post(format!("http://{http}/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-    {
+        .json(&body);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = match request.send().await {
         Ok(r) if r.status().is_success() => r,
         Ok(r) => {
             return Outcome {
@@ -201,12 +202,13 @@ fn quantile(values: &mut [f64], q: f64) -> Option<f64> {
 
 pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
     let file = launcher::read(dir)?;
-    let gateway = file
+    let gateway_node = file
         .nodes
         .iter()
-        .filter(|n| n.role == NodeRole::Gateway)
-        .find_map(|n| n.http.clone())
+        .find(|n| n.role == NodeRole::Gateway && n.http.is_some())
         .context("the testnet has no gateway")?;
+    let gateway = gateway_node.http.clone().unwrap_or_default();
+    let api_key = gateway_node.api_key.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -252,7 +254,8 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
         let requests = futures::stream::iter(0..args.requests)
             .map(|i| {
                 let gateway = gateway.clone();
-                async move { one(&gateway, i, args.max_tokens).await }
+                let api_key = api_key.clone();
+                async move { one(&gateway, api_key.as_deref(), i, args.max_tokens).await }
             })
             .buffer_unordered(args.concurrency.max(1));
         let mut requests = Box::pin(requests);

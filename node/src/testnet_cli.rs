@@ -59,6 +59,10 @@ pub struct UpArgs {
     /// Extra flags for every provider, e.g. "--price 0.2 --region eu".
     #[arg(long, default_value = "")]
     pub provider_args: String,
+    /// Run each node in its own network namespace joined by veth pairs to a bridge, as
+    /// separate hosts (root only).
+    #[arg(long)]
+    pub netns: bool,
 }
 
 #[derive(Args, Debug)]
@@ -157,6 +161,7 @@ pub fn up_options(data_dir: &Path, args: &UpArgs) -> Result<UpOptions> {
         per_provider_args: Vec::new(),
         progress,
         ready_timeout: Duration::from_secs(120),
+        netns: args.netns,
     })
 }
 
@@ -180,6 +185,9 @@ pub fn run(data_dir: &Path, command: TestnetCommand) -> Result<()> {
                     "gateway: http://{}/v1",
                     node.http.as_deref().unwrap_or_default()
                 );
+                if let Some(key) = &node.api_key {
+                    println!("api key: {key}");
+                }
             }
             println!(
                 "testnet: {}",

@@ -19,9 +19,10 @@ fn body(max_tokens: u32, stream: bool) -> String {
 async fn a_quoted_queue_wait_moves_work_to_a_free_provider() {
     use futures::StreamExt;
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    // Cheap (0.10 USD/Mtok) and slightly dearer (0.13): 30 nano-USD a token apart. One
-    // job ahead in a queue at ~10 tokens/s is worth ~100 nano-USD a token at the default
-    // 1,000 nano-USD a second; the two providers' measured speeds differ by noise only.
+    // Cheap (0.10 USD/Mtok) and slightly dearer (0.13): 30 nano-USD a token apart, ~1,000
+    // for the second request. The cheap provider's quote counts the ~250 tokens it has
+    // promised to the long job: tens of seconds of queue, worth tens of thousands of
+    // nano-USD at the default 1,000 a second.
     let terms = |price| ["--max-concurrent", "2", "--price", price];
     let (_cheap, cheap_ready) = common::provider(dirs[0].path(), None, &terms("0.10"));
     let bootstrap = cheap_ready["listen"][0].as_str().unwrap().to_owned();

@@ -32,24 +32,25 @@ fn data_dir_with_model() -> tempfile::TempDir {
     data
 }
 
-#[test]
-fn testnet_up_status_logs_down_leaves_no_process_behind() {
-    let data = data_dir_with_model();
-    let dir = data.path().join("net");
-    let dir_arg = dir.to_str().unwrap();
-    let out = sharemesh(
-        data.path(),
-        &[
-            "testnet",
-            "up",
-            "--providers",
-            "2",
-            "--gateways",
-            "1",
-            "--dir",
-            dir_arg,
-        ],
-    );
+/// `testnet up` with 2 providers and a gateway (plus `extra` flags); returns its output,
+/// the testnet file as written (even after a failure) and the pids in it.
+fn testnet_up(
+    data: &Path,
+    dir: &Path,
+    extra: &[&str],
+) -> (std::process::Output, serde_json::Value, Vec<u64>) {
+    let mut args = vec![
+        "testnet",
+        "up",
+        "--providers",
+        "2",
+        "--gateways",
+        "1",
+        "--dir",
+    ];
+    args.push(dir.to_str().unwrap());
+    args.extend_from_slice(extra);
+    let out = sharemesh(data, &args);
     let file: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("testnet.json")).unwrap_or_default())
             .unwrap_or_default();
@@ -57,6 +58,15 @@ fn testnet_up_status_logs_down_leaves_no_process_behind() {
         .as_array()
         .map(|n| n.iter().filter_map(|n| n["pid"].as_u64()).collect())
         .unwrap_or_default();
+    (out, file, pids)
+}
+
+#[test]
+fn testnet_up_status_logs_down_leaves_no_process_behind() {
+    let data = data_dir_with_model();
+    let dir = data.path().join("net");
+    let dir_arg = dir.to_str().unwrap();
+    let (out, file, pids) = testnet_up(data.path(), &dir, &[]);
     let _first_guard = Guard(pids.clone());
     assert!(
         out.status.success(),
@@ -255,4 +265,104 @@ fn an_in_process_simulation_spreads_every_advert() {
     let bad = sharemesh(dir.path(), &["testnet", "simulate", "--nodes", "1"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--nodes must be at least 2"));
+}
+
+/// `--netns`: every node in its own network namespace (a host of its own) joined by veth
+/// pairs to a bridge; a chat completion crosses them, and `down` removes every
+/// namespace and interface it made. Needs root; skipped with a message otherwise.
+#[test]
+fn a_netns_testnet_answers_across_namespaces_and_cleans_up() {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !is_root {
+        eprintln!("skipped: --netns needs root (network namespaces)");
+        return;
+    }
+    // Root in a container may still lack CAP_SYS_ADMIN: probe before relying on it.
+    let probe = format!("smprobe{}", std::process::id());
+    let made = Command::new("ip")
+        .args(["netns", "add", &probe])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !made {
+        eprintln!(
+            "skipped: this machine does not allow network namespaces (`ip netns add` failed)"
+        );
+        return;
+    }
+    let _ = Command::new("ip").args(["netns", "del", &probe]).status();
+    let data = data_dir_with_model();
+    let dir = data.path().join("net");
+    let dir_arg = dir.to_str().unwrap();
+    let (up, file, pids) = testnet_up(data.path(), &dir, &["--netns"]);
+    let guard = Guard(pids.clone());
+    let namespaces: Vec<String> = file["hosts"]["namespaces"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let cleanup = NetnsCleanup(namespaces.clone());
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    assert_eq!(namespaces.len(), 3);
+    let gateway = file["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["role"] == "gateway")
+        .unwrap();
+    let http = gateway["http"].as_str().unwrap();
+    assert!(!http.starts_with("127."), "{http}");
+    assert!(gateway["netns"].as_str().is_some());
+    let answer = Command::new("curl")
+        .args(["-s", "-m", "120", &format!("http://{http}/v1/chat/completions")])
+        .args(["-H", &format!("authorization: Bearer {}", gateway["api_key"].as_str().unwrap())])
+        .args(["-H", "content-type: application/json"])
+        .args(["-d", r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "temperature": 0}"#])
+        .output()
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&answer.stdout).unwrap_or_default();
+    assert_eq!(
+        answer["choices"][0]["message"]["content"], "The answer is 4.",
+        "{answer}"
+    );
+
+    let down = sharemesh(data.path(), &["testnet", "down", "--dir", dir_arg]);
+    assert!(down.status.success());
+    assert!(pids.iter().all(|&p| !alive(p)));
+    let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        namespaces.iter().all(|ns| !listed.contains(ns.as_str())),
+        "{listed}"
+    );
+    let links = Command::new("ip")
+        .args(["-brief", "link"])
+        .output()
+        .unwrap();
+    let bridge = file["hosts"]["bridge"].as_str().unwrap();
+    assert!(!String::from_utf8_lossy(&links.stdout).contains(bridge));
+    drop(guard);
+    drop(cleanup);
+}
+
+/// Deletes namespaces left behind if an assertion fails half-way.
+struct NetnsCleanup(Vec<String>);
+impl Drop for NetnsCleanup {
+    fn drop(&mut self) {
+        for ns in &self.0 {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
 }

@@ -30,6 +30,8 @@ pub struct UpOptions {
     /// Where to print progress.
     pub progress: fn(&str),
     pub ready_timeout: Duration,
+    /// Each node in its own network namespace (root only; see [`crate::netns`]).
+    pub netns: bool,
 }
 
 pub const TESTNET_FILE: &str = "testnet.json";
@@ -53,17 +55,27 @@ fn start_node(
     data_dir: &Path,
     args: &[String],
     timeout: Duration,
+    netns: Option<&str>,
 ) -> Result<(u32, serde_json::Value)> {
     fs::create_dir_all(data_dir)?;
     // Kept so a scenario can restart the node exactly as it was started.
     fs::write(
         data_dir.join("args.json"),
-        serde_json::to_vec(&(binary, args))?,
+        serde_json::to_vec(&(binary, args, netns))?,
     )?;
     let ready_path = data_dir.join("ready.json");
     let _ = fs::remove_file(&ready_path);
     let log = File::create(data_dir.join("node.log"))?;
-    let child = Command::new(binary)
+    // `ip netns exec` enters the namespace and execs the node: the pid is the node's.
+    let mut command = match netns {
+        Some(ns) => {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", ns]).arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    };
+    let child = command
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--log-format")
@@ -105,6 +117,24 @@ fn start_node(
     }
 }
 
+/// `sharemesh keys create` in the gateway's folder; returns the secret it prints once.
+fn create_api_key(binary: &Path, data_dir: &Path) -> Result<String> {
+    fs::create_dir_all(data_dir)?;
+    let out = Command::new(binary)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["keys", "create", "--name", "testnet"])
+        .stdin(Stdio::null())
+        .output()
+        .context("creating the gateway's API key")?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    text.split_whitespace()
+        .find(|w| w.starts_with("sk-sm-"))
+        .map(str::to_owned)
+        .with_context(|| format!("`keys create` printed no key: {text}"))
+}
+
 fn providers_seen(http: &str) -> usize {
     let url = format!("http://{http}/v1/network/providers");
     let fetch = || -> Option<usize> {
@@ -136,6 +166,21 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
     }
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut file = TestnetFile::default();
+    if options.netns {
+        (options.progress)("creating a network namespace per node");
+        file.hosts = Some(crate::netns::Hosts::create(
+            options.providers + options.gateways,
+        )?);
+        // Recorded before any node starts, so `down` removes them whatever happens.
+        write(dir, &file)?;
+    }
+    let hosts = file.hosts.clone();
+    // In its own namespace every node has the whole port range to itself.
+    let host = |i: usize| -> Option<(String, String)> {
+        hosts
+            .as_ref()
+            .map(|h| (h.address(i), h.namespaces[i].clone()))
+    };
     let port = |offset: u16| -> Result<u16> {
         if options.base_port == 0 {
             free_port()
@@ -153,13 +198,24 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
         let data_dir = dir.join(format!("provider-{i}"));
         // Providers serve their network API too (loopback only: earnings, peers, and
         // the block list that the partition scenario uses).
-        let http = format!("127.0.0.1:{}", port(200 + i as u16)?);
+        let (listen, http, netns) = match host(i) {
+            Some((ip, ns)) => (
+                format!("/ip4/{ip}/tcp/4001"),
+                format!("{ip}:8080"),
+                Some(ns),
+            ),
+            None => (
+                format!("/ip4/127.0.0.1/tcp/{}", port(i as u16)?),
+                format!("127.0.0.1:{}", port(200 + i as u16)?),
+                None,
+            ),
+        };
         let mut args: Vec<String> = vec![
             "provide".into(),
             "--model".into(),
             options.model.clone(),
             "--listen".into(),
-            format!("/ip4/127.0.0.1/tcp/{}", port(i as u16)?),
+            listen,
             "--http".into(),
             http.clone(),
         ];
@@ -176,7 +232,13 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
                 }
             }
         }
-        let (pid, ready) = start_node(&options.binary, &data_dir, &args, options.ready_timeout)?;
+        let (pid, ready) = start_node(
+            &options.binary,
+            &data_dir,
+            &args,
+            options.ready_timeout,
+            netns.as_deref(),
+        )?;
         let listen: Vec<String> = ready["listen"]
             .as_array()
             .map(|a| {
@@ -196,6 +258,8 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             http: Some(http),
             data_dir: data_dir.display().to_string(),
             adversary,
+            netns,
+            api_key: None,
         });
         write(dir, &file)?;
     }
@@ -203,17 +267,39 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
     for j in 0..options.gateways {
         (options.progress)(&format!("starting gateway {}/{}", j + 1, options.gateways));
         let data_dir = dir.join(format!("gateway-{j}"));
-        let http = format!("127.0.0.1:{}", port(100 + j as u16)?);
+        let (listen, http, netns) = match host(options.providers + j) {
+            Some((ip, ns)) => (
+                format!("/ip4/{ip}/tcp/4001"),
+                format!("{ip}:8080"),
+                Some(ns),
+            ),
+            None => (
+                format!("/ip4/127.0.0.1/tcp/{}", port(50 + j as u16)?),
+                format!("127.0.0.1:{}", port(100 + j as u16)?),
+                None,
+            ),
+        };
         let args: Vec<String> = vec![
             "gateway".into(),
             "--listen".into(),
-            format!("/ip4/127.0.0.1/tcp/{}", port(50 + j as u16)?),
+            listen,
             "--bootstrap".into(),
             bootstrap.clone(),
             "--http".into(),
             http.clone(),
         ];
-        let (pid, ready) = start_node(&options.binary, &data_dir, &args, options.ready_timeout)?;
+        // Off loopback the gateway's API requires a key: make one for it.
+        let api_key = match netns {
+            Some(_) => Some(create_api_key(&options.binary, &data_dir)?),
+            None => None,
+        };
+        let (pid, ready) = start_node(
+            &options.binary,
+            &data_dir,
+            &args,
+            options.ready_timeout,
+            netns.as_deref(),
+        )?;
         file.nodes.push(NodeRecord {
             role: NodeRole::Gateway,
             pid,
@@ -229,6 +315,8 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             http: Some(http),
             data_dir: data_dir.display().to_string(),
             adversary: None,
+            netns,
+            api_key,
         });
         write(dir, &file)?;
     }
@@ -289,8 +377,15 @@ fn signal(pid: u32, name: &str) {
 pub fn restart_node(data_dir: &Path) -> Result<u32> {
     let saved = fs::read(data_dir.join("args.json"))
         .with_context(|| format!("{} has no args.json", data_dir.display()))?;
-    let (binary, args): (PathBuf, Vec<String>) = serde_json::from_slice(&saved)?;
-    let (pid, _) = start_node(&binary, data_dir, &args, Duration::from_secs(120))?;
+    let (binary, args, netns): (PathBuf, Vec<String>, Option<String>) =
+        serde_json::from_slice(&saved)?;
+    let (pid, _) = start_node(
+        &binary,
+        data_dir,
+        &args,
+        Duration::from_secs(120),
+        netns.as_deref(),
+    )?;
     let testnet_dir = data_dir
         .parent()
         .context("a node folder sits inside its testnet folder")?;
@@ -311,7 +406,8 @@ pub fn kill_node(pid: u32) {
 
 /// Stops every process the testnet started (only those, by pid) and waits for them.
 pub fn down(dir: &Path) -> Result<usize> {
-    let nodes = read(dir)?.nodes;
+    let file = read(dir)?;
+    let nodes = file.nodes;
     let mut stopped = 0;
     for node in &nodes {
         if pid_alive(node.pid) {
@@ -329,6 +425,9 @@ pub fn down(dir: &Path) -> Result<usize> {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+    if let Some(hosts) = &file.hosts {
+        hosts.destroy();
     }
     Ok(stopped)
 }

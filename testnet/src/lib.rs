@@ -4,6 +4,7 @@
 
 pub mod launcher;
 pub mod market_sim;
+pub mod netns;
 
 use serde::{Deserialize, Serialize};
 
@@ -26,12 +27,22 @@ pub struct NodeRecord {
     pub data_dir: String,
     /// The adversary mode of this node, if it plays one.
     pub adversary: Option<String>,
+    /// The network namespace it runs in (`--netns` testnets only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    /// A gateway off loopback requires an API key: the one the launcher made for it
+    /// (`--netns` testnets only; a local test network's key, kept in its folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
 }
 
 /// `DIR/testnet.json`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TestnetFile {
     pub nodes: Vec<NodeRecord>,
+    /// The namespaces and bridge of a `--netns` testnet, removed by `down`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<netns::Hosts>,
 }
 
 #[cfg(test)]
@@ -49,7 +60,10 @@ mod tests {
                 http: Some("127.0.0.1:8080".into()),
                 data_dir: "/tmp/x".into(),
                 adversary: None,
+                netns: None,
+                api_key: None,
             }],
+            hosts: None,
         };
         let json = serde_json::to_value(&file).unwrap_or_default();
         assert_eq!(json["nodes"][0]["role"], "provider");

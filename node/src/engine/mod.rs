@@ -174,6 +174,9 @@ pub struct Engine {
     models: Arc<Vec<ModelDescriptor>>,
     queued: Arc<AtomicUsize>,
     active: Arc<AtomicUsize>,
+    /// Completion tokens the queued and running jobs may still produce (their
+    /// `max_tokens` less any resumed prefix, counted until each job ends).
+    committed_tokens: Arc<AtomicUsize>,
     queue_capacity: usize,
 }
 
@@ -207,7 +210,9 @@ impl Engine {
         );
         let queued = Arc::new(AtomicUsize::new(0));
         let active = Arc::new(AtomicUsize::new(0));
+        let committed_tokens = Arc::new(AtomicUsize::new(0));
         let (thread_queued, thread_active) = (queued.clone(), active.clone());
+        let thread_committed = committed_tokens.clone();
         let spawned = std::thread::Builder::new()
             .name("sharemesh-engine".into())
             .spawn(move || {
@@ -215,7 +220,9 @@ impl Engine {
                 while let Some(Submission { request, events }) = inbox.blocking_recv() {
                     thread_queued.fetch_sub(1, Ordering::SeqCst);
                     thread_active.fetch_add(1, Ordering::SeqCst);
+                    let committed = committed_tokens_of(&request);
                     run_job(&mut models, request, &events);
+                    thread_committed.fetch_sub(committed, Ordering::SeqCst);
                     thread_active.fetch_sub(1, Ordering::SeqCst);
                 }
             });
@@ -227,8 +234,15 @@ impl Engine {
             models: descriptors,
             queued,
             active,
+            committed_tokens,
             queue_capacity: queue_capacity.max(1),
         }
+    }
+
+    /// Completion tokens already promised to queued and running jobs: what a new job
+    /// waits behind, at most.
+    pub fn committed_tokens(&self) -> usize {
+        self.committed_tokens.load(Ordering::SeqCst)
     }
 
     pub fn models(&self) -> &[ModelDescriptor] {
@@ -253,18 +267,17 @@ impl Engine {
             return Err(EngineError::UnknownModel(request.model));
         }
         let (events, receiver) = mpsc::channel(EVENT_BUFFER);
+        let committed = committed_tokens_of(&request);
         self.queued.fetch_add(1, Ordering::SeqCst);
-        match self.requests.try_send(Submission { request, events }) {
-            Ok(()) => Ok(receiver),
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.queued.fetch_sub(1, Ordering::SeqCst);
-                Err(EngineError::Busy(self.queue_capacity))
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.queued.fetch_sub(1, Ordering::SeqCst);
-                Err(EngineError::Stopped)
-            }
-        }
+        self.committed_tokens.fetch_add(committed, Ordering::SeqCst);
+        let refused = match self.requests.try_send(Submission { request, events }) {
+            Ok(()) => return Ok(receiver),
+            Err(mpsc::error::TrySendError::Full(_)) => EngineError::Busy(self.queue_capacity),
+            Err(mpsc::error::TrySendError::Closed(_)) => EngineError::Stopped,
+        };
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        self.committed_tokens.fetch_sub(committed, Ordering::SeqCst);
+        Err(refused)
     }
 
     /// Runs a job to completion and returns the whole generation (for the CLI and tests).
@@ -279,6 +292,10 @@ impl Engine {
         }
         Err(EngineError::Stopped)
     }
+}
+
+fn committed_tokens_of(request: &GenerateRequest) -> usize {
+    (request.sampling.max_tokens as usize).saturating_sub(request.resume.len())
 }
 
 fn run_job(

@@ -17,7 +17,7 @@ use crate::mesh::orderbook::BookEntry;
 use crate::mesh::{MeshHandle, QUOTE_PROTOCOL};
 
 /// How long the whole quote round may take (dial, ask, answer).
-pub const QUOTE_DEADLINE: Duration = Duration::from_millis(1_500);
+pub const QUOTE_DEADLINE: Duration = Duration::from_millis(2_000);
 
 /// An eligible provider with what the gateway expects of it.
 #[derive(Clone, Debug)]

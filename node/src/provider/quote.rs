@@ -76,22 +76,22 @@ impl Provider {
         write_frame(&mut writer, &frame).await
     }
 
-    /// How long a job like `request` would wait before its prefill starts: every job
-    /// ahead (running or queued; for reserved work, not the interruptible ones it would
-    /// preempt) is assumed as long as this one, at the measured speed. Over capacity
-    /// (for tiers that do not preempt) is a rejection, as it would be for the job.
+    /// How long a job like `request` would wait before its prefill starts: the
+    /// completion tokens already promised to running and queued jobs, at the measured
+    /// speed (for reserved work, which preempts interruptible jobs, every job ahead that
+    /// is not interruptible is assumed as long as this one). Over capacity (for tiers
+    /// that do not preempt) is a rejection, as it would be for the job.
     fn queue_wait_ms(&self, request: &QuoteRequest) -> Result<u32, (RejectReason, String)> {
         let busy = self.engine.active_jobs() + self.engine.queue_depth();
         let preemptible = self.interruptible.lock().map_or(0, |jobs| jobs.len());
-        let ahead = if request.tier == Tier::Reserved {
-            busy.saturating_sub(preemptible)
+        let tokens_ahead = if request.tier == Tier::Reserved {
+            busy.saturating_sub(preemptible) as f64 * f64::from(request.max_tokens)
         } else if busy >= self.policy.max_concurrent as usize {
             return Err((RejectReason::OverCapacity, "all slots are busy".into()));
         } else {
-            busy
+            self.engine.committed_tokens() as f64
         };
         let tokens_per_second = f64::from(self.policy.measured_milli_tps.max(1)) / 1000.0;
-        let per_job_ms = f64::from(request.max_tokens) / tokens_per_second * 1000.0;
-        Ok((ahead as f64 * per_job_ms).min(f64::from(u32::MAX)) as u32)
+        Ok((tokens_ahead / tokens_per_second * 1000.0).min(f64::from(u32::MAX)) as u32)
     }
 }
