@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A researcher's scenario: a 4-provider testnet with mixed prices and one staller,
-# then load and churn, with the reports kept side by side. Copy and edit.
+# then load, churn and a partition, with the reports kept side by side; then the
+# in-process mesh and market simulations (no inference). Copy and edit.
 #
 #   examples/scenario.sh [OUT_DIR]
 set -euo pipefail
@@ -14,6 +15,12 @@ trap 'sharemesh testnet down --dir "$out"' EXIT
 
 sharemesh testnet scenario load  --dir "$out" --requests 16 --concurrency 4 --max-tokens 16
 sharemesh testnet scenario churn --dir "$out" --requests 16 --concurrency 4 --max-tokens 16
+sharemesh testnet scenario partition --dir "$out" --requests 16 --concurrency 4 --max-tokens 16
 
-echo "reports: $out/scenario-load.json $out/scenario-churn.json"
+echo "reports: $out/scenario-load.json $out/scenario-churn.json $out/scenario-partition.json"
 sharemesh testnet status --dir "$out"
+
+# No processes, no model: 100 mesh nodes in this process on emulated 20-60 ms links
+# with 1% loss, and the market's auction against random and round-robin.
+sharemesh testnet simulate --nodes 100 --gateways 10 --duration 60 --loss 0.01 --json > "$out/simulate.json"
+sharemesh testnet market-sim --csv "$out/market.csv"
