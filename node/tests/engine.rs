@@ -29,6 +29,28 @@ fn ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+/// Greedy generation of `n` tokens from a fixture case's prompt ids.
+fn greedy_on_tokens(
+    model: &mut LoadedModel,
+    case: &Value,
+    n: usize,
+) -> sharemesh_node::engine::Generation {
+    run(
+        model,
+        Prompt::Tokens(ids(&case["prompt_ids"])),
+        greedy(n as u32),
+        vec![],
+    )
+}
+
 fn user(text: &str) -> Prompt {
     Prompt::Chat(vec![ChatMessage {
         role: Role::User,
@@ -116,18 +138,8 @@ fn greedy_ids_match_llama_cpp_on_raw_text() {
         .find(|c| c.get("raw").is_some())
         .unwrap();
     let reference = ids(&case["greedy_ids"]);
-    let margins: Vec<f64> = case["margins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m.as_f64().unwrap())
-        .collect();
-    let ours = run(
-        &mut model,
-        Prompt::Tokens(ids(&case["prompt_ids"])),
-        greedy(reference.len() as u32),
-        vec![],
-    );
+    let margins = floats(&case["margins"]);
+    let ours = greedy_on_tokens(&mut model, case, reference.len());
     let agree = ours
         .token_ids
         .iter()
@@ -163,18 +175,8 @@ fn greedy_ids_match_the_exact_reference_on_chat_prompts() {
     let mut long_agreements = 0;
     for case in fixture["generation"].as_array().unwrap() {
         let reference = ids(&case["greedy_ids"]);
-        let margins: Vec<f64> = case["margins"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m.as_f64().unwrap())
-            .collect();
-        let ours = run(
-            &mut model,
-            Prompt::Tokens(ids(&case["prompt_ids"])),
-            greedy(reference.len() as u32),
-            vec![],
-        );
+        let margins = floats(&case["margins"]);
+        let ours = greedy_on_tokens(&mut model, case, reference.len());
         let mut produced = ours.token_ids.clone();
         // The reference lists the end-of-turn token it chose; the engine reports it as
         // finish = stop instead of emitting it.

@@ -168,25 +168,7 @@ async fn a_stalled_provider_is_detected_and_replaced() {
         .to_owned();
     assert_eq!(providers, format!("{staller_id},{honest_id}"));
     let json: serde_json::Value = response.json().await.unwrap();
-    let local = std::process::Command::new(common::sharemesh_bin())
-        .arg("--data-dir")
-        .arg(dirs[2].path())
-        .args([
-            "generate",
-            "--chat",
-            "--json",
-            "--threads",
-            "1",
-            "--max-tokens",
-            "16",
-            "--prompt",
-            "Write a short poem about the sea.",
-            "--model",
-            common::default_model_path().to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    let local: serde_json::Value = serde_json::from_slice(&local.stdout).unwrap();
+    let local = local_poem(dirs[2].path(), 16);
     assert_eq!(json["choices"][0]["message"]["content"], local["text"]);
     assert_eq!(json["usage"]["completion_tokens"], 16);
 }
@@ -285,9 +267,20 @@ async fn a_bronze_job_preempted_by_gold_work_finishes_elsewhere() {
     let gold = gold_answer.unwrap().await.unwrap();
     assert_eq!(gold["choices"][0]["message"]["content"], "The answer is 4.");
     assert_eq!(gold["sharemesh"]["providers"][0], gold_id.as_str());
-    let local = std::process::Command::new(common::sharemesh_bin())
+    let local = local_poem(dirs[2].path(), 32);
+    assert_eq!(
+        text,
+        local["text"].as_str().unwrap(),
+        "the preempted response equals an uninterrupted run"
+    );
+}
+
+/// The uninterrupted greedy answer to the poem prompt, from `sharemesh generate` (no
+/// network), for comparison with what a client received through failovers.
+fn local_poem(data_dir: &std::path::Path, max_tokens: u32) -> serde_json::Value {
+    let out = std::process::Command::new(common::sharemesh_bin())
         .arg("--data-dir")
-        .arg(dirs[2].path())
+        .arg(data_dir)
         .args([
             "generate",
             "--chat",
@@ -295,18 +288,11 @@ async fn a_bronze_job_preempted_by_gold_work_finishes_elsewhere() {
             "--threads",
             "1",
             "--max-tokens",
-            "32",
-            "--prompt",
-            "Write a short poem about the sea.",
-            "--model",
-            common::default_model_path().to_str().unwrap(),
         ])
+        .arg(max_tokens.to_string())
+        .args(["--prompt", "Write a short poem about the sea.", "--model"])
+        .arg(common::default_model_path())
         .output()
         .unwrap();
-    let local: serde_json::Value = serde_json::from_slice(&local.stdout).unwrap();
-    assert_eq!(
-        text,
-        local["text"].as_str().unwrap(),
-        "the preempted response equals an uninterrupted run"
-    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
