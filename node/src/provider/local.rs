@@ -5,7 +5,7 @@ use std::sync::Arc;
 use sharemesh_protocol::{Accept, JobRequest, NanoUsd, Reject, RejectReason, TokenChunk};
 
 use super::Provider;
-use crate::engine::{EngineEvent, GenerateRequest};
+use crate::engine::EngineEvent;
 
 impl Provider {
     /// Runs a job for this node's own gateway (a process that both provides and buys
@@ -36,13 +36,7 @@ impl Provider {
                     .await;
                 return;
             }
-            let mut events = match this.engine.submit(GenerateRequest {
-                model: request.model,
-                prompt: request.prompt.clone(),
-                sampling: request.sampling.clone(),
-                resume: request.resume.clone(),
-                ignore_eos: false,
-            }) {
+            let mut events = match this.engine.submit(super::engine_request(&request)) {
                 Ok(events) => events,
                 Err(err) => {
                     let _ = tx

@@ -31,6 +31,17 @@ mod receipts;
 use receipts::read_receipts;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the engine runs for a job (the same for mesh jobs and in-process ones).
+fn engine_request(job: &JobRequest) -> GenerateRequest {
+    GenerateRequest {
+        model: job.model,
+        prompt: job.prompt.clone(),
+        sampling: job.sampling.clone(),
+        resume: job.resume.clone(),
+        ignore_eos: false,
+    }
+}
 const FINAL_RECEIPT_WAIT: Duration = Duration::from_secs(5);
 /// Lifetime of job-bound envelopes.
 const JOB_ENVELOPE_LIFETIME_MS: u64 = 3_600_000;
@@ -366,13 +377,7 @@ impl Provider {
         };
         let span = tracing::info_span!("job", job = %request.job_id, peer = %peer);
         let _entered = span.enter();
-        let mut events = match self.engine.submit(GenerateRequest {
-            model: request.model,
-            prompt: request.prompt.clone(),
-            sampling: request.sampling.clone(),
-            resume: request.resume.clone(),
-            ignore_eos: false,
-        }) {
+        let mut events = match self.engine.submit(engine_request(&request)) {
             Ok(events) => events,
             Err(err) => {
                 let reason = if matches!(err, EngineError::Busy(_)) {
