@@ -135,6 +135,18 @@ fn create_api_key(binary: &Path, data_dir: &Path) -> Result<String> {
         .with_context(|| format!("`keys create` printed no key: {text}"))
 }
 
+/// The multiaddrs a node's ready line says it listens on.
+fn listen_addresses(ready: &serde_json::Value) -> Vec<String> {
+    ready["listen"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn providers_seen(http: &str) -> usize {
     let url = format!("http://{http}/v1/network/providers");
     let fetch = || -> Option<usize> {
@@ -239,14 +251,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             options.ready_timeout,
             netns.as_deref(),
         )?;
-        let listen: Vec<String> = ready["listen"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let listen = listen_addresses(&ready);
         if bootstrap.is_none() {
             bootstrap = listen.first().cloned();
         }
@@ -304,14 +309,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             role: NodeRole::Gateway,
             pid,
             peer_id: ready["peer_id"].as_str().unwrap_or_default().to_owned(),
-            listen: ready["listen"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            listen: listen_addresses(&ready),
             http: Some(http),
             data_dir: data_dir.display().to_string(),
             adversary: None,
