@@ -1,5 +1,5 @@
-//! The generation loop: batch prefill of the prompt, exact replay of resumed tokens
-//! through the decode path, then one token at a time with streaming text.
+//! The generation loop: batch prefill of the prompt (and of resumed tokens, where the
+//! weights are batch-invariant), then one token at a time with streaming text.
 
 use std::time::Instant;
 
@@ -177,18 +177,27 @@ pub(super) fn run(
     let weights = &mut model.weights;
     weights.reset();
 
-    let prefill_started = Instant::now();
-    let mut logits = weights.forward(&prompt, 0, device)?;
-    let prefill_seconds = prefill_started.elapsed().as_secs_f64();
-
     let mut history = prompt.clone();
     let mut text = TextStream::new(&request.sampling.stop);
-    let generation_started = Instant::now();
     for &token in &request.resume {
-        history.push(token);
         let _ = text.push(tokenizer.token_bytes(token));
-        logits = weights.forward(&[token], history.len() - 1, device)?;
     }
+    // Exact resume: batch-invariant weights prefill the delivered tokens with the
+    // prompt; others replay them through the one-token path (SPEC.md §7).
+    let prefill_started = Instant::now();
+    let mut logits;
+    if weights.batch_invariant() {
+        history.extend_from_slice(&request.resume);
+        logits = weights.forward(&history, 0, device)?;
+    } else {
+        logits = weights.forward(&prompt, 0, device)?;
+        for &token in &request.resume {
+            history.push(token);
+            logits = weights.forward(&[token], history.len() - 1, device)?;
+        }
+    }
+    let prefill_seconds = prefill_started.elapsed().as_secs_f64();
+    let generation_started = Instant::now();
     let mut out_text = String::new();
     let mut token_ids = request.resume.clone();
     let mut finish = FinishReason::Length;

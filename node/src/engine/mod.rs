@@ -3,10 +3,10 @@
 //! callers never block the async runtime and continuous batching can replace the
 //! one-job-at-a-time loop later without changing them.
 //!
-//! Exact resume: a job's prompt is always prefilled as one batch and every completion
-//! token goes through the one-token decode path. A resumed job prefills the same prompt
-//! and replays the delivered tokens through the decode path too, so its KV cache — and
-//! hence every later logit — is bit-identical to the uninterrupted run's.
+//! Exact resume: a resumed job continues bit for bit as the uninterrupted run. On
+//! sharemesh's batch-invariant kernels (llama on CPU) the delivered tokens are simply
+//! prefilled with the prompt; on candle's backends they are replayed through the
+//! one-token decode path, so the KV cache matches what decoding built (SPEC.md §7).
 
 pub mod chat;
 mod generate;
@@ -154,6 +154,32 @@ impl LoadedModel {
             }
         }
         Ok(ids)
+    }
+
+    /// The next-token logits after `tokens`, fed from an empty cache in chunks of
+    /// `chunk` tokens (1 = the one-token decode path). Verification compares these;
+    /// with batch-invariant weights every chunk size gives the same bits.
+    pub fn logits_after(&mut self, tokens: &[u32], chunk: usize) -> Result<Vec<f32>, EngineError> {
+        let vocab = self.tokenizer.vocab_size() as u32;
+        if tokens.is_empty() || chunk == 0 {
+            return Err(EngineError::BadRequest("no tokens to score".into()));
+        }
+        if let Some(bad) = tokens.iter().find(|&&id| id >= vocab) {
+            return Err(EngineError::BadRequest(format!(
+                "token id {bad} is outside the vocabulary (size {vocab})"
+            )));
+        }
+        self.weights.reset();
+        let mut logits = Vec::new();
+        for (i, piece) in tokens.chunks(chunk).enumerate() {
+            logits = self.weights.forward(piece, i * chunk, &self.device)?;
+        }
+        Ok(logits)
+    }
+
+    /// Whether resume prefills delivered tokens (fast) rather than replaying them.
+    pub fn batch_invariant(&self) -> bool {
+        self.weights.batch_invariant()
     }
 
     /// Runs one job to the end, calling `on_token` for each new token; `on_token`

@@ -5,14 +5,19 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek};
 use std::path::Path;
 
-use candle_core::quantized::gguf_file;
+use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{quantized_gemma3, quantized_llama, quantized_qwen2};
+use sharemesh_kernels::llama::{self, LlamaConfig, RawFormat, RawTensor};
+use sharemesh_kernels::quant::Format;
+use sharemesh_kernels::KernelError;
 
 use super::EngineError;
 
 /// Loaded weights for one architecture, with the KV cache of the job in progress.
 pub enum Weights {
+    /// sharemesh's own batch-invariant kernels (llama on CPU; see `sharemesh-kernels`).
+    Kernels(Box<llama::Llama>),
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
     /// gemma3 has no cache reset: keep a pristine copy (tensors are shared) to clone.
@@ -121,6 +126,16 @@ impl Weights {
                 path.display()
             ))
         };
+        if architecture == "llama" && device.is_cpu() && kernels_enabled() {
+            match load_kernels(&ct, reader, path) {
+                Ok(model) => return Ok(Weights::Kernels(Box::new(model))),
+                // Formats or shapes the kernels do not cover yet: candle serves them.
+                Err(EngineError::Unsupported(reason)) => {
+                    tracing::info!(%reason, "sharemesh kernels cannot run this file; using candle");
+                }
+                Err(other) => return Err(other),
+            }
+        }
         match architecture {
             "llama" => quantized_llama::ModelWeights::from_gguf(ct, reader, device)
                 .map(Weights::Llama)
@@ -140,9 +155,16 @@ impl Weights {
         }
     }
 
+    /// Whether a batch prefill gives the same bits as one-token decoding, so a resume
+    /// may prefill the delivered tokens instead of replaying them (SPEC.md §7).
+    pub fn batch_invariant(&self) -> bool {
+        matches!(self, Weights::Kernels(_))
+    }
+
     /// Empties the KV cache before a new job.
     pub fn reset(&mut self) {
         match self {
+            Weights::Kernels(m) => m.reset(),
             Weights::Llama(m) => m.clear_kv_cache(),
             Weights::Qwen2(m) => m.clear_kv_cache(),
             Weights::Gemma3 { current, pristine } => **current = (**pristine).clone(),
@@ -157,12 +179,18 @@ impl Weights {
         position: usize,
         device: &Device,
     ) -> Result<Vec<f32>, EngineError> {
+        if let Weights::Kernels(m) = self {
+            return m
+                .forward(tokens, position)
+                .map_err(|e| EngineError::Inference(e.to_string()));
+        }
         let mut run = || -> candle_core::Result<Vec<f32>> {
             let input = Tensor::new(tokens, device)?.unsqueeze(0)?;
             let logits = match self {
                 Weights::Llama(m) => m.forward(&input, position)?,
                 Weights::Qwen2(m) => m.forward(&input, position)?,
                 Weights::Gemma3 { current, .. } => current.forward(&input, position)?,
+                Weights::Kernels(_) => unreachable!("answered above"),
             };
             logits
                 .squeeze(0)?
@@ -171,4 +199,78 @@ impl Weights {
         };
         run().map_err(|e| EngineError::Inference(e.to_string()))
     }
+}
+
+/// `SHAREMESH_KERNELS=candle` serves llama through candle instead (for comparisons).
+fn kernels_enabled() -> bool {
+    std::env::var("SHAREMESH_KERNELS").map_or(true, |v| v != "candle")
+}
+
+fn load_kernels<R: Read + Seek>(
+    ct: &gguf_file::Content,
+    reader: &mut R,
+    path: &Path,
+) -> Result<llama::Llama, EngineError> {
+    let number = |key: &str| -> Result<f64, EngineError> {
+        let value = ct
+            .metadata
+            .get(&format!("llama.{key}"))
+            .ok_or_else(|| EngineError::BadModel(format!("GGUF metadata lacks `llama.{key}`")))?;
+        value
+            .to_u32()
+            .map(f64::from)
+            .or_else(|_| value.to_f32().map(f64::from))
+            .or_else(|_| value.to_u64().map(|v| v as f64))
+            .map_err(|e| EngineError::BadModel(format!("`llama.{key}`: {e}")))
+    };
+    let config = LlamaConfig {
+        hidden: number("embedding_length")? as usize,
+        feed_forward: number("feed_forward_length")? as usize,
+        layers: number("block_count")? as usize,
+        heads: number("attention.head_count")? as usize,
+        kv_heads: number("attention.head_count_kv")? as usize,
+        rope_dimensions: number("rope.dimension_count")? as usize,
+        rope_base: number("rope.freq_base").unwrap_or(10_000.0) as f32,
+        norm_eps: number("attention.layer_norm_rms_epsilon")? as f32,
+        context: number("context_length")? as usize,
+    };
+    let threads = candle_core::utils::get_num_threads();
+    let model = llama::Llama::load(config, threads, |name| {
+        let Some(info) = ct.tensor_infos.get(name) else {
+            return Ok(None);
+        };
+        let format = match info.ggml_dtype {
+            GgmlDType::F32 => RawFormat::F32,
+            GgmlDType::F16 => RawFormat::F16,
+            GgmlDType::Q4_1 => RawFormat::Quantized(Format::Q4_1),
+            GgmlDType::Q8_0 => RawFormat::Quantized(Format::Q8_0),
+            other => RawFormat::Other(format!("{other:?}")),
+        };
+        if let RawFormat::Other(kind) = format {
+            return Err(KernelError::UnsupportedFormat {
+                name: name.to_owned(),
+                format: kind,
+            });
+        }
+        let read_failed = |e: candle_core::Error| KernelError::BadTensor {
+            name: name.to_owned(),
+            problem: format!("reading {} failed ({e})", path.display()),
+        };
+        let tensor = ct.tensor(reader, name, &Device::Cpu).map_err(read_failed)?;
+        let bytes = tensor.data().map_err(read_failed)?.into_owned();
+        Ok(Some(RawTensor {
+            format,
+            dims: info.shape.dims().to_vec(),
+            bytes,
+        }))
+    });
+    model.map_err(|e| match e {
+        KernelError::UnsupportedFormat { .. } | KernelError::BadConfig(_) => {
+            EngineError::Unsupported(e.to_string())
+        }
+        other => EngineError::BadModel(format!(
+            "{}: {other}; the file may be truncated or corrupt",
+            path.display()
+        )),
+    })
 }

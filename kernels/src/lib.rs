@@ -1,0 +1,39 @@
+//! CPU inference kernels for sharemesh: integer dot products over GGUF-quantized
+//! weights and a llama-family forward pass built on them.
+//!
+//! The one property everything here keeps: **batch invariance**. Every output element
+//! is computed by the same sequence of floating-point operations whether its token is
+//! processed alone (decode) or inside a batch of any size (prefill), on any number of
+//! threads, with or without SIMD. Integer block sums are exact; the float combination
+//! order is fixed per element (see [`quant`]). So a provider can resume a job by
+//! prefilling the prompt and the delivered tokens in one batch and still continue
+//! bit for bit as the uninterrupted run would (SPEC.md §7).
+//!
+//! No I/O: callers hand in tensor bytes already read from the file.
+
+pub mod llama;
+pub mod matmul;
+pub mod ops;
+pub mod quant;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelError {
+    #[error("tensor `{name}`: format {format} is not supported by the sharemesh kernels")]
+    UnsupportedFormat { name: String, format: String },
+    #[error("tensor `{name}`: {problem}")]
+    BadTensor { name: String, problem: String },
+    #[error("model configuration: {0}")]
+    BadConfig(String),
+    #[error("token id {token} is outside the vocabulary (size {vocab})")]
+    TokenOutOfRange { token: u32, vocab: usize },
+    #[error("position {position} + {tokens} tokens exceeds the context of {context}")]
+    ContextExceeded {
+        position: usize,
+        tokens: usize,
+        context: usize,
+    },
+    #[error("forward at position {position}, but the KV cache holds {cached} positions")]
+    PositionMismatch { position: usize, cached: usize },
+    #[error("could not start the kernel thread pool: {0}")]
+    ThreadPool(String),
+}

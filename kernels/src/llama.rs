@@ -1,0 +1,402 @@
+//! The llama-family forward pass (SmolLM2 and other GGUF `llama` models) on the
+//! quantized kernels, with an f32 KV cache.
+//!
+//! Batch invariant: every step is per row (norms, activation quantization, each matmul
+//! element, rotary embedding, residuals) or per (row, head) with the attention length
+//! set by the row's absolute position, so prefilling tokens together gives the same
+//! bits, logits and cache as feeding them one at a time.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::matmul::matmul;
+use crate::ops::{attend, rms_norm, rope_interleaved, swiglu, HeadCache};
+use crate::quant::{quantize_rows, Format, Isa, Matrix};
+use crate::KernelError;
+
+/// Hyper-parameters, from the GGUF's `llama.*` metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    pub hidden: usize,
+    pub feed_forward: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub rope_dimensions: usize,
+    pub rope_base: f32,
+    pub norm_eps: f32,
+    pub context: usize,
+}
+
+impl LlamaConfig {
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.heads.max(1)
+    }
+
+    fn validate(&self) -> Result<(), KernelError> {
+        let bad = |m: &str| Err(KernelError::BadConfig(m.to_owned()));
+        if self.heads == 0 || self.kv_heads == 0 || self.hidden % self.heads != 0 {
+            return bad("head counts must be positive and divide the embedding length");
+        }
+        if self.heads % self.kv_heads != 0 {
+            return bad("attention heads must be a multiple of the KV heads");
+        }
+        if self.rope_dimensions != self.head_dim() || self.head_dim() % 2 != 0 {
+            return bad("rotary dimensions must equal the (even) head dimension");
+        }
+        if self.context == 0 || self.layers == 0 {
+            return bad("context length and block count must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// Element type of a tensor as stored in the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RawFormat {
+    F32,
+    F16,
+    Quantized(Format),
+    Other(String),
+}
+
+/// A tensor's bytes as read from the file; `dims` outermost first (rows, then columns).
+#[derive(Clone, Debug)]
+pub struct RawTensor {
+    pub format: RawFormat,
+    pub dims: Vec<usize>,
+    pub bytes: Vec<u8>,
+}
+
+struct Layer {
+    attention_norm: Vec<f32>,
+    wq: Matrix,
+    wk: Matrix,
+    wv: Matrix,
+    wo: Matrix,
+    ffn_norm: Vec<f32>,
+    gate: Matrix,
+    up: Matrix,
+    down: Matrix,
+}
+
+/// Keys and values of every position so far: rows of `kv_heads · head_dim`.
+#[derive(Default, Clone)]
+struct LayerCache {
+    keys: Vec<f32>,
+    values: Vec<f32>,
+}
+
+pub struct Llama {
+    config: LlamaConfig,
+    embeddings: Matrix,
+    layers: Vec<Layer>,
+    output_norm: Vec<f32>,
+    /// `None`: the output projection is tied to the embeddings.
+    output: Option<Matrix>,
+    cache: Vec<LayerCache>,
+    cached_positions: usize,
+    isa: Isa,
+    pool: Arc<rayon::ThreadPool>,
+}
+
+fn vector(name: &str, raw: RawTensor, len: usize) -> Result<Vec<f32>, KernelError> {
+    let values: Vec<f32> = match raw.format {
+        RawFormat::F32 => raw
+            .bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        RawFormat::F16 => raw
+            .bytes
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        other => {
+            return Err(KernelError::UnsupportedFormat {
+                name: name.to_owned(),
+                format: format!("{other:?}"),
+            })
+        }
+    };
+    if values.len() != len {
+        return Err(KernelError::BadTensor {
+            name: name.to_owned(),
+            problem: format!("{} values, expected {len}", values.len()),
+        });
+    }
+    Ok(values)
+}
+
+fn matrix(name: &str, raw: RawTensor, rows: usize, cols: usize) -> Result<Matrix, KernelError> {
+    let RawFormat::Quantized(format) = raw.format else {
+        return Err(KernelError::UnsupportedFormat {
+            name: name.to_owned(),
+            format: format!("{:?}", raw.format),
+        });
+    };
+    if raw.dims != [rows, cols] {
+        return Err(KernelError::BadTensor {
+            name: name.to_owned(),
+            problem: format!("shape {:?}, expected [{rows}, {cols}]", raw.dims),
+        });
+    }
+    Matrix::new(name, format, rows, cols, raw.bytes)
+}
+
+impl Llama {
+    /// Builds the model from `tensor(name)` (`Ok(None)` when the file lacks it).
+    /// `threads` sizes the pool every forward pass runs on.
+    pub fn load(
+        config: LlamaConfig,
+        threads: usize,
+        mut tensor: impl FnMut(&str) -> Result<Option<RawTensor>, KernelError>,
+    ) -> Result<Self, KernelError> {
+        config.validate()?;
+        let mut required = |name: &str| {
+            tensor(name)?.ok_or_else(|| KernelError::BadTensor {
+                name: name.to_owned(),
+                problem: "missing from the file".into(),
+            })
+        };
+        let (hidden, ffn) = (config.hidden, config.feed_forward);
+        let kv_width = config.kv_heads * config.head_dim();
+        let raw_embeddings = required("token_embd.weight")?;
+        let vocab = raw_embeddings.dims.first().copied().unwrap_or(0);
+        let embeddings = matrix("token_embd.weight", raw_embeddings, vocab, hidden)?;
+        let mut layers = Vec::with_capacity(config.layers);
+        for i in 0..config.layers {
+            let mut m = |part: &str, rows, cols| {
+                let name = format!("blk.{i}.{part}.weight");
+                matrix(&name, required(&name)?, rows, cols)
+            };
+            let (wq, wk, wv, wo) = (
+                m("attn_q", hidden, hidden)?,
+                m("attn_k", kv_width, hidden)?,
+                m("attn_v", kv_width, hidden)?,
+                m("attn_output", hidden, hidden)?,
+            );
+            let (gate, up, down) = (
+                m("ffn_gate", ffn, hidden)?,
+                m("ffn_up", ffn, hidden)?,
+                m("ffn_down", hidden, ffn)?,
+            );
+            let mut v = |part: &str| {
+                let name = format!("blk.{i}.{part}.weight");
+                vector(&name, required(&name)?, hidden)
+            };
+            let (attention_norm, ffn_norm) = (v("attn_norm")?, v("ffn_norm")?);
+            layers.push(Layer {
+                attention_norm,
+                wq,
+                wk,
+                wv,
+                wo,
+                ffn_norm,
+                gate,
+                up,
+                down,
+            });
+        }
+        let output_norm = vector(
+            "output_norm.weight",
+            required("output_norm.weight")?,
+            hidden,
+        )?;
+        let output = match tensor("output.weight")? {
+            Some(raw) => Some(matrix("output.weight", raw, vocab, hidden)?),
+            None => None,
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .thread_name(|i| format!("sharemesh-kernel-{i}"))
+            .build()
+            .map_err(|e| KernelError::ThreadPool(e.to_string()))?;
+        let pool = Arc::new(pool);
+        Ok(Self {
+            cache: vec![LayerCache::default(); config.layers],
+            config,
+            embeddings,
+            layers,
+            output_norm,
+            output,
+            cached_positions: 0,
+            isa: Isa::detect(),
+            pool,
+        })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.embeddings.rows
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Forces an instruction set (tests compare paths; every path gives the same bits).
+    pub fn set_isa(&mut self, isa: Isa) {
+        self.isa = isa;
+    }
+
+    /// Empties the KV cache.
+    pub fn reset(&mut self) {
+        for layer in &mut self.cache {
+            layer.keys.clear();
+            layer.values.clear();
+        }
+        self.cached_positions = 0;
+    }
+
+    /// Positions held in the KV cache.
+    pub fn cached_positions(&self) -> usize {
+        self.cached_positions
+    }
+
+    /// Runs `tokens` at `position` (which must equal the cached length), extends the
+    /// cache, and returns the logits of the last token.
+    pub fn forward(&mut self, tokens: &[u32], position: usize) -> Result<Vec<f32>, KernelError> {
+        if position != self.cached_positions {
+            return Err(KernelError::PositionMismatch {
+                position,
+                cached: self.cached_positions,
+            });
+        }
+        if tokens.is_empty() || position + tokens.len() > self.config.context {
+            return Err(KernelError::ContextExceeded {
+                position,
+                tokens: tokens.len(),
+                context: self.config.context,
+            });
+        }
+        let vocab = self.vocab_size();
+        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(KernelError::TokenOutOfRange { token, vocab });
+        }
+        let pool = Arc::clone(&self.pool);
+        let logits = pool.install(|| self.forward_in_pool(tokens, position));
+        self.cached_positions += tokens.len();
+        Ok(logits)
+    }
+
+    fn forward_in_pool(&mut self, tokens: &[u32], position: usize) -> Vec<f32> {
+        let c = &self.config;
+        let (hidden, n) = (c.hidden, tokens.len());
+        let head_dim = c.head_dim();
+        let kv_width = c.kv_heads * head_dim;
+        let group = c.heads / c.kv_heads;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let isa = self.isa;
+        let angles = rope_angles(c, position, n);
+
+        let mut x = vec![0f32; n * hidden];
+        for (row, &token) in x.chunks_exact_mut(hidden).zip(tokens) {
+            self.embeddings.dequantize_row(token as usize, row);
+        }
+        let mut normed = vec![0f32; n * hidden];
+        let mut q = vec![0f32; n * hidden];
+        let mut k = vec![0f32; n * kv_width];
+        let mut v = vec![0f32; n * kv_width];
+        let mut attended = vec![0f32; n * hidden];
+        let mut projected = vec![0f32; n * hidden];
+        let mut gate = vec![0f32; n * c.feed_forward];
+        let mut up = vec![0f32; n * c.feed_forward];
+        for (layer, cache) in self.layers.iter().zip(self.cache.iter_mut()) {
+            norm_rows(&x, &layer.attention_norm, c.norm_eps, &mut normed);
+            let acts = quantize_rows(&normed, hidden);
+            matmul(isa, &layer.wq, &acts, &mut q);
+            matmul(isa, &layer.wk, &acts, &mut k);
+            matmul(isa, &layer.wv, &acts, &mut v);
+            for (i, (q_row, k_row)) in q
+                .chunks_exact_mut(hidden)
+                .zip(k.chunks_exact_mut(kv_width))
+                .enumerate()
+            {
+                let (cos, sin) = &angles[i];
+                for head in q_row
+                    .chunks_exact_mut(head_dim)
+                    .chain(k_row.chunks_exact_mut(head_dim))
+                {
+                    rope_interleaved(head, cos, sin);
+                }
+            }
+            cache.keys.extend_from_slice(&k);
+            cache.values.extend_from_slice(&v);
+            let (keys, values) = (&cache.keys, &cache.values);
+            attended.par_chunks_mut(head_dim).enumerate().for_each_init(
+                Vec::new,
+                |scores, (index, out)| {
+                    let (row, head) = (index / c.heads, index % c.heads);
+                    let query = &q[row * hidden + head * head_dim..][..head_dim];
+                    let head_cache = HeadCache {
+                        keys,
+                        values,
+                        stride: kv_width,
+                        offset: (head / group) * head_dim,
+                    };
+                    attend(query, head_cache, position + row + 1, scale, scores, out);
+                },
+            );
+            matmul(
+                isa,
+                &layer.wo,
+                &quantize_rows(&attended, hidden),
+                &mut projected,
+            );
+            add(&mut x, &projected);
+
+            norm_rows(&x, &layer.ffn_norm, c.norm_eps, &mut normed);
+            let acts = quantize_rows(&normed, hidden);
+            matmul(isa, &layer.gate, &acts, &mut gate);
+            matmul(isa, &layer.up, &acts, &mut up);
+            swiglu(&mut gate, &up);
+            let acts = quantize_rows(&gate, c.feed_forward);
+            matmul(isa, &layer.down, &acts, &mut projected);
+            add(&mut x, &projected);
+        }
+        let last = &x[(n - 1) * hidden..];
+        let mut final_norm = vec![0f32; hidden];
+        rms_norm(last, &self.output_norm, c.norm_eps, &mut final_norm);
+        let output = self.output.as_ref().unwrap_or(&self.embeddings);
+        let mut logits = vec![0f32; output.rows];
+        matmul(
+            isa,
+            output,
+            &quantize_rows(&final_norm, hidden),
+            &mut logits,
+        );
+        logits
+    }
+}
+
+/// cos and sin of every rotary pair's angle for positions `position..position + n`.
+fn rope_angles(c: &LlamaConfig, position: usize, n: usize) -> Vec<(Vec<f32>, Vec<f32>)> {
+    let dims = c.rope_dimensions;
+    let thetas: Vec<f32> = (0..dims)
+        .step_by(2)
+        .map(|i| 1f32 / c.rope_base.powf(i as f32 / dims as f32))
+        .collect();
+    (position..position + n)
+        .map(|p| {
+            let angles: Vec<f32> = thetas.iter().map(|t| p as f32 * t).collect();
+            (
+                angles.iter().map(|a| a.cos()).collect(),
+                angles.iter().map(|a| a.sin()).collect(),
+            )
+        })
+        .collect()
+}
+
+fn norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let width = weight.len();
+    for (row, out_row) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
+        rms_norm(row, weight, eps, out_row);
+    }
+}
+
+fn add(x: &mut [f32], delta: &[f32]) {
+    for (a, b) in x.iter_mut().zip(delta) {
+        *a += b;
+    }
+}

@@ -1,0 +1,78 @@
+//! Quantized weights × quantized activations, parallel over output features.
+//!
+//! Each output element is one [`Isa::dot`] of a weight row with an activation row, so
+//! the result does not depend on how many activation rows come together, on how the
+//! output features are split among threads, or on the thread count.
+
+use rayon::prelude::*;
+
+use crate::quant::{Isa, Matrix, QuantizedRows};
+
+/// `out[r * weights.rows + c] = weights[c] · activations[r]`.
+pub fn matmul(isa: Isa, weights: &Matrix, activations: &QuantizedRows, out: &mut [f32]) {
+    let batch = activations.rows();
+    let features = weights.rows;
+    assert_eq!(activations.cols, weights.cols, "inner dimensions differ");
+    assert_eq!(out.len(), batch * features, "output has the wrong size");
+    // Enough pieces to balance the pool, each big enough to amortise scheduling.
+    let pieces = (rayon::current_num_threads() * 4).max(1);
+    let per_piece = features.div_ceil(pieces).max(16);
+    let computed: Vec<(usize, Vec<f32>)> = (0..features)
+        .step_by(per_piece)
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|first| {
+            let last = (first + per_piece).min(features);
+            // Feature-major: one weight row, hot in cache, meets every activation row.
+            let mut values = Vec::with_capacity((last - first) * batch);
+            for feature in first..last {
+                let row = weights.row(feature);
+                for r in 0..batch {
+                    values.push(isa.dot(weights.format, row, activations.row(r)));
+                }
+            }
+            (first, values)
+        })
+        .collect();
+    for (first, values) in computed {
+        for (offset, per_feature) in values.chunks_exact(batch.max(1)).enumerate() {
+            for (r, &value) in per_feature.iter().enumerate() {
+                out[r * features + first + offset] = value;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{quantize_rows, Format};
+
+    fn random_matrix(format: Format, rows: usize, cols: usize, seed: u64) -> Matrix {
+        crate::quant::tests_support::random_matrix(format, rows, cols, seed)
+    }
+
+    #[test]
+    fn a_batch_gives_the_same_bits_as_rows_one_at_a_time_on_any_pool() {
+        let weights = random_matrix(Format::Q4_1, 200, 576, 1);
+        let values = crate::quant::tests_support::random_values(7 * 576, 2);
+        let batch = quantize_rows(&values, 576);
+        let mut together = vec![0f32; 7 * 200];
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .expect("pool");
+        pool.install(|| matmul(Isa::detect(), &weights, &batch, &mut together));
+        for r in 0..7 {
+            let single = quantize_rows(&values[r * 576..(r + 1) * 576], 576);
+            let mut alone = vec![0f32; 200];
+            matmul(Isa::Scalar, &weights, &single, &mut alone);
+            let row = &together[r * 200..(r + 1) * 200];
+            let same = row
+                .iter()
+                .zip(&alone)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "row {r} differs between batch and single");
+        }
+    }
+}
