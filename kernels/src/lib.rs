@@ -11,6 +11,7 @@
 //!
 //! No I/O: callers hand in tensor bytes already read from the file.
 
+pub mod dot;
 pub mod llama;
 pub mod matmul;
 pub mod ops;

@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use crate::dot::Isa;
 use crate::matmul::matmul;
 use crate::ops::{attend, rms_norm, rope_interleaved, swiglu, HeadCache};
-use crate::quant::{quantize_rows, Format, Isa, Matrix};
+use crate::quant::{quantize_rows, Format, Matrix};
 use crate::KernelError;
 
 /// Hyper-parameters, from the GGUF's `llama.*` metadata.
@@ -36,13 +37,13 @@ impl LlamaConfig {
 
     fn validate(&self) -> Result<(), KernelError> {
         let bad = |m: &str| Err(KernelError::BadConfig(m.to_owned()));
-        if self.heads == 0 || self.kv_heads == 0 || self.hidden % self.heads != 0 {
+        if self.heads == 0 || self.kv_heads == 0 || !self.hidden.is_multiple_of(self.heads) {
             return bad("head counts must be positive and divide the embedding length");
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return bad("attention heads must be a multiple of the KV heads");
         }
-        if self.rope_dimensions != self.head_dim() || self.head_dim() % 2 != 0 {
+        if self.rope_dimensions != self.head_dim() || !self.head_dim().is_multiple_of(2) {
             return bad("rotary dimensions must equal the (even) head dimension");
         }
         if self.context == 0 || self.layers == 0 {

@@ -6,7 +6,8 @@
 
 use rayon::prelude::*;
 
-use crate::quant::{Isa, Matrix, QuantizedRows};
+use crate::dot::Isa;
+use crate::quant::{Matrix, QuantizedRows};
 
 /// `out[r * weights.rows + c] = weights[c] · activations[r]`.
 pub fn matmul(isa: Isa, weights: &Matrix, activations: &QuantizedRows, out: &mut [f32]) {
@@ -23,13 +24,11 @@ pub fn matmul(isa: Isa, weights: &Matrix, activations: &QuantizedRows, out: &mut
         .into_par_iter()
         .map(|first| {
             let last = (first + per_piece).min(features);
-            // Feature-major: one weight row, hot in cache, meets every activation row.
-            let mut values = Vec::with_capacity((last - first) * batch);
-            for feature in first..last {
-                let row = weights.row(feature);
-                for r in 0..batch {
-                    values.push(isa.dot(weights.format, row, activations.row(r)));
-                }
+            let mut values = vec![0f32; (last - first) * batch];
+            if batch == 1 {
+                tiles::<4>(isa, weights, activations, first..last, &mut values);
+            } else {
+                tiles::<2>(isa, weights, activations, first..last, &mut values);
             }
             (first, values)
         })
@@ -40,6 +39,33 @@ pub fn matmul(isa: Isa, weights: &Matrix, activations: &QuantizedRows, out: &mut
                 out[r * features + first + offset] = value;
             }
         }
+    }
+}
+
+/// Fills `values` (feature-major: `values[(f - first) * batch + r]`) for `features`,
+/// `W` weight rows at a time, leftovers one by one.
+fn tiles<const W: usize>(
+    isa: Isa,
+    weights: &Matrix,
+    activations: &QuantizedRows,
+    features: std::ops::Range<usize>,
+    values: &mut [f32],
+) {
+    let batch = activations.rows();
+    let first = features.start;
+    let full = features.start + (features.len() / W) * W;
+    for f in (features.start..full).step_by(W) {
+        let rows: [_; W] = std::array::from_fn(|i| weights.row(f + i));
+        isa.dot_rows(
+            weights.format,
+            rows,
+            activations,
+            &mut values[(f - first) * batch..],
+        );
+    }
+    for f in full..features.end {
+        let out = &mut values[(f - first) * batch..];
+        isa.dot_rows(weights.format, [weights.row(f)], activations, out);
     }
 }
 
@@ -54,10 +80,16 @@ mod tests {
 
     #[test]
     fn a_batch_gives_the_same_bits_as_rows_one_at_a_time_on_any_pool() {
-        let weights = random_matrix(Format::Q4_1, 200, 576, 1);
+        for format in [Format::Q4_1, Format::Q8_0] {
+            batch_equals_singles(format);
+        }
+    }
+
+    fn batch_equals_singles(format: Format) {
+        let weights = random_matrix(format, 203, 576, 1);
         let values = crate::quant::tests_support::random_values(7 * 576, 2);
         let batch = quantize_rows(&values, 576);
-        let mut together = vec![0f32; 7 * 200];
+        let mut together = vec![0f32; 7 * 203];
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(3)
             .build()
@@ -65,9 +97,9 @@ mod tests {
         pool.install(|| matmul(Isa::detect(), &weights, &batch, &mut together));
         for r in 0..7 {
             let single = quantize_rows(&values[r * 576..(r + 1) * 576], 576);
-            let mut alone = vec![0f32; 200];
-            matmul(Isa::Scalar, &weights, &single, &mut alone);
-            let row = &together[r * 200..(r + 1) * 200];
+            let mut alone = vec![0f32; 203];
+            matmul(Isa::SCALAR, &weights, &single, &mut alone);
+            let row = &together[r * 203..(r + 1) * 203];
             let same = row
                 .iter()
                 .zip(&alone)

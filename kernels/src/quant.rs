@@ -3,13 +3,7 @@
 //! Activations are quantized per block of 32 to i8 with an f32 scale (and the scaled
 //! sum a Q4_1 offset needs), as llama.cpp does, but keeping the scale in f32.
 //!
-//! The arithmetic of one dot product is fixed, so the SIMD and scalar paths agree bit
-//! for bit: within a block the 32 integer products are summed exactly into eight lanes
-//! of four consecutive elements; each lane accumulates `lane_sum as f32 * (d_w * d_a)`
-//! across blocks (a multiply then an add, never fused); the eight lanes are reduced
-//! by [`hsum8`]'s fixed tree; a Q4_1 row adds `Σ m_w * s_a`, accumulated in block order.
-
-#![allow(unsafe_code)] // SIMD intrinsics only, in `avx2`, behind runtime detection.
+//! The dot products themselves, and the arithmetic they fix, are in [`crate::dot`].
 
 use half::f16;
 
@@ -75,7 +69,7 @@ impl Matrix {
             name: name.to_owned(),
             problem,
         };
-        if cols == 0 || cols % BLOCK != 0 {
+        if cols == 0 || !cols.is_multiple_of(BLOCK) {
             return Err(bad(format!(
                 "row length {cols} is not a positive multiple of {BLOCK}"
             )));
@@ -91,8 +85,9 @@ impl Matrix {
         }
         let mut quants = Vec::with_capacity(blocks * format.packed_bytes());
         let mut scales = Vec::with_capacity(blocks);
-        let mut mins = Vec::with_capacity(blocks);
-        for block in data.chunks_exact(format.block_bytes()) {
+        let per_row = cols / BLOCK;
+        let mut mins = Vec::with_capacity(rows * padded(per_row));
+        for (index, block) in data.chunks_exact(format.block_bytes()).enumerate() {
             scales.push(f16::from_le_bytes([block[0], block[1]]).to_f32());
             match format {
                 Format::Q4_1 => {
@@ -103,6 +98,9 @@ impl Matrix {
                     mins.push(0.0);
                     quants.extend_from_slice(&block[2..34]);
                 }
+            }
+            if index % per_row == per_row - 1 {
+                mins.resize(mins.len() + padded(per_row) - per_row, 0.0);
             }
         }
         Ok(Self {
@@ -122,7 +120,7 @@ impl Matrix {
         WeightRow {
             quants: &self.quants[row * packed..][..packed],
             scales: &self.scales[row * blocks..][..blocks],
-            mins: &self.mins[row * blocks..][..blocks],
+            mins: &self.mins[row * padded(blocks)..][..padded(blocks)],
         }
     }
 
@@ -146,7 +144,7 @@ impl Matrix {
 /// Element `e` of a packed Q4_1 block: GGML puts elements 0..16 in the low nibbles
 /// and 16..32 in the high ones.
 #[inline]
-fn nibble(packed: &[u8], e: usize) -> u8 {
+pub(crate) fn nibble(packed: &[u8], e: usize) -> u8 {
     if e < 16 {
         packed[e] & 0x0F
     } else {
@@ -167,7 +165,8 @@ pub struct QuantizedRows {
     pub cols: usize,
     pub quants: Vec<i8>,
     pub scales: Vec<f32>,
-    /// `scale · Σ quants` per block: what a Q4_1 minimum multiplies.
+    /// `scale · Σ quants` per block: what a Q4_1 minimum multiplies. Each row's run is
+    /// zero-padded to a multiple of eight blocks (see [`padded`]).
     pub sums: Vec<f32>,
 }
 
@@ -181,7 +180,7 @@ impl QuantizedRows {
         ActivationRow {
             quants: &self.quants[row * self.cols..][..self.cols],
             scales: &self.scales[row * blocks..][..blocks],
-            sums: &self.sums[row * blocks..][..blocks],
+            sums: &self.sums[row * padded(blocks)..][..padded(blocks)],
         }
     }
 }
@@ -195,13 +194,14 @@ pub struct ActivationRow<'a> {
 
 /// Quantizes `values` (rows of `cols`, a multiple of 32) block by block.
 pub fn quantize_rows(values: &[f32], cols: usize) -> QuantizedRows {
-    debug_assert!(cols % BLOCK == 0 && values.len() % cols == 0);
+    debug_assert!(cols.is_multiple_of(BLOCK) && values.len().is_multiple_of(cols));
     let blocks = values.len() / BLOCK;
+    let per_row = cols / BLOCK;
     let mut out = QuantizedRows {
         cols,
         quants: vec![0; values.len()],
         scales: vec![0.0; blocks],
-        sums: vec![0.0; blocks],
+        sums: vec![0.0; (blocks / per_row.max(1)) * padded(per_row)],
     };
     for (b, block) in values.chunks_exact(BLOCK).enumerate() {
         let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -213,9 +213,15 @@ pub fn quantize_rows(values: &[f32], cols: usize) -> QuantizedRows {
             sum += i32::from(*q);
         }
         out.scales[b] = scale;
-        out.sums[b] = scale * sum as f32;
+        out.sums[(b / per_row) * padded(per_row) + b % per_row] = scale * sum as f32;
     }
     out
+}
+
+/// Blocks rounded up to a multiple of eight: the per-row length of Q4_1 minimums and
+/// activation sums, zero-padded, so their dot runs in whole 8-lane chunks.
+pub fn padded(blocks: usize) -> usize {
+    blocks.div_ceil(8) * 8
 }
 
 /// The fixed reduction tree of eight lanes: ((0+4)+(2+6)) + ((1+5)+(3+7)).
@@ -228,173 +234,6 @@ pub fn hsum8(lanes: [f32; 8]) -> f32 {
         lanes[3] + lanes[7],
     ];
     (quad[0] + quad[2]) + (quad[1] + quad[3])
-}
-
-/// Which instruction set the dot products use; every choice gives the same bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
-    Scalar,
-    Avx2,
-}
-
-impl Isa {
-    /// The fastest path this CPU supports.
-    pub fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx2") {
-                return Isa::Avx2;
-            }
-        }
-        Isa::Scalar
-    }
-
-    /// Dot product of one unpacked weight row with one activation row.
-    #[inline]
-    pub fn dot(
-        self,
-        format: Format,
-        weights: WeightRow<'_>,
-        activations: ActivationRow<'_>,
-    ) -> f32 {
-        match (self, format) {
-            #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2, Format::Q4_1) => {
-                // SAFETY: `Isa::Avx2` is only produced by `detect` after the CPU reported
-                // AVX2 (or by tests that check the same); the slices' lengths are checked
-                // inside before any load.
-                unsafe { avx2::dot_q4_1(weights, activations) }
-            }
-            #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2, Format::Q8_0) => {
-                // SAFETY: as above.
-                unsafe { avx2::dot_q8_0(weights, activations) }
-            }
-            (_, Format::Q4_1) => scalar_dot_q4_1(weights, activations),
-            (_, Format::Q8_0) => scalar_dot_q8_0(weights, activations),
-        }
-    }
-}
-
-fn scalar_dot_q4_1(weights: WeightRow<'_>, activations: ActivationRow<'_>) -> f32 {
-    let mut lanes = [0f32; 8];
-    let mut offset = 0f32;
-    let blocks = activations.scales.len();
-    for b in 0..blocks {
-        let packed = &weights.quants[b * 16..][..16];
-        let a = &activations.quants[b * BLOCK..][..BLOCK];
-        let scale = weights.scales[b] * activations.scales[b];
-        for (lane, acc) in lanes.iter_mut().enumerate() {
-            let mut sum = 0i32;
-            for (e, &activation) in a.iter().enumerate().skip(lane * 4).take(4) {
-                sum += i32::from(nibble(packed, e)) * i32::from(activation);
-            }
-            *acc += sum as f32 * scale;
-        }
-        offset += weights.mins[b] * activations.sums[b];
-    }
-    hsum8(lanes) + offset
-}
-
-fn scalar_dot_q8_0(weights: WeightRow<'_>, activations: ActivationRow<'_>) -> f32 {
-    let mut lanes = [0f32; 8];
-    let blocks = activations.scales.len();
-    for b in 0..blocks {
-        let w = &weights.quants[b * BLOCK..][..BLOCK];
-        let a = &activations.quants[b * BLOCK..][..BLOCK];
-        let scale = weights.scales[b] * activations.scales[b];
-        for (lane, acc) in lanes.iter_mut().enumerate() {
-            let mut sum = 0i32;
-            for e in lane * 4..lane * 4 + 4 {
-                sum += i32::from(w[e] as i8) * i32::from(a[e]);
-            }
-            *acc += sum as f32 * scale;
-        }
-    }
-    hsum8(lanes)
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
-
-    use super::{ActivationRow, WeightRow, BLOCK};
-
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn hsum8(v: __m256) -> f32 {
-        // Same tree as `super::hsum8`: (lo + hi) pairs lanes i and i+4, then
-        // movehl pairs (0+4) with (2+6) and (1+5) with (3+7), then lane 0 + lane 1.
-        let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        let one = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1));
-        _mm_cvtss_f32(one)
-    }
-
-    /// # Safety
-    /// The CPU must support AVX2.
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn dot_q4_1(weights: WeightRow<'_>, activations: ActivationRow<'_>) -> f32 {
-        let blocks = activations.scales.len();
-        assert!(
-            weights.quants.len() >= blocks * 16
-                && activations.quants.len() >= blocks * BLOCK
-                && weights.scales.len() >= blocks
-                && weights.mins.len() >= blocks
-                && activations.sums.len() >= blocks
-        );
-        let ones = _mm256_set1_epi16(1);
-        let low_nibbles = _mm_set1_epi8(0x0F);
-        let mut acc = _mm256_setzero_ps();
-        let mut offset = 0f32;
-        for b in 0..blocks {
-            // SAFETY: the assert above keeps the 16- and 32-byte loads inside the slices.
-            let (packed, a) = unsafe {
-                (
-                    _mm_loadu_si128(weights.quants.as_ptr().add(b * 16).cast()),
-                    _mm256_loadu_si256(activations.quants.as_ptr().add(b * BLOCK).cast()),
-                )
-            };
-            let low = _mm_and_si128(packed, low_nibbles);
-            let high = _mm_and_si128(_mm_srli_epi16(packed, 4), low_nibbles);
-            let w = _mm256_set_m128i(high, low);
-            let pairs = _mm256_maddubs_epi16(w, a);
-            let lanes = _mm256_madd_epi16(pairs, ones);
-            let scale = _mm256_set1_ps(weights.scales[b] * activations.scales[b]);
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(lanes), scale));
-            offset += weights.mins[b] * activations.sums[b];
-        }
-        hsum8(acc) + offset
-    }
-
-    /// # Safety
-    /// The CPU must support AVX2.
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn dot_q8_0(weights: WeightRow<'_>, activations: ActivationRow<'_>) -> f32 {
-        let blocks = activations.scales.len();
-        assert!(
-            weights.quants.len() >= blocks * BLOCK
-                && activations.quants.len() >= blocks * BLOCK
-                && weights.scales.len() >= blocks
-        );
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = _mm256_setzero_ps();
-        for b in 0..blocks {
-            // SAFETY: the assert above keeps both 32-byte loads inside the slices.
-            let (w, a) = unsafe {
-                (
-                    _mm256_loadu_si256(weights.quants.as_ptr().add(b * BLOCK).cast()),
-                    _mm256_loadu_si256(activations.quants.as_ptr().add(b * BLOCK).cast()),
-                )
-            };
-            // maddubs multiplies unsigned by signed: move w's sign onto a.
-            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-            let lanes = _mm256_madd_epi16(pairs, ones);
-            let scale = _mm256_set1_ps(weights.scales[b] * activations.scales[b]);
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(lanes), scale));
-        }
-        hsum8(acc)
-    }
 }
 
 #[cfg(test)]
@@ -429,60 +268,8 @@ pub(crate) mod tests_support {
 
 #[cfg(test)]
 mod tests {
-    use super::tests_support::{random_matrix, random_values};
+    use super::tests_support::random_values;
     use super::*;
-
-    #[test]
-    fn simd_and_scalar_dots_agree_bit_for_bit() {
-        if Isa::detect() == Isa::Scalar {
-            eprintln!("no AVX2 on this CPU: only the scalar path exists here");
-            return;
-        }
-        for format in [Format::Q4_1, Format::Q8_0] {
-            let matrix = random_matrix(format, 16, 1536, 7);
-            let acts = quantize_rows(&random_values(3 * 1536, 8), 1536);
-            for r in 0..matrix.rows {
-                for a in 0..acts.rows() {
-                    let simd = Isa::Avx2.dot(format, matrix.row(r), acts.row(a));
-                    let scalar = Isa::Scalar.dot(format, matrix.row(r), acts.row(a));
-                    assert_eq!(
-                        simd.to_bits(),
-                        scalar.to_bits(),
-                        "{format:?} row {r} act {a}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn dots_approximate_the_float_product() {
-        for format in [Format::Q4_1, Format::Q8_0] {
-            let matrix = random_matrix(format, 8, 576, 3);
-            let values = random_values(576, 4);
-            let acts = quantize_rows(&values, 576);
-            let mut dense = vec![0f32; 576];
-            for r in 0..matrix.rows {
-                matrix.dequantize_row(r, &mut dense);
-                let exact: f64 = dense
-                    .iter()
-                    .zip(&values)
-                    .map(|(w, x)| f64::from(*w) * f64::from(*x))
-                    .sum();
-                let magnitude: f64 = dense
-                    .iter()
-                    .zip(&values)
-                    .map(|(w, x)| (f64::from(*w) * f64::from(*x)).abs())
-                    .sum();
-                let got = f64::from(Isa::detect().dot(format, matrix.row(r), acts.row(0)));
-                // Activation rounding is at most half a step (1/254 of the block max).
-                assert!(
-                    (got - exact).abs() <= 0.01 * magnitude + 1e-4,
-                    "{format:?} row {r}: {got} vs {exact} (magnitude {magnitude})"
-                );
-            }
-        }
-    }
 
     #[test]
     fn quantization_round_trips_within_half_a_step() {

@@ -179,7 +179,7 @@ fn provider(rng: &mut StdRng, index: usize, reserved_every: usize) -> SimProvide
     let speed: f64 = rng.random_range(20.0..120.0);
     // Faster hardware asks more, with noise: the market has both bargains and rip-offs.
     let base = (80.0 + speed * 1.5 * rng.random_range(0.6..1.6)) as u64;
-    let offers_gold = index % reserved_every.max(1) == 0;
+    let offers_gold = index.is_multiple_of(reserved_every.max(1));
     let offers_bronze = rng.random::<f64>() < 0.7;
     let slots = rng.random_range(1..=4);
     SimProvider {

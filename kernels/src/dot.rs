@@ -1,0 +1,246 @@
+//! Weight-row · activation-row dot products, and the one arithmetic every instruction
+//! set follows so that all of them give the same bits.
+//!
+//! For block `b` (32 elements) the integer products are summed exactly into eight
+//! lanes of four consecutive elements, `s_l`. Even and odd blocks accumulate into two
+//! separate sets of eight lanes: `acc[l] = fma(s_l as f32, d_w[b] * d_a[b], acc[l])`,
+//! one fused multiply-add (`f32::mul_add`: exact in software where the CPU lacks FMA). A Q4_1 row also needs `Σ m_w[b]·s_a[b]`: its
+//! terms accumulate in eight lanes by block index modulo 8 (`off[l] += m·s`, over the
+//! zero-padded [`padded`] length). The lanes combine as `(even[l] + odd[l]) + off[l]`
+//! (Q8_0: `even[l] + odd[l]`) and reduce by [`hsum8`]'s fixed tree. Two chains hide the
+//! add latency, and an AVX-512 register holds an even and an odd block side by side.
+
+#![allow(unsafe_code)] // SIMD intrinsics only, in `avx2`/`avx512`, behind runtime detection.
+
+use crate::quant::{hsum8, nibble, padded, ActivationRow, Format, QuantizedRows, WeightRow, BLOCK};
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+/// Which instruction set the dot products use; every choice gives the same bits.
+/// Only [`Isa::detect`], [`Isa::avx2`] and [`Isa::avx512`] hand out a SIMD choice,
+/// after asking the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Isa(IsaKind);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IsaKind {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
+}
+
+impl Isa {
+    pub const SCALAR: Isa = Isa(IsaKind::Scalar);
+
+    /// The fastest path this CPU supports.
+    pub fn detect() -> Self {
+        Self::avx512().or_else(Self::avx2).unwrap_or(Self::SCALAR)
+    }
+
+    /// The AVX2 path, where the CPU has AVX2 and FMA.
+    pub fn avx2() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                return Some(Isa(IsaKind::Avx2));
+            }
+        }
+        None
+    }
+
+    /// The AVX-512 VNNI path, where the CPU has AVX-512 F, BW and VNNI.
+    pub fn avx512() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512vnni")
+            {
+                return Some(Isa(IsaKind::Avx512Vnni));
+            }
+        }
+        None
+    }
+
+    /// Every path this CPU can run, scalar first.
+    pub fn available() -> Vec<Self> {
+        let mut all = vec![Self::SCALAR];
+        all.extend(Self::avx2());
+        all.extend(Self::avx512());
+        all
+    }
+
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            IsaKind::Scalar => "scalar",
+            #[cfg(target_arch = "x86_64")]
+            IsaKind::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            IsaKind::Avx512Vnni => "avx512-vnni",
+        }
+    }
+
+    /// `out[i * rows + r] = weights[i] · activations.row(r)` for every activation row.
+    pub fn dot_rows<const W: usize>(
+        self,
+        format: Format,
+        weights: [WeightRow<'_>; W],
+        activations: &QuantizedRows,
+        out: &mut [f32],
+    ) {
+        let rows = activations.rows();
+        assert!(out.len() >= W * rows, "output too small");
+        let blocks = activations.cols / BLOCK;
+        for w in &weights {
+            assert!(w.quants.len() >= blocks * format.packed_bytes());
+            assert!(w.scales.len() >= blocks && w.mins.len() == padded(blocks));
+        }
+        assert!(activations.quants.len() >= rows * activations.cols);
+        assert!(activations.scales.len() >= rows * blocks);
+        assert!(activations.sums.len() >= rows * padded(blocks));
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            IsaKind::Avx2 => {
+                // SAFETY: `IsaKind::Avx2` exists only after the CPU reported AVX2; the
+                // asserts above keep every load of the kernel inside its slice.
+                unsafe { avx2::dot_rows(format, weights, activations, out) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            IsaKind::Avx512Vnni => {
+                // SAFETY: as above, for AVX-512 F/BW/VNNI.
+                unsafe { avx512::dot_rows(format, weights, activations, out) }
+            }
+            IsaKind::Scalar => {
+                for (i, w) in weights.iter().enumerate() {
+                    for r in 0..rows {
+                        out[i * rows + r] = scalar_dot(format, *w, activations.row(r));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One weight row · one activation row.
+    pub fn dot(self, format: Format, weights: WeightRow<'_>, activations: &QuantizedRows) -> f32 {
+        let mut out = [0f32];
+        self.dot_rows(format, [weights], activations, &mut out);
+        out[0]
+    }
+}
+
+/// The reference arithmetic (module docs), one element at a time.
+pub fn scalar_dot(format: Format, weights: WeightRow<'_>, activations: ActivationRow<'_>) -> f32 {
+    let mut chains = [[0f32; 8]; 2];
+    let packed = format.packed_bytes();
+    for b in 0..activations.scales.len() {
+        let quants = &weights.quants[b * packed..][..packed];
+        let a = &activations.quants[b * BLOCK..][..BLOCK];
+        let scale = weights.scales[b] * activations.scales[b];
+        for (lane, acc) in chains[b % 2].iter_mut().enumerate() {
+            let mut sum = 0i32;
+            for (e, &activation) in a.iter().enumerate().skip(lane * 4).take(4) {
+                let weight = match format {
+                    Format::Q4_1 => i32::from(nibble(quants, e)),
+                    Format::Q8_0 => i32::from(quants[e] as i8),
+                };
+                sum += weight * i32::from(activation);
+            }
+            *acc = (sum as f32).mul_add(scale, *acc);
+        }
+    }
+    let [even, odd] = chains;
+    let mut total: [f32; 8] = std::array::from_fn(|l| even[l] + odd[l]);
+    if format == Format::Q4_1 {
+        let mut off = [0f32; 8];
+        for (m, s) in weights
+            .mins
+            .chunks_exact(8)
+            .zip(activations.sums.chunks_exact(8))
+        {
+            for l in 0..8 {
+                off[l] += m[l] * s[l];
+            }
+        }
+        for l in 0..8 {
+            total[l] += off[l];
+        }
+    }
+    hsum8(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::quantize_rows;
+    use crate::quant::tests_support::{random_matrix, random_values};
+
+    #[test]
+    fn every_instruction_set_gives_the_reference_bits() {
+        let paths = Isa::available();
+        eprintln!(
+            "paths on this CPU: {:?}",
+            paths.iter().map(|p| p.name()).collect::<Vec<_>>()
+        );
+        // 576 = 18 blocks (even count), 1568 = 49 blocks (odd): both chain endings.
+        for cols in [576, 1568] {
+            for format in [Format::Q4_1, Format::Q8_0] {
+                let matrix = random_matrix(format, 9, cols, 7);
+                let acts = quantize_rows(&random_values(7 * cols, 8), cols);
+                let reference: Vec<f32> = (0..9)
+                    .flat_map(|i| (0..7).map(move |r| (i, r)))
+                    .map(|(i, r)| scalar_dot(format, matrix.row(i), acts.row(r)))
+                    .collect();
+                for &isa in &paths {
+                    let mut got = vec![0f32; 9 * 7];
+                    for i in (0..8).step_by(2) {
+                        let rows = [matrix.row(i), matrix.row(i + 1)];
+                        isa.dot_rows(format, rows, &acts, &mut got[i * 7..]);
+                    }
+                    isa.dot_rows(format, [matrix.row(8)], &acts, &mut got[8 * 7..]);
+                    for (k, (g, want)) in got.iter().zip(&reference).enumerate() {
+                        assert_eq!(
+                            g.to_bits(),
+                            want.to_bits(),
+                            "{} {format:?} cols {cols} element {k}: {g} vs {want}",
+                            isa.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dots_approximate_the_float_product() {
+        for format in [Format::Q4_1, Format::Q8_0] {
+            let matrix = random_matrix(format, 8, 576, 3);
+            let values = random_values(576, 4);
+            let acts = quantize_rows(&values, 576);
+            let mut dense = vec![0f32; 576];
+            for r in 0..matrix.rows {
+                matrix.dequantize_row(r, &mut dense);
+                let exact: f64 = dense
+                    .iter()
+                    .zip(&values)
+                    .map(|(w, x)| f64::from(*w) * f64::from(*x))
+                    .sum();
+                let magnitude: f64 = dense
+                    .iter()
+                    .zip(&values)
+                    .map(|(w, x)| (f64::from(*w) * f64::from(*x)).abs())
+                    .sum();
+                let got = f64::from(Isa::detect().dot(format, matrix.row(r), &acts));
+                // Activation rounding is at most half a step (1/254 of the block max).
+                assert!(
+                    (got - exact).abs() <= 0.01 * magnitude + 1e-4,
+                    "{format:?} row {r}: {got} vs {exact} (magnitude {magnitude})"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! AVX2 kernels: one block per 256-bit register, maddubs + madd for the exact lane sums.
+//! Tiles of W weight rows × A activation rows share loads; each element keeps its own
+//! even and odd chains, so it is the reference arithmetic of `super`.
+
+// Tiles index weight rows (i) and activation rows (j) into several arrays at once.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use crate::quant::{Format, QuantizedRows, WeightRow, BLOCK};
+
+/// Same tree as `crate::quant::hsum8`: ((0+4)+(2+6)) + ((1+5)+(3+7)).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn hsum8(v: __m256) -> f32 {
+    let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+    _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)))
+}
+
+/// The eight offset lanes `Σ m·s` by block index modulo 8 over padded rows.
+///
+/// # Safety
+/// AVX2 and FMA; `mins` and `sums` of equal length, a multiple of 8.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn offset_lanes(mins: &[f32], sums: &[f32]) -> __m256 {
+    let mut acc = _mm256_setzero_ps();
+    for c in 0..mins.len() / 8 {
+        // SAFETY: 8c + 8 <= len for both slices.
+        let (m, s) = unsafe {
+            (
+                _mm256_loadu_ps(mins.as_ptr().add(c * 8)),
+                _mm256_loadu_ps(sums.as_ptr().add(c * 8)),
+            )
+        };
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(m, s));
+    }
+    acc
+}
+
+/// `(even + odd) + offset lanes` for Q4_1, `even + odd` for Q8_0, reduced.
+///
+/// # Safety
+/// AVX2 and FMA; the activation row exists.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn finish(
+    format: Format,
+    weights: &WeightRow<'_>,
+    activations: &QuantizedRows,
+    row: usize,
+    even: __m256,
+    odd: __m256,
+) -> f32 {
+    let mut total = _mm256_add_ps(even, odd);
+    if format == Format::Q4_1 {
+        let width = weights.mins.len();
+        let sums = &activations.sums[row * width..][..width];
+        // SAFETY: equal, padded lengths.
+        total = _mm256_add_ps(total, unsafe { offset_lanes(weights.mins, sums) });
+    }
+    hsum8(total)
+}
+
+/// Weight block `b` of `row`: the unsigned operand for maddubs and, for Q8_0, the raw
+/// signed bytes whose signs move onto the activations.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weight_block(format: Format, row: &WeightRow<'_>, b: usize) -> (__m256i, __m256i) {
+    match format {
+        Format::Q4_1 => {
+            // SAFETY: the caller checked 16 bytes per block.
+            let packed = unsafe { _mm_loadu_si128(row.quants.as_ptr().add(b * 16).cast()) };
+            let mask = _mm_set1_epi8(0x0F);
+            let low = _mm_and_si128(packed, mask);
+            let high = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
+            (_mm256_set_m128i(high, low), _mm256_setzero_si256())
+        }
+        Format::Q8_0 => {
+            // SAFETY: the caller checked 32 bytes per block.
+            let raw = unsafe { _mm256_loadu_si256(row.quants.as_ptr().add(b * BLOCK).cast()) };
+            (_mm256_sign_epi8(raw, raw), raw)
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn accumulate<const W: usize, const A: usize>(
+    format: Format,
+    weights: &[WeightRow<'_>; W],
+    activations: &QuantizedRows,
+    first: usize,
+    b: usize,
+    chain: &mut [[__m256; A]; W],
+) {
+    let ones = _mm256_set1_epi16(1);
+    let blocks = activations.cols / BLOCK;
+    let mut unsigned = [_mm256_setzero_si256(); W];
+    let mut signs = [_mm256_setzero_si256(); W];
+    let mut weight_scale = [_mm256_setzero_ps(); W];
+    for i in 0..W {
+        // SAFETY: block `b` of every row was checked by the caller.
+        (unsigned[i], signs[i]) = unsafe { weight_block(format, &weights[i], b) };
+        weight_scale[i] = _mm256_set1_ps(unsafe { *weights[i].scales.get_unchecked(b) });
+    }
+    for j in 0..A {
+        let row = first + j;
+        // SAFETY: row < rows and b < blocks, checked by the caller.
+        let (quants, scale) = unsafe {
+            (
+                _mm256_loadu_si256(
+                    activations
+                        .quants
+                        .as_ptr()
+                        .add(row * activations.cols + b * BLOCK)
+                        .cast(),
+                ),
+                _mm256_set1_ps(*activations.scales.get_unchecked(row * blocks + b)),
+            )
+        };
+        for i in 0..W {
+            let operand = match format {
+                Format::Q4_1 => quants,
+                Format::Q8_0 => _mm256_sign_epi8(quants, signs[i]),
+            };
+            let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned[i], operand), ones);
+            let scale = _mm256_mul_ps(weight_scale[i], scale);
+            chain[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), scale, chain[i][j]);
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile<const W: usize, const A: usize>(
+    format: Format,
+    weights: &[WeightRow<'_>; W],
+    activations: &QuantizedRows,
+    first: usize,
+    out: &mut [f32],
+) {
+    let blocks = activations.cols / BLOCK;
+    let rows = activations.rows();
+    let mut even = [[_mm256_setzero_ps(); A]; W];
+    let mut odd = [[_mm256_setzero_ps(); A]; W];
+    for pair in 0..blocks / 2 {
+        // SAFETY: both blocks are below `blocks`.
+        unsafe {
+            accumulate(format, weights, activations, first, 2 * pair, &mut even);
+            accumulate(format, weights, activations, first, 2 * pair + 1, &mut odd);
+        }
+    }
+    if blocks % 2 == 1 {
+        // SAFETY: as above.
+        unsafe { accumulate(format, weights, activations, first, blocks - 1, &mut even) };
+    }
+    for i in 0..W {
+        for j in 0..A {
+            let row = first + j;
+            // SAFETY: row `row` exists.
+            out[i * rows + row] =
+                unsafe { finish(format, &weights[i], activations, row, even[i][j], odd[i][j]) };
+        }
+    }
+}
+
+/// # Safety
+/// AVX2 and FMA; `Isa::dot_rows` checked every slice length.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn dot_rows<const W: usize>(
+    format: Format,
+    weights: [WeightRow<'_>; W],
+    activations: &QuantizedRows,
+    out: &mut [f32],
+) {
+    let rows = activations.rows();
+    let mut r = 0;
+    if W <= 2 {
+        while r + 2 <= rows {
+            // SAFETY: rows r and r + 1 exist.
+            unsafe { tile::<W, 2>(format, &weights, activations, r, out) };
+            r += 2;
+        }
+    }
+    while r < rows {
+        // SAFETY: row r exists.
+        unsafe { tile::<W, 1>(format, &weights, activations, r, out) };
+        r += 1;
+    }
+}

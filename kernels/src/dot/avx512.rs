@@ -1,0 +1,158 @@
+//! AVX-512 VNNI kernels: an even and an odd block side by side in one 512-bit register
+//! (lanes 0–7 and 8–15), `vpdpbusd` for the exact lane sums, so the low half is the
+//! even chain and the high half the odd chain of the reference arithmetic.
+
+// Tiles index weight rows (i) and activation rows (j) into several arrays at once.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use super::avx2;
+use crate::quant::{Format, QuantizedRows, WeightRow, BLOCK};
+
+/// Two f32 values, each broadcast to one 256-bit half.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn halves(low: f32, high: f32) -> __m512 {
+    let low = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(low)));
+    _mm512_castpd_ps(_mm512_insertf64x4(
+        low,
+        _mm256_castps_pd(_mm256_set1_ps(high)),
+        1,
+    ))
+}
+
+/// Weight blocks `b` and `b + 1` of `row`: unsigned operand and (Q8_0) sign mask.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn weight_pair(format: Format, row: &WeightRow<'_>, b: usize) -> (__m512i, __mmask64) {
+    match format {
+        Format::Q4_1 => {
+            // SAFETY: the caller checked 16 bytes per block; blocks b and b+1 are adjacent.
+            let packed = unsafe { _mm256_loadu_si256(row.quants.as_ptr().add(b * 16).cast()) };
+            let mask = _mm256_set1_epi8(0x0F);
+            let low = _mm256_and_si256(packed, mask);
+            let high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
+            // [low b, low b+1, high b, high b+1] → [low b, high b, low b+1, high b+1].
+            let joined = _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+            (_mm512_shuffle_i64x2(joined, joined, 0b11_01_10_00), 0)
+        }
+        Format::Q8_0 => {
+            // SAFETY: the caller checked 32 bytes per block; blocks b and b+1 are adjacent.
+            let raw = unsafe { _mm512_loadu_si512(row.quants.as_ptr().add(b * BLOCK).cast()) };
+            (_mm512_abs_epi8(raw), _mm512_movepi8_mask(raw))
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn accumulate_pair<const W: usize, const A: usize>(
+    format: Format,
+    weights: &[WeightRow<'_>; W],
+    activations: &QuantizedRows,
+    first: usize,
+    b: usize,
+    acc: &mut [[__m512; A]; W],
+) {
+    let blocks = activations.cols / BLOCK;
+    let mut unsigned = [_mm512_setzero_si512(); W];
+    let mut negative = [0 as __mmask64; W];
+    let mut weight_scale = [_mm512_setzero_ps(); W];
+    for i in 0..W {
+        // SAFETY: blocks b and b+1 of every row were checked by the caller.
+        (unsigned[i], negative[i]) = unsafe { weight_pair(format, &weights[i], b) };
+        let scales = weights[i].scales;
+        weight_scale[i] = halves(scales[b], scales[b + 1]);
+    }
+    for j in 0..A {
+        let row = first + j;
+        // SAFETY: row < rows and b + 1 < blocks, checked by the caller.
+        let quants = unsafe {
+            _mm512_loadu_si512(
+                activations
+                    .quants
+                    .as_ptr()
+                    .add(row * activations.cols + b * BLOCK)
+                    .cast(),
+            )
+        };
+        let scales = &activations.scales[row * blocks + b..][..2];
+        let scale = halves(scales[0], scales[1]);
+        for i in 0..W {
+            let operand = match format {
+                Format::Q4_1 => quants,
+                Format::Q8_0 => {
+                    _mm512_mask_sub_epi8(quants, negative[i], _mm512_setzero_si512(), quants)
+                }
+            };
+            let lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), unsigned[i], operand);
+            let scale = _mm512_mul_ps(weight_scale[i], scale);
+            acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), scale, acc[i][j]);
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile<const W: usize, const A: usize>(
+    format: Format,
+    weights: &[WeightRow<'_>; W],
+    activations: &QuantizedRows,
+    first: usize,
+    out: &mut [f32],
+) {
+    let blocks = activations.cols / BLOCK;
+    let rows = activations.rows();
+    let mut acc = [[_mm512_setzero_ps(); A]; W];
+    for pair in 0..blocks / 2 {
+        // SAFETY: blocks 2·pair and 2·pair + 1 are below `blocks`.
+        unsafe { accumulate_pair(format, weights, activations, first, 2 * pair, &mut acc) };
+    }
+    for i in 0..W {
+        for j in 0..A {
+            let row = first + j;
+            let even = _mm512_castps512_ps256(acc[i][j]);
+            let odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i][j]), 1));
+            let mut even = even;
+            if blocks % 2 == 1 {
+                // The last, unpaired block joins the even chain, as in the reference.
+                let single = [weights[i]];
+                let mut chain = [[even]];
+                // SAFETY: AVX2 and FMA are implied by AVX-512 F; block `blocks - 1` exists.
+                unsafe {
+                    avx2::accumulate(format, &single, activations, row, blocks - 1, &mut chain);
+                }
+                even = chain[0][0];
+            }
+            // SAFETY: row `row` exists; AVX2 is implied by AVX-512 F.
+            out[i * rows + row] =
+                unsafe { avx2::finish(format, &weights[i], activations, row, even, odd) };
+        }
+    }
+}
+
+/// # Safety
+/// AVX-512 F/BW/VNNI; `Isa::dot_rows` checked every slice length.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn dot_rows<const W: usize>(
+    format: Format,
+    weights: [WeightRow<'_>; W],
+    activations: &QuantizedRows,
+    out: &mut [f32],
+) {
+    let rows = activations.rows();
+    let mut r = 0;
+    if W <= 2 {
+        while r + 4 <= rows {
+            // SAFETY: rows r..r+4 exist.
+            unsafe { tile::<W, 4>(format, &weights, activations, r, out) };
+            r += 4;
+        }
+    }
+    while r < rows {
+        // SAFETY: row r exists.
+        unsafe { tile::<W, 1>(format, &weights, activations, r, out) };
+        r += 1;
+    }
+}
