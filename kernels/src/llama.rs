@@ -250,6 +250,19 @@ impl Llama {
         self.cached_positions = 0;
     }
 
+    /// Keeps the first `positions` cached positions and drops the rest, so a job that
+    /// shares a prefix with the previous one continues from there (exact: the cache of a
+    /// prefix does not depend on what followed it).
+    pub fn truncate(&mut self, positions: usize) {
+        let positions = positions.min(self.cached_positions);
+        let width = self.config.kv_heads * self.config.head_dim();
+        for layer in &mut self.cache {
+            layer.keys.truncate(positions * width);
+            layer.values.truncate(positions * width);
+        }
+        self.cached_positions = positions;
+    }
+
     /// Positions held in the KV cache.
     pub fn cached_positions(&self) -> usize {
         self.cached_positions

@@ -264,6 +264,40 @@ fn prefill_gives_the_same_logit_bits_as_one_token_decoding() {
 }
 
 #[test]
+fn a_following_job_reuses_the_shared_prefix_and_stays_exact() {
+    let mut model = load();
+    let prompt = user("Write a short poem about the sea.");
+    let prompt_len = model.prompt_tokens(&prompt).unwrap().len() as u32;
+    let full = run(&mut model, prompt.clone(), greedy(16), vec![]);
+    assert_eq!(full.reused_tokens, 0);
+    assert_eq!(full.prefilled_tokens, prompt_len);
+    // The cache now holds the prompt and 15 completion tokens (the 16th was never fed).
+    let resumed = run(
+        &mut model,
+        prompt.clone(),
+        greedy(16),
+        full.token_ids[..10].to_vec(),
+    );
+    assert_eq!(resumed.token_ids, full.token_ids);
+    assert_eq!(
+        resumed.reused_tokens,
+        prompt_len + 9,
+        "one token must run for logits"
+    );
+    assert_eq!(resumed.prefilled_tokens, 1);
+    // Another prompt shares only the chat template's opening.
+    let other = run(&mut model, user("Name a colour."), greedy(4), vec![]);
+    assert!(
+        other.reused_tokens < prompt_len - 4,
+        "{}",
+        other.reused_tokens
+    );
+    // Back to the first prompt: same tokens as the first, cold run.
+    let again = run(&mut model, prompt, greedy(16), vec![]);
+    assert_eq!(again.token_ids, full.token_ids);
+}
+
+#[test]
 fn resume_from_every_cut_point_equals_the_uninterrupted_run() {
     let mut model = load();
     let prompt = user("Write a short poem about the sea.");

@@ -17,7 +17,7 @@ use super::EngineError;
 /// Loaded weights for one architecture, with the KV cache of the job in progress.
 pub enum Weights {
     /// sharemesh's own batch-invariant kernels (llama on CPU; see `sharemesh-kernels`).
-    Kernels(Box<llama::Llama>),
+    Kernels(Box<KernelModel>),
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
     /// gemma3 has no cache reset: keep a pristine copy (tensors are shared) to clone.
@@ -25,6 +25,13 @@ pub enum Weights {
         current: Box<quantized_gemma3::ModelWeights>,
         pristine: Box<quantized_gemma3::ModelWeights>,
     },
+}
+
+/// The kernels' model and the tokens its KV cache holds, so the next job can reuse a
+/// shared prefix (the previous turn of a chat, or a failover standby's warm-up).
+pub struct KernelModel {
+    model: llama::Llama,
+    cached: Vec<u32>,
 }
 
 /// GGUF general.file_type → the quantization name operators know.
@@ -128,7 +135,10 @@ impl Weights {
         };
         if architecture == "llama" && device.is_cpu() && kernels_enabled() {
             match load_kernels(&ct, reader, path) {
-                Ok(model) => return Ok(Weights::Kernels(Box::new(model))),
+                Ok(model) => {
+                    let cached = Vec::new();
+                    return Ok(Weights::Kernels(Box::new(KernelModel { model, cached })));
+                }
                 // Formats or shapes the kernels do not cover yet: candle serves them.
                 Err(EngineError::Unsupported(reason)) => {
                     tracing::info!(%reason, "sharemesh kernels cannot run this file; using candle");
@@ -161,10 +171,44 @@ impl Weights {
         matches!(self, Weights::Kernels(_))
     }
 
+    /// Runs `tokens` from position 0, reusing the longest prefix the cache already holds
+    /// where that is exact (batch-invariant kernels); returns the last logits and how
+    /// many positions were reused.
+    pub fn prefill(
+        &mut self,
+        tokens: &[u32],
+        device: &Device,
+    ) -> Result<(Vec<f32>, usize), EngineError> {
+        let reused = match self {
+            Weights::Kernels(m) => {
+                // At least one token must run to produce logits.
+                let shared = m
+                    .cached
+                    .iter()
+                    .zip(tokens)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                let reused = shared.min(tokens.len().saturating_sub(1));
+                m.model.truncate(reused);
+                m.cached.truncate(reused);
+                reused
+            }
+            _ => {
+                self.reset();
+                0
+            }
+        };
+        let logits = self.forward(&tokens[reused..], reused, device)?;
+        Ok((logits, reused))
+    }
+
     /// Empties the KV cache before a new job.
     pub fn reset(&mut self) {
         match self {
-            Weights::Kernels(m) => m.reset(),
+            Weights::Kernels(m) => {
+                m.model.reset();
+                m.cached.clear();
+            }
             Weights::Llama(m) => m.clear_kv_cache(),
             Weights::Qwen2(m) => m.clear_kv_cache(),
             Weights::Gemma3 { current, pristine } => **current = (**pristine).clone(),
@@ -180,9 +224,13 @@ impl Weights {
         device: &Device,
     ) -> Result<Vec<f32>, EngineError> {
         if let Weights::Kernels(m) = self {
-            return m
-                .forward(tokens, position)
-                .map_err(|e| EngineError::Inference(e.to_string()));
+            let logits = m.model.forward(tokens, position).map_err(|e| {
+                m.cached.clear();
+                EngineError::Inference(e.to_string())
+            })?;
+            m.cached.truncate(position);
+            m.cached.extend_from_slice(tokens);
+            return Ok(logits);
         }
         let mut run = || -> candle_core::Result<Vec<f32>> {
             let input = Tensor::new(tokens, device)?.unsqueeze(0)?;
