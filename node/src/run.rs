@@ -124,6 +124,10 @@ pub struct GatewayArgs {
     /// answer (a request can override with `sharemesh.hedge`).
     #[arg(long)]
     pub hedge_gold: bool,
+    /// Every this many streamed tokens, warm the next provider in line with the tokens
+    /// so far, so a failover there prefills only what came since; 0 turns it off.
+    #[arg(long, default_value_t = 64)]
+    pub warm_standby_every: usize,
     /// Ranking score (SPEC §10): multiplier on the expected price of a request.
     #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().price)]
     pub score_price: f64,
@@ -351,6 +355,7 @@ pub fn gateway(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             score: score_weights(&args)?,
             quote_k: args.quote_k,
             hedge_gold: args.hedge_gold,
+            warm_standby_every: args.warm_standby_every,
             ..RoutingDefaults::default()
         };
         let budget = crate::gateway::dispatch::Budget {

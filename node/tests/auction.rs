@@ -125,7 +125,10 @@ async fn a_hedged_gold_request_is_served_by_the_first_to_answer() {
         honest_id.as_str()
     );
     let json: serde_json::Value = response.json().await.unwrap();
-    assert_eq!(json["choices"][0]["message"]["content"], "The answer is 4.");
+    assert_eq!(
+        json["choices"][0]["message"]["content"],
+        "The answer to this classic math problem is 4."
+    );
     let took = asked.elapsed();
     assert!(
         took < std::time::Duration::from_secs(60),

@@ -188,6 +188,16 @@ fn greedy_ids_match_the_exact_reference_on_chat_prompts() {
             .zip(&reference)
             .take_while(|(a, b)| a == b)
             .count();
+        eprintln!(
+            "{}: agree for {agree} of {} tokens{}",
+            case.get("raw").unwrap_or(&case["messages"][0]["content"]),
+            reference.len(),
+            margins
+                .get(agree)
+                .filter(|_| agree < reference.len())
+                .map(|m| format!(" (exact margin there {m})"))
+                .unwrap_or_default()
+        );
         if agree < reference.len() {
             assert!(
                 margins[agree] < 0.25,

@@ -42,6 +42,9 @@ pub struct RoutingDefaults {
     /// Start gold work on two providers and keep the first to answer, unless the
     /// request says otherwise (`sharemesh.hedge`).
     pub hedge_gold: bool,
+    /// Every this many delivered tokens, warm the next provider in line so a failover
+    /// there prefills only what came since (0: never). See `warm_standby`.
+    pub warm_standby_every: usize,
 }
 
 /// Round trip assumed for a provider the gateway has not pinged yet.
@@ -58,6 +61,7 @@ impl Default for RoutingDefaults {
             score: ScoreWeights::default(),
             quote_k: 4,
             hedge_gold: false,
+            warm_standby_every: 64,
         }
     }
 }
@@ -372,7 +376,7 @@ impl Dispatcher {
     }
 
     async fn drive(
-        &self,
+        self: &Arc<Self>,
         request: CompletionRequest,
         key: Option<KeyRecord>,
         events: &mpsc::Sender<DispatchEvent>,
@@ -431,6 +435,8 @@ impl Dispatcher {
             .into_iter()
             .take(self.defaults.max_attempts)
             .collect();
+        let mut warm_task: Option<tokio::task::JoinHandle<()>> = None;
+        let mut warmed_at = 0;
         let mut hedge = tier == Tier::Reserved
             && request.routing.hedge.unwrap_or(self.defaults.hedge_gold)
             && queue.len() >= 2;
@@ -453,6 +459,7 @@ impl Dispatcher {
                 deadline_ms: now_ms() + 600_000,
                 resume: delivered.clone(),
             };
+            let job_template = job.clone();
             let segment_started = std::time::Instant::now();
             let mut first_token: Option<std::time::Instant> = None;
             let opened = if std::mem::take(&mut hedge) {
@@ -539,6 +546,28 @@ impl Dispatcher {
                         segment_tokens += chunk.token_ids.len() as u64;
                         let token_id = chunk.token_ids.first().copied().unwrap_or_default();
                         delivered.extend(&chunk.token_ids);
+                        let every = self.defaults.warm_standby_every;
+                        let idle = warm_task.as_ref().is_none_or(|t| t.is_finished());
+                        if every > 0 && idle && delivered.len() >= warmed_at + every {
+                            if let Some(next) = queue.front() {
+                                let warm_up = JobRequest {
+                                    job_id: JobId::from_bytes(rand::rng().random()),
+                                    provider: next.provider(),
+                                    max_price_per_token: next.price,
+                                    sampling: sharemesh_protocol::Sampling {
+                                        max_tokens: delivered.len() as u32 + 1,
+                                        ..request.sampling.clone()
+                                    },
+                                    resume: delivered.clone(),
+                                    ..job_template.clone()
+                                };
+                                let (this, entry) = (self.clone(), next.entry.clone());
+                                warm_task = Some(tokio::spawn(async move {
+                                    this.warm_standby(entry, warm_up).await
+                                }));
+                                warmed_at = delivered.len();
+                            }
+                        }
                         if events
                             .send(DispatchEvent::Token {
                                 text: chunk.text_delta,

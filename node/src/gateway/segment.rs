@@ -9,6 +9,28 @@ use super::dispatch::Dispatcher;
 use crate::buyer::{start_job, JobEvent};
 use crate::mesh::orderbook::BookEntry;
 
+impl Dispatcher {
+    /// Warms the next provider in line for a failover: the same job resumed after the
+    /// tokens delivered so far and cut at one new token. Its engine keeps the prompt and
+    /// those tokens in its KV cache, so a real resume there prefills only the tokens
+    /// delivered since (SPEC §10). The token is discarded and dropping the stream
+    /// cancels the job.
+    pub(super) async fn warm_standby(&self, entry: BookEntry, job: JobRequest) {
+        let (provider, resumed) = (job.provider, job.resume.len());
+        let mut error = String::new();
+        let Some(mut opened) = self.open_segment(&entry, job, &mut error).await else {
+            tracing::debug!(%provider, %error, "standby warm-up not opened");
+            return;
+        };
+        while let Some(event) = opened.next().await {
+            if !matches!(event, JobEvent::Accepted(_)) {
+                break;
+            }
+        }
+        tracing::debug!(%provider, resumed, "standby warmed");
+    }
+}
+
 /// A provider's job stream, with the events already read from it.
 pub struct Opened {
     pub stream: mpsc::Receiver<JobEvent>,
