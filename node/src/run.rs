@@ -3,9 +3,10 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use libp2p::Multiaddr;
 use sharemesh_protocol::{NanoUsd, Tier};
@@ -34,6 +35,48 @@ pub struct MeshArgs {
     /// Local HTTP API address.
     #[arg(long)]
     pub http: Option<SocketAddr>,
+    #[command(flatten)]
+    pub link: LinkArgs,
+}
+
+/// An emulated link for every connection a node dials (testnets on one machine, where
+/// the kernel lacks `tc netem`). Any of these switches the mesh to TCP only.
+#[derive(Args, Debug, Clone, Default)]
+pub struct LinkArgs {
+    /// Emulated one-way latency, ms.
+    #[arg(long, default_value_t = 0)]
+    pub link_latency_ms: u64,
+    /// Emulated uniform jitter around the latency, ± ms.
+    #[arg(long, default_value_t = 0)]
+    pub link_jitter_ms: u64,
+    /// Emulated loss: probability in [0, 1) that a chunk arrives one retransmission
+    /// timeout (200 ms) late.
+    #[arg(long, default_value_t = 0.0)]
+    pub link_loss: f64,
+    /// Seed of the link's draws (same seed, same delays; a testnet gives node k seed + k).
+    #[arg(long, default_value_t = 0)]
+    pub link_seed: u64,
+}
+
+impl LinkArgs {
+    pub fn is_set(&self) -> bool {
+        self.link_latency_ms > 0 || self.link_jitter_ms > 0 || self.link_loss > 0.0
+    }
+
+    /// The flags that give another node the same link (its seed is its own).
+    pub fn flags(&self) -> Vec<String> {
+        if !self.is_set() {
+            return Vec::new();
+        }
+        [
+            ("--link-latency-ms", self.link_latency_ms.to_string()),
+            ("--link-jitter-ms", self.link_jitter_ms.to_string()),
+            ("--link-loss", self.link_loss.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_owned(), value])
+        .collect()
+    }
 }
 
 #[derive(Args, Debug)]
@@ -191,20 +234,56 @@ fn default_listen() -> Vec<Multiaddr> {
         .collect()
 }
 
-fn mesh_config(data_dir: &Path, args: &MeshArgs, kad_server: bool) -> MeshConfig {
-    MeshConfig {
-        listen: if args.listen.is_empty() {
-            default_listen()
-        } else {
-            args.listen.clone()
-        },
+fn mesh_config(data_dir: &Path, args: &MeshArgs, kad_server: bool) -> Result<MeshConfig> {
+    let link = mesh::link::LinkProfile {
+        latency: Duration::from_millis(args.link.link_latency_ms),
+        jitter: Duration::from_millis(args.link.link_jitter_ms),
+        loss: args.link.link_loss,
+        retransmit_after: Duration::from_millis(200),
+        seed: args.link.link_seed,
+    };
+    if !(0.0..1.0).contains(&args.link.link_loss) {
+        bail!("--link-loss must be in [0, 1), got {}", args.link.link_loss);
+    }
+    if args.link.link_jitter_ms > args.link.link_latency_ms {
+        bail!(
+            "--link-jitter-ms ({}) cannot exceed --link-latency-ms ({})",
+            args.link.link_jitter_ms,
+            args.link.link_latency_ms
+        );
+    }
+    let emulated = !link.is_ideal();
+    let mut listen = if args.listen.is_empty() {
+        default_listen()
+    } else {
+        args.listen.clone()
+    };
+    let transport = if emulated {
+        let quic = |a: &Multiaddr| {
+            a.iter()
+                .any(|p| matches!(p, libp2p::multiaddr::Protocol::QuicV1))
+        };
+        if !args.listen.is_empty() && args.listen.iter().any(quic) {
+            bail!("--link-* emulation wraps TCP streams only; drop the QUIC --listen address");
+        }
+        listen.retain(|a| !quic(a));
+        mesh::MeshTransport::EmulatedTcp {
+            link: Arc::new(move |_: &Multiaddr| link),
+            counters: Arc::default(),
+        }
+    } else {
+        mesh::MeshTransport::Network
+    };
+    Ok(MeshConfig {
+        listen,
         bootstrap: args.bootstrap.clone(),
         kad_server,
         mdns: args.mdns,
         target_peers: args.target_peers,
         address_book: Some(data_dir.join("address_book.json")),
+        transport,
         ..MeshConfig::default()
-    }
+    })
 }
 
 /// Prints one JSON line on stdout once the node is up (the testnet reads it).
@@ -278,7 +357,7 @@ pub fn provide(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         .build()?;
     runtime.block_on(async move {
         let engine = Engine::spawn(vec![model], args.max_concurrent as usize);
-        let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, true)).await?;
+        let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, true)?).await?;
         let ledger = open_ledger(data_dir)?;
         // Uptime for the earnings report: a heartbeat per serving session.
         let heartbeat = ledger.clone();
@@ -340,7 +419,7 @@ pub fn gateway(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, false)).await?;
+        let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, false)?).await?;
         let address = args
             .mesh
             .http

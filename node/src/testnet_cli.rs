@@ -63,6 +63,9 @@ pub struct UpArgs {
     /// separate hosts (root only).
     #[arg(long)]
     pub netns: bool,
+    /// The emulated link of every node (providers and gateways).
+    #[command(flatten)]
+    pub link: crate::run::LinkArgs,
 }
 
 #[derive(Args, Debug)]
@@ -159,6 +162,8 @@ pub fn up_options(data_dir: &Path, args: &UpArgs) -> Result<UpOptions> {
         model: model_for_testnet(data_dir, &args.model)?,
         provider_args,
         per_provider_args: Vec::new(),
+        link_args: args.link.flags(),
+        link_seed: args.link.link_seed,
         progress,
         ready_timeout: Duration::from_secs(120),
         netns: args.netns,

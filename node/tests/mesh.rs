@@ -199,3 +199,102 @@ async fn nodes_also_talk_over_quic() {
         "{peers:?}"
     );
 }
+
+/// The emulated link over TCP (`--link-latency-ms` in processes): a node dialling
+/// through a 150 ms one-way link measures a ping round trip of about twice that, both
+/// ends see it, adverts still flow, and the link's bytes are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emulated_tcp_link_adds_its_latency_to_the_round_trip() {
+    let (a_key, a) = node(41, vec![]).await;
+    let counters = std::sync::Arc::new(mesh::link::LinkCounters::default());
+    let profile = mesh::link::LinkProfile {
+        latency: Duration::from_millis(150),
+        seed: 7,
+        ..Default::default()
+    };
+    let b_key = Keypair::from_secret([42; 32]);
+    let b = mesh::spawn(
+        b_key.secret(),
+        MeshConfig {
+            transport: mesh::MeshTransport::EmulatedTcp {
+                link: std::sync::Arc::new(move |_: &Multiaddr| profile),
+                counters: counters.clone(),
+            },
+            ..config(a.listen_addrs())
+        },
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let rtt = |handle: MeshHandle| async move {
+        handle
+            .peers()
+            .await
+            .unwrap()
+            .into_iter()
+            .find_map(|p| p.rtt_ms)
+    };
+    let (mut rtt_b, mut rtt_a) = (None, None);
+    while rtt_b.is_none() || rtt_a.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no ping measured: {rtt_a:?} {rtt_b:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        rtt_b = rtt(b.clone()).await;
+        rtt_a = rtt(a.clone()).await;
+    }
+    for (side, value) in [("dialler", rtt_b), ("listener", rtt_a)] {
+        let value = value.unwrap();
+        assert!(
+            (280.0..2_000.0).contains(&value),
+            "{side} measured {value} ms"
+        );
+    }
+    let mut seq = 1;
+    while !known(&b).contains(&a_key.node_id()) {
+        assert!(
+            Instant::now() < deadline,
+            "no advert across the emulated link"
+        );
+        a.publish_advert(&a_key.seal(&advert(&a_key), seq, now_ms(), 60_000).unwrap())
+            .await
+            .unwrap();
+        seq += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(counters.sent() > 0 && counters.received() > 0);
+    let _ = b_key;
+}
+
+#[test]
+fn bad_link_flags_are_refused_with_the_reason() {
+    let data = tempfile::tempdir().unwrap();
+    for (flags, expected) in [
+        (vec!["--link-loss", "1.5"], "--link-loss must be in [0, 1)"),
+        (
+            vec!["--link-latency-ms", "10", "--link-jitter-ms", "20"],
+            "cannot exceed --link-latency-ms",
+        ),
+        (
+            vec![
+                "--link-latency-ms",
+                "10",
+                "--listen",
+                "/ip4/127.0.0.1/udp/0/quic-v1",
+            ],
+            "wraps TCP streams only",
+        ),
+    ] {
+        let out = std::process::Command::new(common::sharemesh_bin())
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["gateway", "--http", "127.0.0.1:0"])
+            .args(&flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?} was accepted");
+        assert!(stderr.contains(expected), "{flags:?}: {stderr}");
+    }
+}

@@ -27,6 +27,10 @@ pub struct UpOptions {
     pub provider_args: Vec<String>,
     /// Extra flags per provider index, for adversaries and scenarios.
     pub per_provider_args: Vec<(usize, Vec<String>)>,
+    /// Emulated-link flags for every node, providers and gateways (`--link-latency-ms`
+    /// …); when set, node `k` (providers first) also gets `--link-seed link_seed + k`.
+    pub link_args: Vec<String>,
+    pub link_seed: u64,
     /// Where to print progress.
     pub progress: fn(&str),
     pub ready_timeout: Duration,
@@ -35,6 +39,17 @@ pub struct UpOptions {
 }
 
 pub const TESTNET_FILE: &str = "testnet.json";
+
+/// Node `index`'s emulated-link flags: the shared ones and its own seed.
+fn link_args(options: &UpOptions, index: usize) -> Vec<String> {
+    if options.link_args.is_empty() {
+        return Vec::new();
+    }
+    let mut args = options.link_args.clone();
+    let seed = options.link_seed.wrapping_add(index as u64);
+    args.extend(["--link-seed".to_owned(), seed.to_string()]);
+    args
+}
 
 fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
@@ -235,6 +250,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             args.extend(["--bootstrap".into(), boot.clone()]);
         }
         args.extend(options.provider_args.iter().cloned());
+        args.extend(link_args(options, i));
         let mut adversary = None;
         for (index, extra) in &options.per_provider_args {
             if *index == i {
@@ -284,7 +300,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
                 None,
             ),
         };
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "gateway".into(),
             "--listen".into(),
             listen,
@@ -293,6 +309,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             "--http".into(),
             http.clone(),
         ];
+        args.extend(link_args(options, options.providers + j));
         // Off loopback the gateway's API requires a key: make one for it.
         let api_key = match netns {
             Some(_) => Some(create_api_key(&options.binary, &data_dir)?),

@@ -56,6 +56,13 @@ pub enum MeshTransport {
         link: link::LinkModel,
         counters: Arc<link::LinkCounters>,
     },
+    /// TCP only (no QUIC: its datagrams cannot go through the stream wrapper), every
+    /// dialled connection through an emulated link: latency, jitter and loss between
+    /// processes of a testnet, where the kernel has no `tc netem`.
+    EmulatedTcp {
+        link: link::LinkModel,
+        counters: Arc<link::LinkCounters>,
+    },
 }
 
 impl std::fmt::Debug for MeshTransport {
@@ -63,6 +70,7 @@ impl std::fmt::Debug for MeshTransport {
         match self {
             MeshTransport::Network => f.write_str("Network"),
             MeshTransport::Memory { .. } => f.write_str("Memory"),
+            MeshTransport::EmulatedTcp { .. } => f.write_str("EmulatedTcp"),
         }
     }
 }
@@ -212,8 +220,16 @@ fn build_swarm(key: identity::Keypair, config: &MeshConfig) -> Result<Swarm<Beha
     };
     let behaviour = behaviour::build(&key, &behaviour_config)
         .map_err(|e| anyhow::anyhow!("building the behaviour: {e}"))?;
-    if let MeshTransport::Memory { link, counters } = &config.transport {
-        return memory_swarm(key, behaviour, link.clone(), counters.clone());
+    match &config.transport {
+        MeshTransport::Memory { link, counters } => {
+            let memory = libp2p::core::transport::MemoryTransport::default();
+            return emulated_swarm(key, behaviour, memory, link.clone(), counters.clone());
+        }
+        MeshTransport::EmulatedTcp { link, counters } => {
+            let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true));
+            return emulated_swarm(key, behaviour, tcp, link.clone(), counters.clone());
+        }
+        MeshTransport::Network => {}
     }
     let swarm = libp2p::SwarmBuilder::with_existing_identity(key)
         .with_tokio()
@@ -229,19 +245,29 @@ fn build_swarm(key: identity::Keypair, config: &MeshConfig) -> Result<Swarm<Beha
     Ok(swarm)
 }
 
-fn memory_swarm(
+/// A swarm on `base` (memory or TCP) whose dialled connections go through `link`.
+fn emulated_swarm<T>(
     key: identity::Keypair,
     behaviour: Behaviour,
+    base: T,
     link: link::LinkModel,
     counters: Arc<link::LinkCounters>,
-) -> Result<Swarm<Behaviour>> {
-    use libp2p::core::transport::{MemoryTransport, Transport as _};
+) -> Result<Swarm<Behaviour>>
+where
+    T: libp2p::core::Transport + Send + Unpin + 'static,
+    T::Output: futures::AsyncRead + futures::AsyncWrite + Send + Unpin + 'static,
+    T::Error: Send + Sync + 'static,
+    T::Dial: Send + 'static,
+    T::ListenerUpgrade: Send + 'static,
+{
+    use libp2p::core::transport::Transport as _;
     use libp2p::core::{upgrade, ConnectedPoint};
     let swarm = libp2p::SwarmBuilder::with_existing_identity(key)
         .with_tokio()
         .with_other_transport(move |key| {
             let noise = noise::Config::new(key)?;
-            let transport = MemoryTransport::default()
+            let transport = base
+                .map_err(|e| std::io::Error::other(e.to_string()))
                 .and_then(move |connection, endpoint| {
                     let profile = match &endpoint {
                         ConnectedPoint::Dialer { address, .. } => link(address),
