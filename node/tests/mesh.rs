@@ -264,6 +264,10 @@ async fn an_emulated_tcp_link_adds_its_latency_to_the_round_trip() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert!(counters.sent() > 0 && counters.received() > 0);
+    // The lock-free views the gateway routes by agree with the event loop's answer.
+    assert!(b.is_connected(&a.peer_id) && a.is_connected(&b.peer_id));
+    let view = b.round_trips_ms()[&a.peer_id];
+    assert!((280.0..2_000.0).contains(&view), "view {view}");
     let _ = b_key;
 }
 

@@ -382,14 +382,7 @@ impl Dispatcher {
         events: &mpsc::Sender<DispatchEvent>,
     ) -> Result<(), ApiError> {
         let model = self.resolve_model(&request.model)?;
-        let rtt_ms: HashMap<PeerId, f64> = self
-            .mesh
-            .peers()
-            .await
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|p| Some((p.peer_id.parse().ok()?, p.rtt_ms?)))
-            .collect();
+        let rtt_ms: HashMap<PeerId, f64> = self.mesh.round_trips_ms();
         let (candidates, tier) = self.candidates(&model, &request, &rtt_ms);
         if candidates.is_empty() {
             return Err(ApiError::no_provider(format!(
@@ -734,13 +727,7 @@ impl Dispatcher {
     }
 
     pub(super) async fn dial_advertised(&self, peer: PeerId, entry: &BookEntry) {
-        if self
-            .mesh
-            .peers()
-            .await
-            .map(|p| p.iter().any(|i| i.peer_id == peer.to_string()))
-            .unwrap_or(false)
-        {
+        if self.mesh.is_connected(&peer) {
             return;
         }
         for address in &entry.advert.addresses {

@@ -17,12 +17,21 @@ use super::orderbook::OrderBook;
 use super::{AddressBook, Command, MeshEvent, PeerInfo};
 use crate::clock::now_ms;
 
+/// State the event loop keeps current for the handle to read without a command.
+pub(super) struct SharedViews {
+    pub book: Arc<RwLock<OrderBook>>,
+    pub listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
+    pub live: super::LivePeers,
+}
+
 pub(super) struct EventLoop {
     swarm: Swarm<Behaviour>,
     inbox: mpsc::Receiver<Command>,
     events: broadcast::Sender<MeshEvent>,
     book: Arc<RwLock<OrderBook>>,
     listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
+    /// Connected peers and their last ping round trip, readable without a command.
+    live: super::LivePeers,
     address_book: AddressBook,
     target_peers: usize,
     rtt: HashMap<PeerId, Duration>,
@@ -36,17 +45,22 @@ impl EventLoop {
         swarm: Swarm<Behaviour>,
         inbox: mpsc::Receiver<Command>,
         events: broadcast::Sender<MeshEvent>,
-        book: Arc<RwLock<OrderBook>>,
-        listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
+        views: SharedViews,
         address_book: AddressBook,
         target_peers: usize,
     ) -> Self {
+        let SharedViews {
+            book,
+            listen_addrs,
+            live,
+        } = views;
         Self {
             swarm,
             inbox,
             events,
             book,
             listen_addrs,
+            live,
             address_book,
             target_peers,
             rtt: HashMap::new(),
@@ -170,6 +184,9 @@ impl EventLoop {
                 }
                 self.addresses.insert(peer_id, address);
                 if num_established.get() == 1 {
+                    if let Ok(mut live) = self.live.write() {
+                        live.insert(peer_id, None);
+                    }
                     tracing::debug!(peer = %peer_id, "connected");
                     self.emit(MeshEvent::PeerConnected(peer_id));
                 }
@@ -181,6 +198,9 @@ impl EventLoop {
             } => {
                 if num_established == 0 {
                     self.rtt.remove(&peer_id);
+                    if let Ok(mut live) = self.live.write() {
+                        live.remove(&peer_id);
+                    }
                     self.addresses.remove(&peer_id);
                     self.emit(MeshEvent::PeerDisconnected(peer_id));
                 }
@@ -209,6 +229,11 @@ impl EventLoop {
                 ..
             }) => {
                 self.rtt.insert(peer, rtt);
+                if let Ok(mut live) = self.live.write() {
+                    if let Some(entry) = live.get_mut(&peer) {
+                        *entry = Some(rtt);
+                    }
+                }
             }
             BehaviourEvent::Gossipsub(gossipsub::Event::Message {
                 propagation_source,

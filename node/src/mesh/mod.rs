@@ -9,6 +9,7 @@ pub mod framing;
 pub mod link;
 pub mod orderbook;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -128,6 +129,9 @@ pub(crate) enum Command {
     Block(Vec<PeerId>, bool),
 }
 
+/// Connected peers with their last measured ping round trip (`None` until one is).
+pub(crate) type LivePeers = Arc<RwLock<HashMap<PeerId, Option<Duration>>>>;
+
 /// Cloneable access to the mesh.
 #[derive(Clone)]
 pub struct MeshHandle {
@@ -136,6 +140,7 @@ pub struct MeshHandle {
     pub peer_id: PeerId,
     pub node_id: NodeId,
     listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
+    live: LivePeers,
     events: broadcast::Sender<MeshEvent>,
     pub control: libp2p_stream::Control,
 }
@@ -175,6 +180,26 @@ impl MeshHandle {
 
     pub async fn unblock(&self, peers: Vec<PeerId>) -> Result<()> {
         self.send(Command::Block(peers, false)).await
+    }
+
+    /// Whether `peer` is connected now (no round trip to the event loop).
+    pub fn is_connected(&self, peer: &PeerId) -> bool {
+        self.live
+            .read()
+            .map(|live| live.contains_key(peer))
+            .unwrap_or(false)
+    }
+
+    /// Last ping round trip of every connected peer that has one, in ms.
+    pub fn round_trips_ms(&self) -> HashMap<PeerId, f64> {
+        self.live
+            .read()
+            .map(|live| {
+                live.iter()
+                    .filter_map(|(peer, rtt)| Some((*peer, rtt.as_ref()?.as_secs_f64() * 1000.0)))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     pub async fn peers(&self) -> Result<Vec<PeerInfo>> {
@@ -357,6 +382,7 @@ pub async fn spawn(secret: [u8; 32], config: MeshConfig) -> Result<MeshHandle> {
         peer_id,
         node_id,
         listen_addrs: Arc::new(RwLock::new(Vec::new())),
+        live: LivePeers::default(),
         events: events.clone(),
         control,
     };
@@ -364,8 +390,11 @@ pub async fn spawn(secret: [u8; 32], config: MeshConfig) -> Result<MeshHandle> {
         swarm,
         inbox,
         events,
-        handle.book.clone(),
-        handle.listen_addrs.clone(),
+        event_loop::SharedViews {
+            book: handle.book.clone(),
+            listen_addrs: handle.listen_addrs.clone(),
+            live: handle.live.clone(),
+        },
         address_book,
         config.target_peers,
     );
