@@ -153,6 +153,15 @@ impl Weights {
             "qwen2" => quantized_qwen2::ModelWeights::from_gguf(ct, reader, device)
                 .map(Weights::Qwen2)
                 .map_err(corrupt),
+            // candle 0.11.1's quantized_gemma3 gates its MLP with SiLU where Gemma 3
+            // uses GELU (tanh): its tokens are wrong from the second one on (found with
+            // scripts/exact-gemma3.py). Refuse rather than serve wrong text.
+            "gemma3" if !gemma3_allowed() => Err(EngineError::Unsupported(
+                "architecture `gemma3`: candle 0.11.1's gemma3 uses the wrong MLP activation \
+                 (SiLU instead of GELU), so its output would be wrong; set \
+                 SHAREMESH_ALLOW_CANDLE_GEMMA3=1 to load it anyway"
+                    .into(),
+            )),
             "gemma3" => quantized_gemma3::ModelWeights::from_gguf(ct, reader, device)
                 .map(|m| Weights::Gemma3 {
                     current: Box::new(m.clone()),
@@ -249,6 +258,11 @@ impl Weights {
     }
 }
 
+/// Loading candle's (wrong) gemma3 on purpose, for comparisons.
+fn gemma3_allowed() -> bool {
+    std::env::var("SHAREMESH_ALLOW_CANDLE_GEMMA3").is_ok_and(|v| v == "1")
+}
+
 /// `SHAREMESH_KERNELS=candle` serves llama through candle instead (for comparisons).
 fn kernels_enabled() -> bool {
     std::env::var("SHAREMESH_KERNELS").map_or(true, |v| v != "candle")
@@ -321,4 +335,29 @@ fn load_kernels<R: Read + Seek>(
             path.display()
         )),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candle_gemma3_is_refused_with_the_reason() {
+        let content = gguf_file::Content {
+            magic: gguf_file::VersionedMagic::GgufV3,
+            metadata: Default::default(),
+            tensor_infos: Default::default(),
+            tensor_data_offset: 0,
+        };
+        let mut empty = std::io::Cursor::new(Vec::new());
+        let path = Path::new("gemma-3-270m-q4_k_m.gguf");
+        let refused = Weights::load(content, &mut empty, "gemma3", &Device::Cpu, path);
+        match refused {
+            Err(EngineError::Unsupported(reason)) => {
+                assert!(reason.contains("GELU"), "{reason}")
+            }
+            Err(other) => panic!("wrong error: {other}"),
+            Ok(_) => panic!("gemma3 loaded through candle"),
+        }
+    }
 }
