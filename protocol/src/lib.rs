@@ -12,7 +12,7 @@ pub mod messages;
 pub mod money;
 pub mod replay;
 
-pub use envelope::{Keypair, MessageKind, Opened, SignedEnvelope, WireMessage};
+pub use envelope::{Keypair, MessageKind, Opened, SignedEnvelope, SignerKeys, WireMessage};
 pub use error::{DecodeError, OpenError, ParseIdError, ReplayError, ValidationError};
 pub use ids::{Digest, JobId, ModelId, NodeId};
 pub use messages::*;

@@ -212,6 +212,24 @@ proptest! {
     }
 
     #[test]
+    fn the_key_cache_changes_no_verdict(advert in arb_advert(keypair(1).node_id()), bit in any::<prop::sample::Index>(), now_offset in 0u64..120_000) {
+        // Same answer with and without cached keys, for intact and corrupted envelopes,
+        // at any time (fresh, expired), with the cache warm from the intact one.
+        let envelope = keypair(1).seal(&advert, 3, NOW, 60_000).unwrap();
+        let mut bytes = envelope.to_bytes().unwrap();
+        let mut keys = SignerKeys::new(8);
+        let now = NOW + now_offset;
+        prop_assert_eq!(envelope.open::<Advert>(now).is_ok(), envelope.open_cached::<Advert>(now, &mut keys).is_ok());
+        let bit = bit.index(bytes.len() * 8);
+        bytes[bit / 8] ^= 1 << (bit % 8);
+        if let Ok(changed) = SignedEnvelope::from_bytes(&bytes) {
+            let plain = changed.open::<Advert>(now).map(|o| o.seq).map_err(|e| e.to_string());
+            let cached = changed.open_cached::<Advert>(now, &mut keys).map(|o| o.seq).map_err(|e| e.to_string());
+            prop_assert_eq!(plain, cached);
+        }
+    }
+
+    #[test]
     fn random_bytes_give_errors_not_panics(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
         if let Ok(envelope) = SignedEnvelope::from_bytes(&bytes) {
             prop_assert!(envelope.open::<Advert>(NOW).is_err());
@@ -240,6 +258,28 @@ fn sample_advert(key: &Keypair) -> Advert {
         load: Load::default(),
         addresses: vec![],
     }
+}
+
+#[test]
+fn the_key_cache_is_bounded_and_refuses_non_keys() {
+    let mut keys = SignerKeys::new(2);
+    for seed in 1..=5 {
+        let key = keypair(seed);
+        let envelope = key.seal(&sample_advert(&key), 1, NOW, 60_000).unwrap();
+        assert!(envelope.open_cached::<Advert>(NOW, &mut keys).is_ok());
+        assert!(keys.len() <= 2);
+    }
+    // 32 bytes that are not a curve point: refused, not cached.
+    let not_a_point = (0u8..=255)
+        .map(|i| NodeId::from_bytes([i; 32]))
+        .find(|id| SignerKeys::new(1).key(id).is_err())
+        .expect("about half of all 32-byte strings are not points");
+    let before = keys.len();
+    assert!(matches!(
+        keys.key(&not_a_point),
+        Err(OpenError::BadSignerKey)
+    ));
+    assert_eq!(keys.len(), before);
 }
 
 #[test]

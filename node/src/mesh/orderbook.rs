@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 use sharemesh_protocol::{
     Advert, MessageKind, ModelId, NodeId, OpenError, ReplayError, ReplayGuard, SignedEnvelope,
+    SignerKeys,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +31,8 @@ pub struct BookEntry {
 pub struct OrderBook {
     entries: HashMap<NodeId, BookEntry>,
     replay: ReplayGuard,
+    /// Providers re-advertise every few seconds: keep their keys decompressed.
+    keys: SignerKeys,
     capacity: usize,
 }
 
@@ -38,6 +41,7 @@ impl OrderBook {
         Self {
             entries: HashMap::new(),
             replay: ReplayGuard::new(capacity * 2),
+            keys: SignerKeys::new(capacity),
             capacity,
         }
     }
@@ -45,7 +49,7 @@ impl OrderBook {
     /// Checks and records an advert received at `now_ms`; returns its provider.
     pub fn offer(&mut self, bytes: &[u8], now_ms: u64) -> Result<NodeId, AdvertRejection> {
         let envelope = SignedEnvelope::from_bytes(bytes)?;
-        let opened = envelope.open::<Advert>(now_ms)?;
+        let opened = envelope.open_cached::<Advert>(now_ms, &mut self.keys)?;
         self.replay
             .admit(&opened, MessageKind::Advert, [0; 16], now_ms)?;
         let provider = opened.signer;
