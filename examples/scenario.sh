@@ -19,6 +19,14 @@ sharemesh testnet scenario partition --dir "$out" --requests 16 --concurrency 4 
 
 echo "reports: $out/scenario-load.json $out/scenario-churn.json $out/scenario-partition.json"
 sharemesh testnet status --dir "$out"
+sharemesh testnet down --dir "$out"
+
+# The same processes behind emulated 40 ms ± 10 ms links with 1% loss (the kernel has
+# no tc netem; every connection a node dials goes through sharemesh's link wrapper).
+sharemesh testnet up --dir "$out" --providers 4 --gateways 1 --provider-args "--price 0.1" \
+  --link-latency-ms 40 --link-jitter-ms 10 --link-loss 0.01
+sharemesh testnet scenario load --dir "$out" --requests 16 --concurrency 4 --max-tokens 16
+cp "$out/scenario-load.json" "$out/scenario-load-wan.json"
 
 # No processes, no model: 100 mesh nodes in this process on emulated 20-60 ms links
 # with 1% loss, and the market's auction against random and round-robin.

@@ -57,7 +57,7 @@ pub struct UpArgs {
     #[arg(long, default_value = crate::catalog::DEFAULT_MODEL)]
     pub model: String,
     /// Extra flags for every provider, e.g. "--price 0.2 --region eu".
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub provider_args: String,
     /// Run each node in its own network namespace joined by veth pairs to a bridge, as
     /// separate hosts (root only).
@@ -242,4 +242,47 @@ pub fn run(data_dir: &Path, command: TestnetCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    use super::TestnetCommand;
+
+    #[test]
+    fn provider_args_may_start_with_a_dash_and_link_flags_become_node_flags() {
+        let cli = Cli::try_parse_from([
+            "sharemesh",
+            "testnet",
+            "up",
+            "--provider-args",
+            "--price 0.1 --region eu",
+            "--link-latency-ms",
+            "40",
+            "--link-loss",
+            "0.01",
+        ])
+        .expect("parses");
+        let Command::Testnet {
+            command: TestnetCommand::Up(args),
+        } = cli.command
+        else {
+            panic!("not testnet up");
+        };
+        assert_eq!(args.provider_args, "--price 0.1 --region eu");
+        assert_eq!(
+            args.link.flags(),
+            [
+                "--link-latency-ms",
+                "40",
+                "--link-jitter-ms",
+                "0",
+                "--link-loss",
+                "0.01"
+            ]
+        );
+    }
 }
