@@ -228,15 +228,34 @@ impl Provider {
 
     /// Accepts `/sharemesh/infer/1` streams until the mesh stops.
     pub async fn serve(self: Arc<Self>) -> anyhow::Result<()> {
+        self.accept_streams(INFER_PROTOCOL, "job", |provider, peer, stream| async move {
+            provider.handle(peer, stream).await
+        })
+        .await
+    }
+
+    /// Accepts every inbound stream of `protocol` and runs `handle` on it in its own
+    /// task; `what` names the stream in logs.
+    pub(crate) async fn accept_streams<F, Fut, E>(
+        self: Arc<Self>,
+        protocol: libp2p::StreamProtocol,
+        what: &'static str,
+        handle: F,
+    ) -> anyhow::Result<()>
+    where
+        F: Fn(Arc<Self>, PeerId, libp2p::Stream) -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display,
+    {
         let mut control = self.mesh.control.clone();
         let mut incoming = control
-            .accept(INFER_PROTOCOL)
+            .accept(protocol)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         while let Some((peer, stream)) = incoming.next().await {
-            let provider = self.clone();
+            let task = handle(self.clone(), peer, stream);
             tokio::spawn(async move {
-                if let Err(err) = provider.handle(peer, stream).await {
-                    tracing::debug!(%peer, %err, "job stream ended with an error");
+                if let Err(err) = task.await {
+                    tracing::debug!(%peer, %err, "{what} stream ended with an error");
                 }
             });
         }

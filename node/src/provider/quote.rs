@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{AsyncReadExt, StreamExt};
+use futures::AsyncReadExt;
 use libp2p::PeerId;
 use sharemesh_protocol::{Quote, QuoteRequest, Reject, RejectReason, Tier};
 
@@ -20,19 +20,12 @@ const QUOTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 impl Provider {
     /// Answers `/sharemesh/quote/1` streams until the mesh stops.
     pub async fn serve_quotes(self: Arc<Self>) -> anyhow::Result<()> {
-        let mut control = self.mesh.control.clone();
-        let mut incoming = control
-            .accept(QUOTE_PROTOCOL)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        while let Some((peer, stream)) = incoming.next().await {
-            let provider = self.clone();
-            tokio::spawn(async move {
-                if let Err(err) = provider.answer_quote(peer, stream).await {
-                    tracing::debug!(%peer, %err, "quote stream ended with an error");
-                }
-            });
-        }
-        Ok(())
+        self.accept_streams(
+            QUOTE_PROTOCOL,
+            "quote",
+            |provider, peer, stream| async move { provider.answer_quote(peer, stream).await },
+        )
+        .await
     }
 
     async fn answer_quote(&self, peer: PeerId, stream: libp2p::Stream) -> Result<(), FrameError> {
