@@ -531,7 +531,13 @@ impl Provider {
                         output_tokens: generation.token_ids.len() as u32,
                     };
                     write_frame(&mut writer, &self.seal(&commitment)?).await?;
-                    tracing::info!(tokens = generation.generated_tokens, finish = ?generation.finish, "job done");
+                    tracing::info!(
+                        tokens = generation.generated_tokens,
+                        prefilled = generation.prefilled_tokens,
+                        reused = generation.reused_tokens,
+                        finish = ?generation.finish,
+                        "job done"
+                    );
                     if let Some(ledger) = &self.ledger {
                         let record = JobRecord {
                             job_id: request.job_id.to_string(),
