@@ -85,6 +85,18 @@ impl Isa {
         }
     }
 
+    /// Whether 4 weight rows × 4 activation rows fit the registers (AVX-512 has 32).
+    pub fn wide_tiles(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.0 == IsaKind::Avx512Vnni
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
     /// `out[i * rows + r] = weights[i] · activations.row(r)` for every activation row.
     pub fn dot_rows<const W: usize>(
         self,
@@ -195,18 +207,23 @@ mod tests {
                     .flat_map(|i| (0..7).map(move |r| (i, r)))
                     .map(|(i, r)| scalar_dot(format, matrix.row(i), acts.row(r)))
                     .collect();
-                for &isa in &paths {
+                for (&isa, tile) in paths.iter().flat_map(|isa| [(isa, 2), (isa, 4)]) {
                     let mut got = vec![0f32; 9 * 7];
-                    for i in (0..8).step_by(2) {
-                        let rows = [matrix.row(i), matrix.row(i + 1)];
-                        isa.dot_rows(format, rows, &acts, &mut got[i * 7..]);
+                    for i in (0..8).step_by(tile) {
+                        let out = &mut got[i * 7..];
+                        if tile == 2 {
+                            isa.dot_rows(format, [matrix.row(i), matrix.row(i + 1)], &acts, out);
+                        } else {
+                            let rows = std::array::from_fn::<_, 4, _>(|k| matrix.row(i + k));
+                            isa.dot_rows(format, rows, &acts, out);
+                        }
                     }
                     isa.dot_rows(format, [matrix.row(8)], &acts, &mut got[8 * 7..]);
                     for (k, (g, want)) in got.iter().zip(&reference).enumerate() {
                         assert_eq!(
                             g.to_bits(),
                             want.to_bits(),
-                            "{} {format:?} cols {cols} element {k}: {g} vs {want}",
+                            "{} tile {tile} {format:?} cols {cols} element {k}: {g} vs {want}",
                             isa.name()
                         );
                     }

@@ -25,7 +25,7 @@ pub fn matmul(isa: Isa, weights: &Matrix, activations: &QuantizedRows, out: &mut
         .map(|first| {
             let last = (first + per_piece).min(features);
             let mut values = vec![0f32; (last - first) * batch];
-            if batch == 1 {
+            if batch == 1 || isa.wide_tiles() {
                 tiles::<4>(isa, weights, activations, first..last, &mut values);
             } else {
                 tiles::<2>(isa, weights, activations, first..last, &mut values);

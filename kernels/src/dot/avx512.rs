@@ -143,7 +143,7 @@ pub(super) unsafe fn dot_rows<const W: usize>(
 ) {
     let rows = activations.rows();
     let mut r = 0;
-    if W <= 2 {
+    if W <= 4 {
         while r + 4 <= rows {
             // SAFETY: rows r..r+4 exist.
             unsafe { tile::<W, 4>(format, &weights, activations, r, out) };
