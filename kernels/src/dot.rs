@@ -97,15 +97,18 @@ impl Isa {
         }
     }
 
-    /// `out[i * rows + r] = weights[i] · activations.row(r)` for every activation row.
+    /// `out[i * rows + r] = weights[i] · activations.row(r)` for the activation rows in
+    /// `span` (`rows` counts them all, so callers can walk the rows in cache-sized spans).
     pub fn dot_rows<const W: usize>(
         self,
         format: Format,
         weights: [WeightRow<'_>; W],
         activations: &QuantizedRows,
+        span: std::ops::Range<usize>,
         out: &mut [f32],
     ) {
         let rows = activations.rows();
+        assert!(span.end <= rows, "row span beyond the activations");
         assert!(out.len() >= W * rows, "output too small");
         let blocks = activations.cols / BLOCK;
         for w in &weights {
@@ -120,16 +123,16 @@ impl Isa {
             IsaKind::Avx2 => {
                 // SAFETY: `IsaKind::Avx2` exists only after the CPU reported AVX2; the
                 // asserts above keep every load of the kernel inside its slice.
-                unsafe { avx2::dot_rows(format, weights, activations, out) }
+                unsafe { avx2::dot_rows(format, weights, activations, span, out) }
             }
             #[cfg(target_arch = "x86_64")]
             IsaKind::Avx512Vnni => {
                 // SAFETY: as above, for AVX-512 F/BW/VNNI.
-                unsafe { avx512::dot_rows(format, weights, activations, out) }
+                unsafe { avx512::dot_rows(format, weights, activations, span, out) }
             }
             IsaKind::Scalar => {
                 for (i, w) in weights.iter().enumerate() {
-                    for r in 0..rows {
+                    for r in span.clone() {
                         out[i * rows + r] = scalar_dot(format, *w, activations.row(r));
                     }
                 }
@@ -139,8 +142,8 @@ impl Isa {
 
     /// One weight row · one activation row.
     pub fn dot(self, format: Format, weights: WeightRow<'_>, activations: &QuantizedRows) -> f32 {
-        let mut out = [0f32];
-        self.dot_rows(format, [weights], activations, &mut out);
+        let mut out = vec![0f32; activations.rows()];
+        self.dot_rows(format, [weights], activations, 0..1, &mut out);
         out[0]
     }
 }
@@ -212,13 +215,21 @@ mod tests {
                     for i in (0..8).step_by(tile) {
                         let out = &mut got[i * 7..];
                         if tile == 2 {
-                            isa.dot_rows(format, [matrix.row(i), matrix.row(i + 1)], &acts, out);
+                            isa.dot_rows(
+                                format,
+                                [matrix.row(i), matrix.row(i + 1)],
+                                &acts,
+                                0..7,
+                                out,
+                            );
                         } else {
                             let rows = std::array::from_fn::<_, 4, _>(|k| matrix.row(i + k));
-                            isa.dot_rows(format, rows, &acts, out);
+                            // Two spans, as the matmul walks rows: the split changes no value.
+                            isa.dot_rows(format, rows, &acts, 0..3, &mut *out);
+                            isa.dot_rows(format, rows, &acts, 3..7, out);
                         }
                     }
-                    isa.dot_rows(format, [matrix.row(8)], &acts, &mut got[8 * 7..]);
+                    isa.dot_rows(format, [matrix.row(8)], &acts, 0..7, &mut got[8 * 7..]);
                     for (k, (g, want)) in got.iter().zip(&reference).enumerate() {
                         assert_eq!(
                             g.to_bits(),

@@ -173,18 +173,18 @@ pub(super) unsafe fn dot_rows<const W: usize>(
     format: Format,
     weights: [WeightRow<'_>; W],
     activations: &QuantizedRows,
+    span: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
-    let rows = activations.rows();
-    let mut r = 0;
+    let mut r = span.start;
     if W <= 2 {
-        while r + 2 <= rows {
+        while r + 2 <= span.end {
             // SAFETY: rows r and r + 1 exist.
             unsafe { tile::<W, 2>(format, &weights, activations, r, out) };
             r += 2;
         }
     }
-    while r < rows {
+    while r < span.end {
         // SAFETY: row r exists.
         unsafe { tile::<W, 1>(format, &weights, activations, r, out) };
         r += 1;

@@ -139,18 +139,18 @@ pub(super) unsafe fn dot_rows<const W: usize>(
     format: Format,
     weights: [WeightRow<'_>; W],
     activations: &QuantizedRows,
+    span: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
-    let rows = activations.rows();
-    let mut r = 0;
+    let mut r = span.start;
     if W <= 4 {
-        while r + 4 <= rows {
+        while r + 4 <= span.end {
             // SAFETY: rows r..r+4 exist.
             unsafe { tile::<W, 4>(format, &weights, activations, r, out) };
             r += 4;
         }
     }
-    while r < rows {
+    while r < span.end {
         // SAFETY: row r exists.
         unsafe { tile::<W, 1>(format, &weights, activations, r, out) };
         r += 1;
