@@ -139,13 +139,6 @@ impl Isa {
             }
         }
     }
-
-    /// One weight row · one activation row.
-    pub fn dot(self, format: Format, weights: WeightRow<'_>, activations: &QuantizedRows) -> f32 {
-        let mut out = vec![0f32; activations.rows()];
-        self.dot_rows(format, [weights], activations, 0..1, &mut out);
-        out[0]
-    }
 }
 
 /// The reference arithmetic (module docs), one element at a time.
@@ -262,7 +255,9 @@ mod tests {
                     .zip(&values)
                     .map(|(w, x)| (f64::from(*w) * f64::from(*x)).abs())
                     .sum();
-                let got = f64::from(Isa::detect().dot(format, matrix.row(r), &acts));
+                let mut got = [0f32];
+                Isa::detect().dot_rows(format, [matrix.row(r)], &acts, 0..1, &mut got);
+                let got = f64::from(got[0]);
                 // Activation rounding is at most half a step (1/254 of the block max).
                 assert!(
                     (got - exact).abs() <= 0.01 * magnitude + 1e-4,

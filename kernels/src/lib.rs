@@ -33,6 +33,8 @@ pub enum KernelError {
         tokens: usize,
         context: usize,
     },
+    #[error("a forward pass needs at least one token")]
+    NoTokens,
     #[error("forward at position {position}, but the KV cache holds {cached} positions")]
     PositionMismatch { position: usize, cached: usize },
     #[error("could not start the kernel thread pool: {0}")]

@@ -232,22 +232,9 @@ impl Llama {
         self.embeddings.rows
     }
 
-    pub fn isa(&self) -> Isa {
-        self.isa
-    }
-
-    /// Forces an instruction set (tests compare paths; every path gives the same bits).
-    pub fn set_isa(&mut self, isa: Isa) {
-        self.isa = isa;
-    }
-
     /// Empties the KV cache.
     pub fn reset(&mut self) {
-        for layer in &mut self.cache {
-            layer.keys.clear();
-            layer.values.clear();
-        }
-        self.cached_positions = 0;
+        self.truncate(0);
     }
 
     /// Keeps the first `positions` cached positions and drops the rest, so a job that
@@ -263,11 +250,6 @@ impl Llama {
         self.cached_positions = positions;
     }
 
-    /// Positions held in the KV cache.
-    pub fn cached_positions(&self) -> usize {
-        self.cached_positions
-    }
-
     /// Runs `tokens` at `position` (which must equal the cached length), extends the
     /// cache, and returns the logits of the last token.
     pub fn forward(&mut self, tokens: &[u32], position: usize) -> Result<Vec<f32>, KernelError> {
@@ -277,7 +259,10 @@ impl Llama {
                 cached: self.cached_positions,
             });
         }
-        if tokens.is_empty() || position + tokens.len() > self.config.context {
+        if tokens.is_empty() {
+            return Err(KernelError::NoTokens);
+        }
+        if position + tokens.len() > self.config.context {
             return Err(KernelError::ContextExceeded {
                 position,
                 tokens: tokens.len(),

@@ -18,11 +18,10 @@ pub fn matmul(isa: Isa, weights: &Matrix, activations: &QuantizedRows, out: &mut
     // Enough pieces to balance the pool, each big enough to amortise scheduling.
     let pieces = (rayon::current_num_threads() * 4).max(1);
     let per_piece = features.div_ceil(pieces).max(16);
-    let computed: Vec<(usize, Vec<f32>)> = (0..features)
-        .step_by(per_piece)
-        .collect::<Vec<_>>()
+    let computed: Vec<(usize, Vec<f32>)> = (0..features.div_ceil(per_piece))
         .into_par_iter()
-        .map(|first| {
+        .map(|piece| {
+            let first = piece * per_piece;
             let last = (first + per_piece).min(features);
             let mut values = vec![0f32; (last - first) * batch];
             if batch == 1 || isa.wide_tiles() {

@@ -112,9 +112,8 @@ unsafe fn tile<const W: usize, const A: usize>(
     for i in 0..W {
         for j in 0..A {
             let row = first + j;
-            let even = _mm512_castps512_ps256(acc[i][j]);
+            let mut even = _mm512_castps512_ps256(acc[i][j]);
             let odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i][j]), 1));
-            let mut even = even;
             if blocks % 2 == 1 {
                 // The last, unpaired block joins the even chain, as in the reference.
                 let single = [weights[i]];
