@@ -141,6 +141,23 @@ impl Isa {
     }
 }
 
+/// Walks `span` in tiles of `wide` rows while whole tiles fit (`tile(r, true)`), then
+/// row by row (`tile(r, false)`): the loop every SIMD path shares.
+#[cfg(target_arch = "x86_64")]
+fn walk_rows(span: std::ops::Range<usize>, wide: usize, mut tile: impl FnMut(usize, bool)) {
+    let mut r = span.start;
+    if wide > 1 {
+        while r + wide <= span.end {
+            tile(r, true);
+            r += wide;
+        }
+    }
+    while r < span.end {
+        tile(r, false);
+        r += 1;
+    }
+}
+
 /// The reference arithmetic (module docs), one element at a time.
 pub fn scalar_dot(format: Format, weights: WeightRow<'_>, activations: ActivationRow<'_>) -> f32 {
     let mut chains = [[0f32; 8]; 2];

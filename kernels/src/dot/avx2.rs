@@ -176,17 +176,15 @@ pub(super) unsafe fn dot_rows<const W: usize>(
     span: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
-    let mut r = span.start;
-    if W <= 2 {
-        while r + 2 <= span.end {
-            // SAFETY: rows r and r + 1 exist.
-            unsafe { tile::<W, 2>(format, &weights, activations, r, out) };
-            r += 2;
+    let wide = if W <= 2 { 2 } else { 1 };
+    super::walk_rows(span, wide, |r, tiled| {
+        // SAFETY: `walk_rows` hands out rows inside the checked span.
+        unsafe {
+            if tiled {
+                tile::<W, 2>(format, &weights, activations, r, out)
+            } else {
+                tile::<W, 1>(format, &weights, activations, r, out)
+            }
         }
-    }
-    while r < span.end {
-        // SAFETY: row r exists.
-        unsafe { tile::<W, 1>(format, &weights, activations, r, out) };
-        r += 1;
-    }
+    });
 }

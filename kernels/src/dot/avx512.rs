@@ -141,17 +141,15 @@ pub(super) unsafe fn dot_rows<const W: usize>(
     span: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
-    let mut r = span.start;
-    if W <= 4 {
-        while r + 4 <= span.end {
-            // SAFETY: rows r..r+4 exist.
-            unsafe { tile::<W, 4>(format, &weights, activations, r, out) };
-            r += 4;
+    let wide = if W <= 4 { 4 } else { 1 };
+    super::walk_rows(span, wide, |r, tiled| {
+        // SAFETY: `walk_rows` hands out rows inside the checked span.
+        unsafe {
+            if tiled {
+                tile::<W, 4>(format, &weights, activations, r, out)
+            } else {
+                tile::<W, 1>(format, &weights, activations, r, out)
+            }
         }
-    }
-    while r < span.end {
-        // SAFETY: row r exists.
-        unsafe { tile::<W, 1>(format, &weights, activations, r, out) };
-        r += 1;
-    }
+    });
 }
