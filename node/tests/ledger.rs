@@ -55,17 +55,25 @@ fn provider(
     price: &str,
     bootstrap: Option<&str>,
 ) -> (Process, String, String, String) {
-    let http = format!("127.0.0.1:{}", free_port());
+    // Port 0: the provider binds a free port itself and reports it, so no other test
+    // can take the port between choosing and binding it.
     let (process, ready) = common::provider(
         dir,
         bootstrap,
-        &["--region", region, "--price", price, "--http", &http],
+        &[
+            "--region",
+            region,
+            "--price",
+            price,
+            "--http",
+            "127.0.0.1:0",
+        ],
     );
     (
         process,
         ready["peer_id"].as_str().unwrap().to_owned(),
         ready["listen"][0].as_str().unwrap().to_owned(),
-        http,
+        ready["http"].as_str().unwrap().to_owned(),
     )
 }
 
