@@ -85,6 +85,10 @@ pub struct MarketSimArgs {
     /// Every n-th provider commits reserved (gold) slots.
     #[arg(long, default_value_t = 3)]
     pub reserved_every: usize,
+    /// Start gold work on one provider only (by default it is hedged on two, as a
+    /// gateway with `--hedge-gold` does).
+    #[arg(long)]
+    pub no_hedge_gold: bool,
     /// Also write the table as CSV here.
     #[arg(long)]
     pub csv: Option<PathBuf>,
@@ -108,6 +112,7 @@ fn market_sim(args: &MarketSimArgs) -> Result<()> {
         load: args.load,
         quote_k: args.quote_k,
         reserved_every: args.reserved_every,
+        hedge_gold: !args.no_hedge_gold,
         weights: sharemesh_market::ScoreWeights::default(),
     };
     let reports = market_sim::simulate(&config);

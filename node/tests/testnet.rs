@@ -267,6 +267,49 @@ fn an_in_process_simulation_spreads_every_advert() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--nodes must be at least 2"));
 }
 
+/// The market simulation prints its table, writes the same rows as CSV, takes the
+/// hedging switch, and refuses a bad flag with its name.
+#[test]
+fn the_market_simulation_prints_a_table_and_writes_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("market.csv");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "testnet",
+            "market-sim",
+            "--providers",
+            "20",
+            "--requests",
+            "800",
+            "--csv",
+            csv.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = sharemesh(dir.path(), &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            std::fs::read_to_string(&csv).unwrap(),
+        )
+    };
+    let (table, rows) = run(&[]);
+    for policy in ["auction", "random", "round_robin"] {
+        assert!(table.contains(policy), "{table}");
+    }
+    let lines: Vec<&str> = rows.lines().collect();
+    assert_eq!(lines.len(), 4, "{rows}");
+    assert!(lines[0].starts_with("policy,gold_sla"), "{rows}");
+    let (_, single) = run(&["--no-hedge-gold"]);
+    assert_ne!(rows, single, "hedging changed nothing");
+    let bad = sharemesh(dir.path(), &["testnet", "market-sim", "--load", "0"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--load must be in (0, 10]"));
+}
+
 /// `--netns`: every node in its own network namespace (a host of its own) joined by veth
 /// pairs to a bridge; a chat completion crosses them, and `down` removes every
 /// namespace and interface it made. Needs root; skipped with a message otherwise.

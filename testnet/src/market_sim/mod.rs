@@ -5,8 +5,9 @@
 //! and availability windows; requests arrive in a Poisson trace with three bursts. The
 //! same trace is replayed under three policies — the gateway's reverse auction (the K
 //! cheapest eligible providers quote; `sharemesh_market::rank` picks), uniformly random
-//! and round-robin — which share everything else: eligibility, gold's reserved slots,
-//! bronze preemption, failover of a failed job's remaining tokens after a detection
+//! and round-robin — which share everything else: eligibility, gold's reserved slots
+//! and hedged start (a gold request's first attempt goes to two providers; the first to
+//! answer keeps it, the other is cancelled before its first token), bronze preemption, failover of a failed job's remaining tokens after a detection
 //! delay, and a gateway queue where a request waits until a slot frees or its tier's
 //! first-token deadline passes. Everything is deterministic given the seed.
 
@@ -111,6 +112,8 @@ struct RequestState {
     /// period for a remainder after failover or preemption).
     start_by: f64,
     done: bool,
+    /// The attempt running now: a hedged twin that arrives or waits elsewhere yields.
+    running: Option<usize>,
 }
 
 #[derive(Default, Clone)]
@@ -245,7 +248,13 @@ impl<'w> Sim<'w> {
             })
             .collect();
         free_at.resize(usable.max(1) as usize, now);
-        for &r in state.incoming.iter().chain(&state.queue) {
+        // Gold waits only behind gold: it joins the queue ahead of other tiers, and they
+        // cannot take the reserved slots it can.
+        let ahead =
+            state.incoming.iter().chain(&state.queue).filter(|&&r| {
+                tier != SimTier::Gold || self.world.requests[r].tier == SimTier::Gold
+            });
+        for &r in ahead {
             let earliest = free_at
                 .iter_mut()
                 .min_by(|a, b| a.total_cmp(b))
@@ -351,6 +360,10 @@ impl<'w> Sim<'w> {
         } else {
             full_end
         };
+        debug_assert!(
+            self.requests[request].running.is_none(),
+            "request {request} would run twice"
+        );
         let job = self.jobs.len();
         let state = &mut self.providers[provider];
         state.running.push(job);
@@ -368,9 +381,14 @@ impl<'w> Sim<'w> {
             price: p.prices[tier.index()].unwrap_or(0),
             finished: false,
         });
-        let request = &mut self.requests[request];
-        if request.first_token_at.is_none() {
-            request.first_token_at = Some(first_token_at);
+        for state in &mut self.providers {
+            // A hedged twin still waiting in another provider's queue is withdrawn.
+            state.queue.retain(|&r| r != request);
+        }
+        let state = &mut self.requests[request];
+        state.running = Some(job);
+        if state.first_token_at.is_none() {
+            state.first_token_at = Some(first_token_at);
         }
         self.schedule(end, Event::JobEnd { job, failed });
     }
@@ -394,7 +412,9 @@ impl<'w> Sim<'w> {
         }
         self.cost += u128::from(delivered) * u128::from(j.price);
         self.tokens_served += u64::from(delivered);
-        self.requests[j.request].remaining -= delivered;
+        let request = &mut self.requests[j.request];
+        request.remaining -= delivered;
+        request.running = None;
     }
 
     /// The gateway sends the request to a provider; false if none is eligible.
@@ -404,23 +424,46 @@ impl<'w> Sim<'w> {
             return false;
         }
         let (pick, took) = self.choose(request, &candidates, now);
-        if took > 0.0 {
-            self.providers[pick].incoming.push(request);
-            self.schedule(
-                now + took,
-                Event::Deliver {
-                    request,
-                    provider: pick,
-                },
-            );
-        } else {
-            self.arrive_at_provider(request, pick, now);
+        let hedge = self.config.hedge_gold
+            && self.world.requests[request].tier == SimTier::Gold
+            && self.requests[request].first_token_at.is_none()
+            && candidates.len() > 1;
+        let mut picks = vec![(pick, took)];
+        if hedge {
+            let others: Vec<usize> = candidates.iter().copied().filter(|&p| p != pick).collect();
+            // Both quote rounds run in parallel: the twin leaves when both have answered.
+            let (twin, twin_took) = self.choose(request, &others, now);
+            let both = took.max(twin_took);
+            picks = vec![(pick, both), (twin, both)];
+        }
+        for (provider, took) in picks {
+            if took > 0.0 {
+                self.providers[provider].incoming.push(request);
+                self.schedule(now + took, Event::Deliver { request, provider });
+            } else {
+                self.arrive_at_provider(request, provider, now);
+            }
         }
         true
     }
 
     /// The provider starts the job, preempts bronze work for it, or queues it.
     fn arrive_at_provider(&mut self, request: usize, p: usize, now: f64) {
+        if let Some(twin) = self.requests[request].running {
+            // A hedged twin started already: the first to answer keeps the request.
+            let answers_at = now + self.world.providers[p].rtt_ms / 1000.0 + START_OVERHEAD_S;
+            let can_start = self
+                .free_slot(p, self.world.requests[request].tier)
+                .is_some();
+            if !(can_start && answers_at < self.jobs[twin].first_token_at) {
+                return;
+            }
+            // This one answers sooner; the twin has delivered nothing yet.
+            let twin_provider = self.jobs[twin].provider;
+            self.release(twin, 0);
+            self.requests[request].first_token_at = None;
+            self.serve_queue(twin_provider, now);
+        }
         let tier = self.world.requests[request].tier;
         if let Some(reserved) = self.free_slot(p, tier) {
             self.start(request, p, reserved, now);
@@ -597,6 +640,11 @@ mod tests {
         }
     }
 
+    fn world_tokens(config: &SimConfig) -> u64 {
+        let world = World::generate(config);
+        world.requests.iter().map(|r| u64::from(r.tokens)).sum()
+    }
+
     #[test]
     fn same_seed_same_report() {
         let a = simulate(&small());
@@ -615,22 +663,23 @@ mod tests {
                 assert!(tier.sla_met <= tier.completed && tier.completed <= tier.requests);
             }
             assert!(report.cost_vs_lower_bound >= 1.0, "{report:?}");
+            // Hedged twins and failovers never serve a token twice.
+            let asked: u64 = world_tokens(&small());
+            assert!(report.tokens_served <= asked, "{report:?}");
             assert!(report.tokens_served > 0);
             assert!(report.utilisation > 0.0 && report.utilisation < 1.0);
         }
     }
 
-    /// The goals are gold SLA ≥ 99%, cost within 10% of the offline optimum and
-    /// utilisation above both baselines. Measured on the default world: cost and
-    /// utilisation are met; gold reaches 97.2% (README), so this asserts what holds —
-    /// including that the auction beats both baselines on gold SLA — and keeps the gold
-    /// figure from sliding back.
+    /// The goals on the default world: gold SLA ≥ 99%, cost within 10% of the
+    /// offline assignment, utilisation above both baselines (and the auction beats them
+    /// on gold SLA and cost too).
     #[test]
-    fn the_auction_beats_the_baselines() {
+    fn the_auction_meets_the_goals_and_beats_the_baselines() {
         let reports = simulate(&SimConfig::default());
         let auction = &reports[0];
         assert_eq!(auction.policy, Policy::Auction);
-        assert!(auction.tiers[0].sla_ratio() >= 0.97, "{}", table(&reports));
+        assert!(auction.tiers[0].sla_ratio() >= 0.99, "{}", table(&reports));
         assert!(auction.cost_vs_offline <= 1.10, "{}", table(&reports));
         for baseline in &reports[1..] {
             assert!(
@@ -649,6 +698,28 @@ mod tests {
                 table(&reports)
             );
         }
+    }
+
+    /// Other traces: gold stays near the goal (the misses left are region-pinned gold
+    /// requests arriving in a burst when every reserved slot of their region is busy),
+    /// and the hedged start helps on average.
+    #[test]
+    fn gold_holds_across_seeds_and_hedging_helps() {
+        let gold = |seed: u64, hedge_gold: bool| {
+            let config = SimConfig {
+                seed,
+                hedge_gold,
+                ..SimConfig::default()
+            };
+            simulate(&config)[0].tiers[0].sla_ratio()
+        };
+        let seeds = 1..=8u64;
+        let hedged: Vec<f64> = seeds.clone().map(|s| gold(s, true)).collect();
+        let single: Vec<f64> = seeds.map(|s| gold(s, false)).collect();
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        assert!(hedged.iter().all(|&g| g >= 0.98), "{hedged:?}");
+        assert!(mean(&hedged) >= 0.99, "{hedged:?}");
+        assert!(mean(&hedged) > mean(&single), "{hedged:?} vs {single:?}");
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub struct SimConfig {
     pub quote_k: usize,
     /// Every n-th provider commits reserved (gold) slots: half its slots.
     pub reserved_every: usize,
+    /// Gold's hedged start (the gateway's `--hedge-gold`): the first attempt goes to the
+    /// two best providers and the first to start keeps it.
+    #[serde(default)]
+    pub hedge_gold: bool,
     pub weights: sharemesh_market::ScoreWeights,
 }
 
@@ -64,6 +68,7 @@ impl Default for SimConfig {
             load: 0.35,
             quote_k: 4,
             reserved_every: 3,
+            hedge_gold: true,
             weights: sharemesh_market::ScoreWeights::default(),
         }
     }
@@ -181,18 +186,21 @@ fn provider(rng: &mut StdRng, index: usize, reserved_every: usize) -> SimProvide
     let base = (80.0 + speed * 1.5 * rng.random_range(0.6..1.6)) as u64;
     let offers_gold = index.is_multiple_of(reserved_every.max(1));
     let offers_bronze = rng.random::<f64>() < 0.7;
-    let slots = rng.random_range(1..=4);
+    let slots: u32 = rng.random_range(1..=4);
+    let reserved = if offers_gold { slots.div_ceil(2) } else { 0 };
+    // A provider whose every slot is reserved has nothing to sell on demand.
+    let on_demand = slots > reserved;
     SimProvider {
         region: rng.random_range(0..2),
         prices: [
             offers_gold.then_some(base * 3 / 2),
-            Some(base),
-            offers_bronze.then_some(base * 3 / 5),
+            on_demand.then_some(base),
+            (on_demand && offers_bronze).then_some(base * 3 / 5),
         ],
         tokens_per_second: speed,
         rtt_ms: rng.random_range(5.0..150.0),
         slots,
-        reserved: if offers_gold { slots.div_ceil(2) } else { 0 },
+        reserved,
         reliability: rng.random_range(0.90..0.999),
         windows: Vec::new(),
     }
