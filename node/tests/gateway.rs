@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{free_port, get_json, start, wait_until};
+use common::{get_json, start, wait_until};
 
 const MODEL: &str = "smollm2-135m-instruct";
 
@@ -15,8 +15,7 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let (_provider, ready) = common::provider(dirs[0].path(), None, &["--max-concurrent", "16"]);
     let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
-    let http = format!("127.0.0.1:{}", free_port());
-    let (_gateway, _) = start(
+    let (_gateway, http_ready) = start(
         &[
             "gateway",
             "--listen",
@@ -24,10 +23,11 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
             "--bootstrap",
             &bootstrap,
             "--http",
-            &http,
+            "127.0.0.1:0",
         ],
         dirs[1].path(),
     );
+    let http = http_ready["http"].as_str().unwrap().to_owned();
     // A second gateway that requires API keys.
     let key_out = Command::new(common::sharemesh_bin())
         .arg("--data-dir")
@@ -57,8 +57,7 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
         .unwrap()
         .trim()
         .to_owned();
-    let keyed = format!("127.0.0.1:{}", free_port());
-    let (_keyed_gateway, _) = start(
+    let (_keyed_gateway, keyed_ready) = start(
         &[
             "gateway",
             "--listen",
@@ -66,11 +65,12 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
             "--bootstrap",
             &bootstrap,
             "--http",
-            &keyed,
+            "127.0.0.1:0",
             "--require-api-key",
         ],
         dirs[2].path(),
     );
+    let keyed = keyed_ready["http"].as_str().unwrap().to_owned();
     wait_until(30, "the model on /v1/models", || {
         get_json(&http, "/v1/models")["data"][0]["id"] == MODEL
     });
@@ -236,8 +236,9 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
 #[test]
 fn a_provider_can_also_be_the_gateway() {
     let dir = tempfile::tempdir().unwrap();
-    let http = format!("127.0.0.1:{}", free_port());
-    let (_node, _) = common::provider(dir.path(), None, &["--http", &http, "--openai"]);
+    let (_node, http_ready) =
+        common::provider(dir.path(), None, &["--http", "127.0.0.1:0", "--openai"]);
+    let http = http_ready["http"].as_str().unwrap().to_owned();
     wait_until(30, "its own model on /v1/models", || {
         get_json(&http, "/v1/models")["data"][0]["id"] == MODEL
     });

@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{free_port, get_json, start, wait_until, Process};
+use common::{get_json, start, wait_until, Process};
 
 fn report(data_dir: &Path, what: &str) -> serde_json::Value {
     let out = Command::new(common::sharemesh_bin())
@@ -82,8 +82,7 @@ fn books_agree_across_providers_budgets_hold_and_crashes_keep_them_consistent() 
     let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
     let (eu, eu_id, bootstrap, eu_http) = provider(dirs[0].path(), "eu", "0.1", None);
     let (us, us_id, _, us_http) = provider(dirs[1].path(), "us", "0.2", Some(&bootstrap));
-    let http = format!("127.0.0.1:{}", free_port());
-    let (gateway, _) = start(
+    let (gateway, http_ready) = start(
         &[
             "gateway",
             "--listen",
@@ -91,10 +90,11 @@ fn books_agree_across_providers_budgets_hold_and_crashes_keep_them_consistent() 
             "--bootstrap",
             &bootstrap,
             "--http",
-            &http,
+            "127.0.0.1:0",
         ],
         dirs[2].path(),
     );
+    let http = http_ready["http"].as_str().unwrap().to_owned();
     wait_until(40, "both providers at the gateway", || {
         get_json(&http, "/v1/network/providers")
             .as_array()
@@ -218,9 +218,8 @@ fn books_agree_across_providers_budgets_hold_and_crashes_keep_them_consistent() 
     assert!(spend["total"]["amount_nano_usd"].as_u64().unwrap() >= paid);
 
     // Budgets: a gateway with a tiny daily budget refuses before any work starts.
-    let poor = format!("127.0.0.1:{}", free_port());
     let (eu, _, bootstrap, _) = provider(dirs[0].path(), "eu", "0.1", None);
-    let (_poor_gateway, _) = start(
+    let (_poor_gateway, poor_ready) = start(
         &[
             "gateway",
             "--listen",
@@ -228,12 +227,13 @@ fn books_agree_across_providers_budgets_hold_and_crashes_keep_them_consistent() 
             "--bootstrap",
             &bootstrap,
             "--http",
-            &poor,
+            "127.0.0.1:0",
             "--daily-budget",
             "0.000001",
         ],
         dirs[3].path(),
     );
+    let poor = poor_ready["http"].as_str().unwrap().to_owned();
     wait_until(40, "the provider at the budgeted gateway", || {
         get_json(&poor, "/v1/network/providers")
             .as_array()

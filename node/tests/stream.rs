@@ -231,23 +231,28 @@ fn a_restarted_provider_keeps_its_peer_id_and_is_found_again() {
     let model = model.to_str().unwrap();
     let provider_dir = tempfile::tempdir().unwrap();
     let gateway_dir = tempfile::tempdir().unwrap();
-    let listen = format!("/ip4/127.0.0.1/tcp/{}", common::free_port());
-    let provider_args = [
-        "provide",
-        "--model",
-        model,
-        "--threads",
-        "1",
-        "--listen",
-        &listen,
-        "--advert-interval",
-        "1",
-    ];
-    let (provider, ready) = common::start(&provider_args, provider_dir.path());
+    let provider_args = |listen: &str| {
+        [
+            "provide",
+            "--model",
+            model,
+            "--threads",
+            "1",
+            "--listen",
+            listen,
+            "--advert-interval",
+            "1",
+        ]
+        .map(str::to_owned)
+    };
+    let first = provider_args("/ip4/127.0.0.1/tcp/0");
+    let (provider, ready) =
+        common::start(&first.each_ref().map(String::as_str), provider_dir.path());
     let peer_id = ready["peer_id"].as_str().unwrap().to_owned();
     let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
-    let http = format!("127.0.0.1:{}", common::free_port());
-    let (_gateway, _) = common::start(
+    // The restart listens where the first run was bound: the gateway knows that address.
+    let bound = bootstrap.split("/p2p/").next().unwrap().to_owned();
+    let (_gateway, http_ready) = common::start(
         &[
             "gateway",
             "--listen",
@@ -255,10 +260,11 @@ fn a_restarted_provider_keeps_its_peer_id_and_is_found_again() {
             "--bootstrap",
             &bootstrap,
             "--http",
-            &http,
+            "127.0.0.1:0",
         ],
         gateway_dir.path(),
     );
+    let http = http_ready["http"].as_str().unwrap().to_owned();
     let seen_after = |since: u64| {
         let deadline = Instant::now() + Duration::from_secs(40);
         loop {
@@ -278,7 +284,9 @@ fn a_restarted_provider_keeps_its_peer_id_and_is_found_again() {
     seen_after(0);
     drop(provider); // SIGKILL
     let restarted_at = now_ms();
-    let (_provider, ready) = common::start(&provider_args, provider_dir.path());
+    let again = provider_args(&bound);
+    let (_provider, ready) =
+        common::start(&again.each_ref().map(String::as_str), provider_dir.path());
     assert_eq!(
         ready["peer_id"].as_str().unwrap(),
         peer_id,

@@ -73,14 +73,6 @@ pub fn start(args: &[&str], data_dir: &Path) -> (Process, serde_json::Value) {
     (Process(child), ready)
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// GET http://{address}{path} with curl, parsed as JSON (Null when it fails).
 pub fn get_json(address: &str, path: &str) -> serde_json::Value {
     let out = Command::new("curl")
@@ -110,7 +102,6 @@ pub fn gateway(
     providers: usize,
     extra: &[&str],
 ) -> (Process, String) {
-    let http = format!("127.0.0.1:{}", free_port());
     let mut args = vec![
         "gateway",
         "--listen",
@@ -118,10 +109,11 @@ pub fn gateway(
         "--bootstrap",
         bootstrap,
         "--http",
-        &http,
+        "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
-    let (process, _) = start(&args, data_dir);
+    let (process, ready) = start(&args, data_dir);
+    let http = ready["http"].as_str().unwrap().to_owned();
     wait_until(40, &format!("{providers} providers at the gateway"), || {
         get_json(&http, "/v1/network/providers")
             .as_array()
