@@ -57,6 +57,7 @@ pub fn run(data_dir: &Path) -> Result<()> {
         model: model.clone(),
         provider_args: String::new(),
         netns: false,
+        nat: 0,
         link: Default::default(),
     };
     let options = up_options(data_dir, &args)?;

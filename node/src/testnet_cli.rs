@@ -63,6 +63,10 @@ pub struct UpArgs {
     /// separate hosts (root only).
     #[arg(long)]
     pub netns: bool,
+    /// With --netns: put the last N providers behind NAT routers of their own
+    /// (masquerade out, no unsolicited inbound; needs nftables).
+    #[arg(long, default_value_t = 0, requires = "netns")]
+    pub nat: usize,
     /// The emulated link of every node (providers and gateways).
     #[command(flatten)]
     pub link: crate::run::LinkArgs,
@@ -172,6 +176,7 @@ pub fn up_options(data_dir: &Path, args: &UpArgs) -> Result<UpOptions> {
         progress,
         ready_timeout: Duration::from_secs(120),
         netns: args.netns,
+        nat: args.nat,
     })
 }
 

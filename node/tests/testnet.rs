@@ -336,26 +336,45 @@ fn a_netns_testnet_answers_across_namespaces_and_cleans_up() {
         return;
     }
     let _ = Command::new("ip").args(["netns", "del", &probe]).status();
+    // The second provider sits behind a NAT router where nftables is installed
+    // (.ci/run installs it).
+    let nat = Command::new("nft")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !nat {
+        eprintln!("NAT part skipped: `nft` (package nftables) is not installed");
+    }
     let data = data_dir_with_model();
     let dir = data.path().join("net");
     let dir_arg = dir.to_str().unwrap();
-    let (up, file, pids) = testnet_up(data.path(), &dir, &["--netns"]);
+    let flags: &[&str] = if nat {
+        &["--netns", "--nat", "1"]
+    } else {
+        &["--netns"]
+    };
+    let (up, file, pids) = testnet_up(data.path(), &dir, flags);
     let guard = Guard(pids.clone());
-    let namespaces: Vec<String> = file["hosts"]["namespaces"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|n| n.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    let cleanup = NetnsCleanup(namespaces.clone());
+    let names = |key: &str| -> Vec<String> {
+        file["hosts"][key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let namespaces = names("namespaces");
+    let routers = names("routers");
+    let cleanup = NetnsCleanup(namespaces.iter().chain(&routers).cloned().collect());
     assert!(
         up.status.success(),
         "{}",
         String::from_utf8_lossy(&up.stderr)
     );
     assert_eq!(namespaces.len(), 3);
+    assert_eq!(routers.len(), usize::from(nat), "{file}");
     let gateway = file["nodes"]
         .as_array()
         .unwrap()
@@ -377,6 +396,9 @@ fn a_netns_testnet_answers_across_namespaces_and_cleans_up() {
         answer["choices"][0]["message"]["content"], "The answer to this classic math problem is 4.",
         "{answer}"
     );
+    if nat {
+        behind_nat_serves_over_its_own_connections(&file, gateway);
+    }
 
     let down = sharemesh(data.path(), &["testnet", "down", "--dir", dir_arg]);
     assert!(down.status.success());
@@ -384,7 +406,10 @@ fn a_netns_testnet_answers_across_namespaces_and_cleans_up() {
     let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(
-        namespaces.iter().all(|ns| !listed.contains(ns.as_str())),
+        namespaces
+            .iter()
+            .chain(&routers)
+            .all(|ns| !listed.contains(ns.as_str())),
         "{listed}"
     );
     let links = Command::new("ip")
@@ -395,6 +420,92 @@ fn a_netns_testnet_answers_across_namespaces_and_cleans_up() {
     assert!(!String::from_utf8_lossy(&links.stdout).contains(bridge));
     drop(guard);
     drop(cleanup);
+}
+
+/// The provider behind the NAT router listens on a private address nobody can reach;
+/// with the bootstrap provider killed it still serves the gateway, over the connection
+/// it opened itself; a connection started from outside is dropped by its router.
+fn behind_nat_serves_over_its_own_connections(
+    file: &serde_json::Value,
+    gateway: &serde_json::Value,
+) {
+    let nodes = file["nodes"].as_array().unwrap();
+    let natted = nodes.iter().find(|n| n["nat_router"].is_string()).unwrap();
+    let router = natted["nat_router"].as_str().unwrap();
+    let private = natted["listen"][0].as_str().unwrap();
+    assert!(private.starts_with("/ip4/192.168."), "{natted}");
+    let bootstrap = &nodes[0];
+    assert!(bootstrap["nat_router"].is_null());
+    std::process::Command::new("kill")
+        .args(["-9", &bootstrap["pid"].to_string()])
+        .status()
+        .unwrap();
+    let http = gateway["http"].as_str().unwrap();
+    let headers = Command::new("curl")
+        .args(["-s", "-m", "120", "-o", "/dev/null", "-D", "-"])
+        .arg(format!("http://{http}/v1/chat/completions"))
+        .args(["-H", &format!("authorization: Bearer {}", gateway["api_key"].as_str().unwrap())])
+        .args(["-H", "content-type: application/json"])
+        .args(["-d", r#"{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Name a colour."}], "temperature": 0, "max_tokens": 8}"#])
+        .output()
+        .unwrap();
+    let headers = String::from_utf8_lossy(&headers.stdout).to_lowercase();
+    let served_by = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("x-sharemesh-provider:"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    assert!(
+        served_by.contains(&natted["peer_id"].as_str().unwrap().to_lowercase()),
+        "{headers}"
+    );
+    // From the gateway's host, with a route to the private network through the router:
+    // the router forwards nothing that starts outside.
+    let gateway_ns = gateway["netns"].as_str().unwrap();
+    let public = natted["http"].as_str().unwrap().split(':').next().unwrap();
+    let subnet = private
+        .split('/')
+        .nth(2)
+        .unwrap()
+        .rsplit_once('.')
+        .unwrap()
+        .0;
+    let status = Command::new("ip")
+        .args([
+            "-n",
+            gateway_ns,
+            "route",
+            "add",
+            &format!("{subnet}.0/24"),
+            "via",
+            public,
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let target = private.split('/').nth(2).unwrap();
+    let connect = Command::new("ip")
+        .args(["netns", "exec", gateway_ns, "timeout", "3", "bash", "-c"])
+        .arg(format!("echo > /dev/tcp/{target}/4001"))
+        .output()
+        .unwrap();
+    assert!(
+        !connect.status.success(),
+        "an inbound connection got through"
+    );
+    let rules = Command::new("ip")
+        .args(["netns", "exec", router, "nft", "list", "ruleset"])
+        .output()
+        .unwrap();
+    let rules = String::from_utf8_lossy(&rules.stdout);
+    let dropped = rules
+        .lines()
+        .find(|l| l.contains("unsolicited inbound"))
+        .and_then(|l| l.split_whitespace().skip_while(|w| *w != "packets").nth(1))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(dropped > 0, "{rules}");
 }
 
 /// Deletes namespaces left behind if an assertion fails half-way.

@@ -36,9 +36,14 @@ pub struct UpOptions {
     pub ready_timeout: Duration,
     /// Each node in its own network namespace (root only; see [`crate::netns`]).
     pub netns: bool,
+    /// With `netns`: this many providers, the last ones, sit behind NAT routers.
+    pub nat: usize,
 }
 
 pub const TESTNET_FILE: &str = "testnet.json";
+
+/// Every node of a `--netns` testnet serves its HTTP API on this port of its own address.
+const HTTP_PORT: u16 = crate::netns::FORWARDED_HTTP_PORT;
 
 /// Node `index`'s emulated-link flags: the shared ones and its own seed.
 fn link_args(options: &UpOptions, index: usize) -> Vec<String> {
@@ -193,20 +198,41 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
     }
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut file = TestnetFile::default();
+    if options.nat > 0 && !options.netns {
+        bail!(
+            "--nat puts providers behind NAT routers between network namespaces: it needs --netns"
+        );
+    }
+    if options.nat > 0 && options.nat >= options.providers {
+        bail!(
+            "--nat {} leaves no provider on the open network: the first provider is every node's bootstrap, so at most {} of {} can sit behind NAT",
+            options.nat,
+            options.providers.saturating_sub(1),
+            options.providers
+        );
+    }
     if options.netns {
         (options.progress)("creating a network namespace per node");
+        let first_natted = options.providers - options.nat;
         file.hosts = Some(crate::netns::Hosts::create(
             options.providers + options.gateways,
+            |i| i >= first_natted && i < options.providers,
         )?);
         // Recorded before any node starts, so `down` removes them whatever happens.
         write(dir, &file)?;
     }
     let hosts = file.hosts.clone();
     // In its own namespace every node has the whole port range to itself.
-    let host = |i: usize| -> Option<(String, String)> {
-        hosts
-            .as_ref()
-            .map(|h| (h.address(i), h.namespaces[i].clone()))
+    // (listen address, address the tools reach, namespace, NAT router).
+    let host = |i: usize| -> Option<(String, String, String, Option<String>)> {
+        hosts.as_ref().map(|h| {
+            (
+                h.listen_address(i),
+                h.address(i),
+                h.namespaces[i].clone(),
+                h.routers.get(i).cloned().flatten(),
+            )
+        })
     };
     let port = |offset: u16| -> Result<u16> {
         if options.base_port == 0 {
@@ -225,17 +251,24 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
         let data_dir = dir.join(format!("provider-{i}"));
         // Providers serve their network API too (loopback only: earnings, peers, and
         // the block list that the partition scenario uses).
-        let (listen, http, netns) = match host(i) {
-            Some((ip, ns)) => (
-                format!("/ip4/{ip}/tcp/4001"),
-                format!("{ip}:8080"),
+        let (listen, http, bind_http, netns, nat_router) = match host(i) {
+            Some((own, reachable, ns, router)) => (
+                format!("/ip4/{own}/tcp/4001"),
+                format!("{reachable}:{HTTP_PORT}"),
+                format!("{own}:{HTTP_PORT}"),
                 Some(ns),
+                router,
             ),
-            None => (
-                format!("/ip4/127.0.0.1/tcp/{}", port(i as u16)?),
-                format!("127.0.0.1:{}", port(200 + i as u16)?),
-                None,
-            ),
+            None => {
+                let http = format!("127.0.0.1:{}", port(200 + i as u16)?);
+                (
+                    format!("/ip4/127.0.0.1/tcp/{}", port(i as u16)?),
+                    http.clone(),
+                    http,
+                    None,
+                    None,
+                )
+            }
         };
         let mut args: Vec<String> = vec![
             "provide".into(),
@@ -244,7 +277,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             "--listen".into(),
             listen,
             "--http".into(),
-            http.clone(),
+            bind_http,
         ];
         if let Some(boot) = &bootstrap {
             args.extend(["--bootstrap".into(), boot.clone()]);
@@ -280,6 +313,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             data_dir: data_dir.display().to_string(),
             adversary,
             netns,
+            nat_router,
             api_key: None,
         });
         write(dir, &file)?;
@@ -289,9 +323,9 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
         (options.progress)(&format!("starting gateway {}/{}", j + 1, options.gateways));
         let data_dir = dir.join(format!("gateway-{j}"));
         let (listen, http, netns) = match host(options.providers + j) {
-            Some((ip, ns)) => (
+            Some((ip, _, ns, _)) => (
                 format!("/ip4/{ip}/tcp/4001"),
-                format!("{ip}:8080"),
+                format!("{ip}:{HTTP_PORT}"),
                 Some(ns),
             ),
             None => (
@@ -331,6 +365,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             data_dir: data_dir.display().to_string(),
             adversary: None,
             netns,
+            nat_router: None,
             api_key,
         });
         write(dir, &file)?;

@@ -30,6 +30,9 @@ pub struct NodeRecord {
     /// The network namespace it runs in (`--netns` testnets only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<String>,
+    /// The namespace of the NAT router it sits behind (`--nat`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nat_router: Option<String>,
     /// A gateway off loopback requires an API key: the one the launcher made for it
     /// (`--netns` testnets only; a local test network's key, kept in its folder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,6 +64,7 @@ mod tests {
                 data_dir: "/tmp/x".into(),
                 adversary: None,
                 netns: None,
+                nat_router: None,
                 api_key: None,
             }],
             hosts: None,

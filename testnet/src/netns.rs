@@ -3,6 +3,15 @@
 //! own address in a /24 picked for this testnet. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN).
 //! The root namespace holds the bridge's `.1` address, so tools on the host (and tests)
 //! reach every node directly; nothing is routed beyond the bridge.
+//!
+//! A node may sit behind a NAT router instead (`--nat`): a namespace of its own between
+//! the bridge and the node, holding the host's bridge address and a private /24
+//! (`192.168.<i>.0`) towards the node. The router masquerades what the node sends out
+//! and drops connections that start outside (nftables, as a home router does); only
+//! the node's HTTP API (port 8080) is forwarded, so the testnet's own tools still reach
+//! it. Its p2p port is not: other peers reach such a node only over connections it
+//! opened itself — the situation the NAT-traversal work (relays, hole punching) starts
+//! from.
 
 use std::process::{Command, Stdio};
 
@@ -18,6 +27,9 @@ pub struct Hosts {
     /// `10.<a>.<b>` of the testnet's /24.
     pub prefix: String,
     pub namespaces: Vec<String>,
+    /// Per node: the namespace of its NAT router, or `None` when it sits on the bridge.
+    #[serde(default)]
+    pub routers: Vec<Option<String>>,
 }
 
 /// Whether this process can make namespaces (effective uid 0).
@@ -31,6 +43,9 @@ pub fn is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// The port a NAT router forwards to its node: the node's HTTP API.
+pub const FORWARDED_HTTP_PORT: u16 = 8080;
 
 fn ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip")
@@ -49,13 +64,17 @@ fn ip(args: &[&str]) -> Result<()> {
 }
 
 impl Hosts {
-    /// Creates the bridge and `count` namespaces; on failure undoes what it made.
-    pub fn create(count: usize) -> Result<Hosts> {
+    /// Creates the bridge and `count` namespaces, putting node `i` behind a NAT router
+    /// where `natted(i)`; on failure undoes what it made.
+    pub fn create(count: usize, natted: impl Fn(usize) -> bool) -> Result<Hosts> {
         if !is_root() {
             bail!("--netns needs root (it creates network namespaces and veth pairs); run as root or leave --netns out");
         }
         if count > 250 {
             bail!("--netns supports up to 250 nodes (one /24)");
+        }
+        if (0..count).any(&natted) && !nft_available() {
+            bail!("--nat needs nftables for its routers: install the `nftables` package (`apt-get install nftables`) or leave --nat out");
         }
         let pid = std::process::id();
         let tag = format!("{:x}", pid % 0xfffff);
@@ -64,15 +83,16 @@ impl Hosts {
             prefix: format!("10.{}.{}", 200 + (pid / 250) % 50, pid % 250),
             tag,
             namespaces: Vec::new(),
+            routers: Vec::new(),
         };
-        if let Err(err) = hosts.build(count) {
+        if let Err(err) = hosts.build(count, natted) {
             hosts.destroy();
             return Err(err);
         }
         Ok(hosts)
     }
 
-    fn build(&mut self, count: usize) -> Result<()> {
+    fn build(&mut self, count: usize, natted: impl Fn(usize) -> bool) -> Result<()> {
         let bridge = self.bridge.clone();
         ip(&["link", "add", &bridge, "type", "bridge"])?;
         ip(&[
@@ -85,26 +105,133 @@ impl Hosts {
         ip(&["link", "set", &bridge, "up"])?;
         for i in 0..count {
             let ns = format!("sm{}-{i}", self.tag);
-            let host_side = format!("smv{}x{i}", self.tag);
-            let node_side = format!("smn{}x{i}", self.tag);
             ip(&["netns", "add", &ns])?;
             self.namespaces.push(ns.clone());
+            // The namespace on the bridge: the node itself, or its router.
+            let on_bridge = if natted(i) {
+                let router = format!("sm{}-r{i}", self.tag);
+                ip(&["netns", "add", &router])?;
+                self.routers.push(Some(router.clone()));
+                router
+            } else {
+                self.routers.push(None);
+                ns.clone()
+            };
+            let host_side = format!("smv{}x{i}", self.tag);
+            let bridge_side = format!("smn{}x{i}", self.tag);
             ip(&[
-                "link", "add", &host_side, "type", "veth", "peer", "name", &node_side,
+                "link",
+                "add",
+                &host_side,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &bridge_side,
             ])?;
-            ip(&["link", "set", &node_side, "netns", &ns])?;
+            ip(&["link", "set", &bridge_side, "netns", &on_bridge])?;
             ip(&["link", "set", &host_side, "master", &bridge, "up"])?;
             let address = format!("{}/24", self.address(i));
-            ip(&["-n", &ns, "addr", "add", &address, "dev", &node_side])?;
-            ip(&["-n", &ns, "link", "set", &node_side, "up"])?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+            ip(&[
+                "-n",
+                &on_bridge,
+                "addr",
+                "add",
+                &address,
+                "dev",
+                &bridge_side,
+            ])?;
+            ip(&["-n", &on_bridge, "link", "set", &bridge_side, "up"])?;
+            ip(&["-n", &on_bridge, "link", "set", "lo", "up"])?;
+            if on_bridge != ns {
+                self.build_router(i, &on_bridge, &bridge_side, &ns)?;
+            }
         }
         Ok(())
     }
 
-    /// Node `i`'s address.
+    /// The private link from router to node, the node's default route, and the router's
+    /// forwarding and nftables rules.
+    fn build_router(&self, i: usize, router: &str, wan: &str, node: &str) -> Result<()> {
+        let lan = format!("sml{}x{i}", self.tag);
+        let node_side = format!("smp{}x{i}", self.tag);
+        ip(&[
+            "link", "add", &lan, "type", "veth", "peer", "name", &node_side,
+        ])?;
+        ip(&["link", "set", &lan, "netns", router])?;
+        ip(&["link", "set", &node_side, "netns", node])?;
+        let private = private_prefix(i);
+        ip(&[
+            "-n",
+            router,
+            "addr",
+            "add",
+            &format!("{private}.1/24"),
+            "dev",
+            &lan,
+        ])?;
+        ip(&["-n", router, "link", "set", &lan, "up"])?;
+        ip(&[
+            "-n",
+            node,
+            "addr",
+            "add",
+            &format!("{private}.2/24"),
+            "dev",
+            &node_side,
+        ])?;
+        ip(&["-n", node, "link", "set", &node_side, "up"])?;
+        ip(&["-n", node, "link", "set", "lo", "up"])?;
+        ip(&[
+            "-n",
+            node,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("{private}.1"),
+        ])?;
+        in_namespace(router, "sysctl", &["-qw", "net.ipv4.ip_forward=1"], None)?;
+        let rules = format!(
+            "table ip sharemesh_nat {{
+  chain prerouting {{
+    type nat hook prerouting priority dstnat; policy accept;
+    iifname \"{wan}\" tcp dport {FORWARDED_HTTP_PORT} counter dnat to {private}.2
+  }}
+  chain postrouting {{
+    type nat hook postrouting priority srcnat; policy accept;
+    oifname \"{wan}\" counter masquerade
+  }}
+  chain forward {{
+    type filter hook forward priority filter; policy drop;
+    ct state established,related accept
+    iifname \"{lan}\" accept
+    ct status dnat accept
+    counter comment \"unsolicited inbound\"
+  }}
+}}
+"
+        );
+        in_namespace(router, "nft", &["-f", "-"], Some(&rules))
+    }
+
+    /// Node `i`'s address on the bridge (its router's, when it is behind one): where the
+    /// testnet's tools reach it.
     pub fn address(&self, i: usize) -> String {
         format!("{}.{}", self.prefix, i + 2)
+    }
+
+    /// The address node `i` listens on: its private one behind a router.
+    pub fn listen_address(&self, i: usize) -> String {
+        if self.behind_nat(i) {
+            format!("{}.2", private_prefix(i))
+        } else {
+            self.address(i)
+        }
+    }
+
+    pub fn behind_nat(&self, i: usize) -> bool {
+        self.routers.get(i).is_some_and(Option::is_some)
     }
 
     /// Deletes the namespaces, their veth pairs and the bridge; errors
@@ -112,9 +239,54 @@ impl Hosts {
     pub fn destroy(&self) {
         for (i, ns) in self.namespaces.iter().enumerate() {
             let _ = ip(&["netns", "del", ns]);
+            if let Some(Some(router)) = self.routers.get(i) {
+                let _ = ip(&["netns", "del", router]);
+            }
             // Normally gone with its namespace; not if a process still held it.
             let _ = ip(&["link", "del", &format!("smv{}x{i}", self.tag)]);
         }
         let _ = ip(&["link", "del", &self.bridge]);
     }
+}
+
+/// Node `i`'s private /24 behind its router (each router has its own namespace, so these
+/// repeat harmlessly across testnets).
+fn private_prefix(i: usize) -> String {
+    format!("192.168.{}", i % 250)
+}
+
+fn nft_available() -> bool {
+    Command::new("nft")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs `program args` inside namespace `ns`, feeding it `input` on stdin.
+fn in_namespace(ns: &str, program: &str, args: &[&str], input: Option<&str>) -> Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, program])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running `{program}` in namespace {ns}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.unwrap_or_default().as_bytes())
+            .with_context(|| format!("feeding `{program}` in namespace {ns}"))?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "`{program} {}` in namespace {ns} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
