@@ -335,6 +335,7 @@ fn generate(data_dir: &std::path::Path, args: GenerateArgs) -> Result<()> {
         let out = serde_json::json!({
             "model": model.descriptor.name,
             "model_id": model.descriptor.id,
+            "backend": model.backend(),
             "text": generation.text,
             "token_ids": generation.token_ids,
             "prompt_tokens": generation.prompt_tokens,
@@ -371,6 +372,8 @@ fn median(values: &mut [f64]) -> f64 {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BenchResult {
     pub model: String,
+    /// Device and engine (`LoadedModel::backend`).
+    pub backend: String,
     pub threads: usize,
     pub prompt_tokens: u32,
     pub generated_tokens: u32,
@@ -418,6 +421,7 @@ pub fn measure_with(
     let last = last.context("no benchmark run")?;
     Ok(BenchResult {
         model: model.descriptor.name.clone(),
+        backend: model.backend(),
         threads: std::env::var("CANDLE_NUM_THREADS")
             .ok()
             .and_then(|t| t.parse().ok())

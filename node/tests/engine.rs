@@ -546,6 +546,8 @@ fn cli_generate_is_identical_across_thread_counts() {
     ] {
         assert!(one.get(key).is_some(), "missing {key}");
     }
+    // A CPU build serves llama on sharemesh's own kernels.
+    assert_eq!(one["backend"], "cpu/sharemesh-kernels");
 }
 
 /// Resume at 2 threads, in real processes: every cut of a 12-token answer continues

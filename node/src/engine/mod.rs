@@ -160,6 +160,7 @@ impl LoadedModel {
     /// `chunk` tokens (1 = the one-token decode path). Verification compares these;
     /// with batch-invariant weights every chunk size gives the same bits.
     pub fn logits_after(&mut self, tokens: &[u32], chunk: usize) -> Result<Vec<f32>, EngineError> {
+        self.bind_device_to_thread()?;
         let vocab = self.tokenizer.vocab_size() as u32;
         if tokens.is_empty() || chunk == 0 {
             return Err(EngineError::BadRequest("no tokens to score".into()));
@@ -182,6 +183,22 @@ impl LoadedModel {
         self.weights.batch_invariant()
     }
 
+    /// Where and on what it runs, for reports: `cpu/sharemesh-kernels`, `cpu/candle`,
+    /// `cuda:0/candle`.
+    pub fn backend(&self) -> String {
+        let device = match self.device.location() {
+            candle_core::DeviceLocation::Cpu => "cpu".to_owned(),
+            candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+            candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+        };
+        let engine = if matches!(self.weights, weights::Weights::Kernels(_)) {
+            "sharemesh-kernels"
+        } else {
+            "candle"
+        };
+        format!("{device}/{engine}")
+    }
+
     /// Runs one job to the end, calling `on_token` for each new token; `on_token`
     /// returning `false` cancels the job before the next token is computed.
     pub fn generate(
@@ -189,7 +206,23 @@ impl LoadedModel {
         request: &GenerateRequest,
         on_token: impl FnMut(&TokenEvent) -> bool,
     ) -> Result<Generation, EngineError> {
+        self.bind_device_to_thread()?;
         generate::run(self, request, on_token)
+    }
+
+    /// A CUDA context is current per thread, and the engine thread is not the one that
+    /// loaded the model: without this every job there failed with "invalid device
+    /// context" (seen on an H200). Cheap when already bound.
+    fn bind_device_to_thread(&self) -> Result<(), EngineError> {
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(cuda) = &self.device {
+            cuda.cuda_stream().context().bind_to_thread().map_err(|e| {
+                EngineError::Inference(format!(
+                    "binding the CUDA context to the engine thread: {e}"
+                ))
+            })?;
+        }
+        Ok(())
     }
 }
 
