@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{get_json, wait_until};
+
 use std::path::Path;
 use std::process::Command;
 
@@ -436,6 +438,18 @@ fn behind_nat_serves_over_its_own_connections(
     assert!(private.starts_with("/ip4/192.168."), "{natted}");
     let bootstrap = &nodes[0];
     assert!(bootstrap["nat_router"].is_null());
+    // It finds the gateway through the bootstrap (Kademlia) and dials it itself; only
+    // then can the bootstrap go. Its API is reachable through the router's forward.
+    let gateway_id = gateway["peer_id"].as_str().unwrap();
+    wait_until(
+        60,
+        "the provider behind NAT to connect to the gateway",
+        || {
+            get_json(natted["http"].as_str().unwrap(), "/v1/network/peers")
+                .as_array()
+                .is_some_and(|peers| peers.iter().any(|p| p["peer_id"] == gateway_id))
+        },
+    );
     std::process::Command::new("kill")
         .args(["-9", &bootstrap["pid"].to_string()])
         .status()
