@@ -47,7 +47,7 @@ fn main() {
     {
         for _ in 0..3 {
             let started = Instant::now();
-            let passes = 640 / count;
+            let passes = (3000 / count).max(10);
             pool.install(|| {
                 for _ in 0..passes {
                     for m in &matrices {

@@ -146,6 +146,10 @@ unsafe fn tile<const W: usize, const A: usize>(
     let mut even = [[_mm256_setzero_ps(); A]; W];
     let mut odd = [[_mm256_setzero_ps(); A]; W];
     for pair in 0..blocks / 2 {
+        if A == 1 {
+            // Decoding: the weights stream from memory (see `prefetch_ahead`).
+            super::prefetch_ahead(weights, format.packed_bytes(), 2 * pair);
+        }
         // SAFETY: both blocks are below `blocks`.
         unsafe {
             accumulate(format, weights, activations, first, 2 * pair, &mut even);

@@ -131,6 +131,88 @@ unsafe fn tile<const W: usize, const A: usize>(
     }
 }
 
+/// Q4_1 blocks `b` and `b + 1` at `quants` (32 bytes): `[low b, high b, low b+1, high
+/// b+1]`, the same operand as [`weight_pair`], in three operations instead of five.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn nibbles_pair(quants: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees 32 readable bytes.
+    let packed = _mm512_castsi256_si512(unsafe { _mm256_loadu_si256(quants.cast()) });
+    // 128-bit lanes [block b, block b, block b+1, block b+1]…
+    let doubled = _mm512_shuffle_i64x2(packed, packed, 0b01_01_00_00);
+    // …and the second copy of each shifted down to its high nibbles.
+    const FOUR: i64 = 0x0004_0004_0004_0004; // a shift count per 16-bit element
+    let shifts = _mm512_set_epi64(FOUR, FOUR, 0, 0, FOUR, FOUR, 0, 0);
+    _mm512_and_si512(_mm512_srlv_epi16(doubled, shifts), _mm512_set1_epi8(0x0F))
+}
+
+/// One activation row against `W` weight rows (decoding, and the rows a 4-row tile
+/// leaves over): the arithmetic of [`tile`] with `A = 1`, with every pointer hoisted
+/// out of the loop and the format fixed at compile time.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn single_row<const Q4: bool, const W: usize>(
+    weights: &[WeightRow<'_>; W],
+    activations: &QuantizedRows,
+    row: usize,
+    out: &mut [f32],
+) {
+    let format = if Q4 { Format::Q4_1 } else { Format::Q8_0 };
+    let blocks = activations.cols / BLOCK;
+    let rows = activations.rows();
+    let packed = format.packed_bytes();
+    let quants: [*const u8; W] = std::array::from_fn(|i| weights[i].quants.as_ptr());
+    let scales: [*const f32; W] = std::array::from_fn(|i| weights[i].scales.as_ptr());
+    // SAFETY (all pointer offsets below): `Isa::dot_rows` checked that every weight row
+    // holds `blocks` blocks and the activations `rows × cols` quants and scales.
+    let act_quants = unsafe { activations.quants.as_ptr().add(row * activations.cols) };
+    let act_scales = unsafe { activations.scales.as_ptr().add(row * blocks) };
+    let mut acc = [_mm512_setzero_ps(); W];
+    for pair in 0..blocks / 2 {
+        let b = 2 * pair;
+        super::prefetch_ahead(weights, packed, b);
+        let (operand, act_scale) = unsafe {
+            (
+                _mm512_loadu_si512(act_quants.add(b * BLOCK).cast()),
+                halves(*act_scales.add(b), *act_scales.add(b + 1)),
+            )
+        };
+        for i in 0..W {
+            let (unsigned, operand) = if Q4 {
+                (unsafe { nibbles_pair(quants[i].add(b * packed)) }, operand)
+            } else {
+                let raw = unsafe { _mm512_loadu_si512(quants[i].add(b * packed).cast()) };
+                let negative = _mm512_movepi8_mask(raw);
+                (
+                    _mm512_abs_epi8(raw),
+                    _mm512_mask_sub_epi8(operand, negative, _mm512_setzero_si512(), operand),
+                )
+            };
+            let lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), unsigned, operand);
+            let weight_scale = unsafe { halves(*scales[i].add(b), *scales[i].add(b + 1)) };
+            let scale = _mm512_mul_ps(weight_scale, act_scale);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), scale, acc[i]);
+        }
+    }
+    for i in 0..W {
+        let mut even = _mm512_castps512_ps256(acc[i]);
+        let odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i]), 1));
+        if blocks % 2 == 1 {
+            // The last, unpaired block joins the even chain, as in the reference.
+            let single = [weights[i]];
+            let mut chain = [[even]];
+            // SAFETY: AVX2 and FMA are implied by AVX-512 F; block `blocks - 1` exists.
+            unsafe {
+                avx2::accumulate(format, &single, activations, row, blocks - 1, &mut chain);
+            }
+            even = chain[0][0];
+        }
+        // SAFETY: row `row` exists; AVX2 is implied by AVX-512 F.
+        out[i * rows + row] =
+            unsafe { avx2::finish(format, &weights[i], activations, row, even, odd) };
+    }
+}
+
 /// # Safety
 /// AVX-512 F/BW/VNNI; `Isa::dot_rows` checked every slice length.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -145,10 +227,10 @@ pub(super) unsafe fn dot_rows<const W: usize>(
     super::walk_rows(span, wide, |r, tiled| {
         // SAFETY: `walk_rows` hands out rows inside the checked span.
         unsafe {
-            if tiled {
-                tile::<W, 4>(format, &weights, activations, r, out)
-            } else {
-                tile::<W, 1>(format, &weights, activations, r, out)
+            match (tiled, format) {
+                (true, _) => tile::<W, 4>(format, &weights, activations, r, out),
+                (false, Format::Q4_1) => single_row::<true, W>(&weights, activations, r, out),
+                (false, Format::Q8_0) => single_row::<false, W>(&weights, activations, r, out),
             }
         }
     });
