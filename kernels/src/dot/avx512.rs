@@ -112,23 +112,40 @@ unsafe fn tile<const W: usize, const A: usize>(
     for i in 0..W {
         for j in 0..A {
             let row = first + j;
-            let mut even = _mm512_castps512_ps256(acc[i][j]);
-            let odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i][j]), 1));
-            if blocks % 2 == 1 {
-                // The last, unpaired block joins the even chain, as in the reference.
-                let single = [weights[i]];
-                let mut chain = [[even]];
-                // SAFETY: AVX2 and FMA are implied by AVX-512 F; block `blocks - 1` exists.
-                unsafe {
-                    avx2::accumulate(format, &single, activations, row, blocks - 1, &mut chain);
-                }
-                even = chain[0][0];
-            }
-            // SAFETY: row `row` exists; AVX2 is implied by AVX-512 F.
+            // SAFETY: row `row` exists and every block of weight row `i`.
             out[i * rows + row] =
-                unsafe { avx2::finish(format, &weights[i], activations, row, even, odd) };
+                unsafe { finish_pairs(format, &weights[i], activations, row, acc[i][j]) };
         }
     }
+}
+
+/// One output from its paired chains (even blocks in the low half, odd in the high):
+/// the unpaired last block of an odd count joins the even chain, as in the reference,
+/// then [`avx2::finish`].
+///
+/// # Safety
+/// AVX-512 F; activation row `row` and every block of `weights` exist.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn finish_pairs(
+    format: Format,
+    weights: &WeightRow<'_>,
+    activations: &QuantizedRows,
+    row: usize,
+    acc: __m512,
+) -> f32 {
+    let blocks = activations.cols / BLOCK;
+    let mut even = _mm512_castps512_ps256(acc);
+    let odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+    if blocks % 2 == 1 {
+        let single = [*weights];
+        let mut chain = [[even]];
+        // SAFETY: AVX2 and FMA are implied by AVX-512 F; block `blocks - 1` exists.
+        unsafe { avx2::accumulate(format, &single, activations, row, blocks - 1, &mut chain) };
+        even = chain[0][0];
+    }
+    // SAFETY: as above.
+    unsafe { avx2::finish(format, weights, activations, row, even, odd) }
 }
 
 /// Q4_1 blocks `b` and `b + 1` at `quants` (32 bytes): `[low b, high b, low b+1, high
@@ -195,21 +212,9 @@ unsafe fn single_row<const Q4: bool, const W: usize>(
         }
     }
     for i in 0..W {
-        let mut even = _mm512_castps512_ps256(acc[i]);
-        let odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i]), 1));
-        if blocks % 2 == 1 {
-            // The last, unpaired block joins the even chain, as in the reference.
-            let single = [weights[i]];
-            let mut chain = [[even]];
-            // SAFETY: AVX2 and FMA are implied by AVX-512 F; block `blocks - 1` exists.
-            unsafe {
-                avx2::accumulate(format, &single, activations, row, blocks - 1, &mut chain);
-            }
-            even = chain[0][0];
-        }
-        // SAFETY: row `row` exists; AVX2 is implied by AVX-512 F.
+        // SAFETY: row `row` exists and every block of weight row `i`.
         out[i * rows + row] =
-            unsafe { avx2::finish(format, &weights[i], activations, row, even, odd) };
+            unsafe { finish_pairs(format, &weights[i], activations, row, acc[i]) };
     }
 }
 
