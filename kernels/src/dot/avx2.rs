@@ -148,7 +148,7 @@ unsafe fn tile<const W: usize, const A: usize>(
     for pair in 0..blocks / 2 {
         if A == 1 {
             // Decoding: the weights stream from memory (see `prefetch_ahead`).
-            super::prefetch_ahead(weights, format.packed_bytes(), 2 * pair);
+            super::prefetch_ahead(weights, format, 2 * pair);
         }
         // SAFETY: both blocks are below `blocks`.
         unsafe {

@@ -187,7 +187,7 @@ unsafe fn single_row<const Q4: bool, const W: usize>(
     let mut acc = [_mm512_setzero_ps(); W];
     for pair in 0..blocks / 2 {
         let b = 2 * pair;
-        super::prefetch_ahead(weights, packed, b);
+        super::prefetch_ahead(weights, format, b);
         let (operand, act_scale) = unsafe {
             (
                 _mm512_loadu_si512(act_quants.add(b * BLOCK).cast()),
