@@ -48,11 +48,29 @@ pub fn is_root() -> bool {
 pub const FORWARDED_HTTP_PORT: u16 = 8080;
 
 fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
+    ip_with_input(args, None)
+}
+
+/// Runs `ip args` (iproute2), feeding it `input` on stdin when given.
+fn ip_with_input(args: &[&str], input: Option<&str>) -> Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("ip")
         .args(args)
-        .stdin(Stdio::null())
-        .output()
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .context("running `ip` (iproute2) for --netns")?;
+    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+        stdin
+            .write_all(input.as_bytes())
+            .with_context(|| format!("feeding `ip {}`", args.join(" ")))?;
+    }
+    let out = child.wait_with_output()?;
     if !out.status.success() {
         bail!(
             "`ip {}` failed: {}",
@@ -266,27 +284,7 @@ fn nft_available() -> bool {
 
 /// Runs `program args` inside namespace `ns`, feeding it `input` on stdin.
 fn in_namespace(ns: &str, program: &str, args: &[&str], input: Option<&str>) -> Result<()> {
-    use std::io::Write;
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, program])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running `{program}` in namespace {ns}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(input.unwrap_or_default().as_bytes())
-            .with_context(|| format!("feeding `{program}` in namespace {ns}"))?;
-    }
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!(
-            "`{program} {}` in namespace {ns} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    let mut all = vec!["netns", "exec", ns, program];
+    all.extend_from_slice(args);
+    ip_with_input(&all, input)
 }
