@@ -459,9 +459,14 @@ impl<'w> Sim<'w> {
                 return;
             }
             // This one answers sooner; the twin has delivered nothing yet.
-            let twin_provider = self.jobs[twin].provider;
+            let (twin_provider, twin_first) =
+                (self.jobs[twin].provider, self.jobs[twin].first_token_at);
             self.release(twin, 0);
-            self.requests[request].first_token_at = None;
+            let state = &mut self.requests[request];
+            if state.first_token_at == Some(twin_first) {
+                // Its first token never came: the request's first token is still to come.
+                state.first_token_at = None;
+            }
             self.serve_queue(twin_provider, now);
         }
         let tier = self.world.requests[request].tier;
