@@ -148,6 +148,7 @@ async fn eligibility_and_ranking() {
                 .unwrap()
                 .offer(&bytes, now_ms())
                 .unwrap()
+                .provider
         })
         .collect();
     let dispatcher = Dispatcher::new(

@@ -8,6 +8,7 @@ mod event_loop;
 pub mod framing;
 pub mod link;
 pub mod orderbook;
+mod peer_targets;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -98,8 +99,15 @@ pub enum MeshEvent {
     Listening(Multiaddr),
     PeerConnected(PeerId),
     PeerDisconnected(PeerId),
-    AdvertAccepted { provider: NodeId, from: PeerId },
-    AdvertRejected { from: PeerId, reason: String },
+    AdvertAccepted {
+        provider: NodeId,
+        seq: u64,
+        from: PeerId,
+    },
+    AdvertRejected {
+        from: PeerId,
+        reason: String,
+    },
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -19,6 +19,13 @@ pub enum AdvertRejection {
     Replay(#[from] ReplayError),
 }
 
+/// An advert the book took: whose, and which of their sequence numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accepted {
+    pub provider: NodeId,
+    pub seq: u64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct BookEntry {
     pub advert: Advert,
@@ -47,12 +54,13 @@ impl OrderBook {
     }
 
     /// Checks and records an advert received at `now_ms`; returns its provider.
-    pub fn offer(&mut self, bytes: &[u8], now_ms: u64) -> Result<NodeId, AdvertRejection> {
+    pub fn offer(&mut self, bytes: &[u8], now_ms: u64) -> Result<Accepted, AdvertRejection> {
         let envelope = SignedEnvelope::from_bytes(bytes)?;
         let opened = envelope.open_cached::<Advert>(now_ms, &mut self.keys)?;
         self.replay
             .admit(&opened, MessageKind::Advert, [0; 16], now_ms)?;
         let provider = opened.signer;
+        let seq = opened.seq;
         self.prune(now_ms);
         if !self.entries.contains_key(&provider) && self.entries.len() >= self.capacity {
             // Full: make room by dropping the advert closest to expiry.
@@ -75,7 +83,7 @@ impl OrderBook {
                 last_seen_ms: now_ms,
             },
         );
-        Ok(provider)
+        Ok(Accepted { provider, seq })
     }
 
     fn prune(&mut self, now_ms: u64) {
@@ -156,7 +164,7 @@ mod tests {
             .unwrap()
             .to_bytes()
             .unwrap();
-        assert_eq!(book.offer(&first, NOW).unwrap(), key.node_id());
+        assert_eq!(book.offer(&first, NOW).unwrap().provider, key.node_id());
         assert!(matches!(
             book.offer(&first, NOW + 1),
             Err(AdvertRejection::Replay(_))
