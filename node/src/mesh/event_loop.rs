@@ -341,8 +341,9 @@ impl EventLoop {
             .report_message_validation_result(&id, &source, verdict);
     }
 
-    /// Peer manager: keep the peer count near its target by pruning the lowest-scored
-    /// peers, and drop peers whose gossip score fell below the graylist threshold.
+    /// Peer manager: keep the peer count within its band (`PeerTargets`) — prune the
+    /// lowest-scored settled peers above it, dial known peers below the target — and
+    /// drop peers whose gossip score fell below the graylist threshold.
     fn maintain(&mut self) {
         self.dialing.expire(Instant::now());
         let connected: Vec<PeerId> = self.swarm.connected_peers().copied().collect();
