@@ -101,6 +101,9 @@ pub struct SimReport {
     /// Cores busy on average (process CPU time over wall time).
     pub cpu_cores: f64,
     pub peak_rss_mb: f64,
+    /// Mesh events the measuring tasks missed (they lagged behind a node's event
+    /// channel); non-zero means the delivery ratio is a lower bound.
+    pub observer_events_lost: u64,
 }
 
 /// Node `index`'s secret: the same index is the same identity in every run.
@@ -254,9 +257,11 @@ pub async fn run(args: &SimulateArgs, progress: impl Fn(&str)) -> Result<SimRepo
     let published: Published = Arc::new(Mutex::new(HashMap::new()));
     let received: Received = Arc::new(Mutex::new(vec![HashMap::new(); args.nodes]));
     let peer_connections_opened = Arc::new(AtomicU64::new(0));
+    let observer_events_lost = Arc::new(AtomicU64::new(0));
     for (i, handle) in handles.iter().enumerate() {
         let mut events = handle.subscribe();
         let opened = peer_connections_opened.clone();
+        let lost = observer_events_lost.clone();
         let received = received.clone();
         let index_of = index_of.clone();
         tokio::spawn(async move {
@@ -273,7 +278,11 @@ pub async fn run(args: &SimulateArgs, progress: impl Fn(&str)) -> Result<SimRepo
                         }
                     }
                     Ok(_) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    // A lagging observer loses events: reported, since lost
+                    // acceptances would read as undelivered adverts.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        lost.fetch_add(n, Ordering::Relaxed);
+                    }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 }
             }
@@ -336,6 +345,7 @@ pub async fn run(args: &SimulateArgs, progress: impl Fn(&str)) -> Result<SimRepo
             opened,
             cpu,
             settle_seconds,
+            observer_events_lost: observer_events_lost.load(Ordering::Relaxed),
         },
         &counters,
     );
@@ -405,6 +415,7 @@ struct Activity {
     /// CPU seconds.
     cpu: f64,
     settle_seconds: f64,
+    observer_events_lost: u64,
 }
 
 fn summarise(
@@ -421,6 +432,7 @@ fn summarise(
         opened,
         cpu,
         settle_seconds,
+        observer_events_lost,
     } = activity;
     let published = published.lock().map(|p| p.clone()).unwrap_or_default();
     let received = received.lock().map(|r| r.clone()).unwrap_or_default();
@@ -474,6 +486,7 @@ fn summarise(
         bytes_per_node_per_second: bytes as f64 / n as f64 / wall.max(1e-9),
         cpu_cores: cpu / wall.max(1e-9),
         peak_rss_mb: peak_rss_mb(),
+        observer_events_lost,
     }
 }
 
@@ -553,6 +566,12 @@ pub fn print(report: &SimReport) {
         "process                  {:.2} cores, {:.0} MB peak RSS",
         report.cpu_cores, report.peak_rss_mb
     );
+    if report.observer_events_lost > 0 {
+        println!(
+            "observer missed          {} events: delivery is a lower bound",
+            report.observer_events_lost
+        );
+    }
 }
 
 #[cfg(test)]

@@ -254,6 +254,7 @@ fn an_in_process_simulation_spreads_every_advert() {
         "{report}"
     );
     assert_eq!(report["delivery_ratio"], 1.0, "{report}");
+    assert_eq!(report["observer_events_lost"], 0, "{report}");
     // Two one-way hops of ≥ 30 ms of link latency at the least.
     assert!(
         report["delivery_p50_ms"].as_f64().unwrap() >= 30.0,
