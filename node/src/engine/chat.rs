@@ -1,6 +1,7 @@
 //! Chat templates: the model's own Jinja template from GGUF metadata
 //! (`tokenizer.chat_template`), rendered with minijinja as llama.cpp and
-//! transformers do. A model without a template falls back to ChatML.
+//! transformers do. A model without a template falls back to its family's format where
+//! the vocabulary names it (Gemma's turn tokens), else to ChatML.
 
 use minijinja::{context, Environment, Error, ErrorKind};
 use serde::Serialize;
@@ -9,6 +10,28 @@ use sharemesh_protocol::{ChatMessage, Role};
 use super::EngineError;
 
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// Gemma's turns (as in Google's template): no system role, so a system message is
+/// prepended to the first user turn; the assistant is `model`.
+const GEMMA: &str = "{{ bos_token }}{% if messages and messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}{% set turns = messages[1:] %}{% else %}{% set first = '' %}{% set turns = messages %}{% endif %}{% for message in turns %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' + (first if loop.first else '') + message['content'] + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
+/// Which built-in template serves a model whose GGUF has none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    ChatMl,
+    Gemma,
+}
+
+impl Fallback {
+    /// Gemma vocabularies carry `<start_of_turn>`; everything else gets ChatML.
+    pub fn for_vocabulary(has_start_of_turn: bool) -> Self {
+        if has_start_of_turn {
+            Fallback::Gemma
+        } else {
+            Fallback::ChatMl
+        }
+    }
+}
 
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -34,6 +57,7 @@ impl ChatTemplate {
     /// `source` is the GGUF's template, if it has one.
     pub fn new(
         source: Option<String>,
+        fallback: Fallback,
         bos_token: String,
         eos_token: String,
     ) -> Result<Self, EngineError> {
@@ -44,7 +68,11 @@ impl ChatTemplate {
                 Err(Error::new(ErrorKind::InvalidOperation, message))
             },
         );
-        env.add_template_owned("chat", source.unwrap_or_else(|| CHATML.to_owned()))
+        let builtin = match fallback {
+            Fallback::ChatMl => CHATML,
+            Fallback::Gemma => GEMMA,
+        };
+        env.add_template_owned("chat", source.unwrap_or_else(|| builtin.to_owned()))
             .map_err(|e| EngineError::BadModel(format!("chat template does not parse: {e}")))?;
         Ok(Self {
             env,
@@ -85,7 +113,7 @@ mod tests {
 
     #[test]
     fn chatml_fallback_renders_turns() {
-        let t = ChatTemplate::new(None, String::new(), String::new()).unwrap();
+        let t = ChatTemplate::new(None, Fallback::ChatMl, String::new(), String::new()).unwrap();
         let text = t
             .render(&[ChatMessage {
                 role: Role::User,
@@ -102,11 +130,40 @@ mod tests {
     fn raise_exception_becomes_a_bad_request() {
         let t = ChatTemplate::new(
             Some("{{ raise_exception('roles must alternate') }}".into()),
+            Fallback::ChatMl,
             String::new(),
             String::new(),
         )
         .unwrap();
         let err = t.render(&[]).unwrap_err().to_string();
         assert!(err.contains("roles must alternate"), "{err}");
+    }
+
+    #[test]
+    fn gemma_fallback_folds_the_system_message_into_the_first_turn() {
+        let t = ChatTemplate::new(None, Fallback::Gemma, "<bos>".into(), "<eos>".into()).unwrap();
+        let message = |role, content: &str| ChatMessage {
+            role,
+            content: content.into(),
+        };
+        let text = t
+            .render(&[
+                message(Role::System, "Be brief."),
+                message(Role::User, "Hi"),
+                message(Role::Assistant, "Hello."),
+                message(Role::User, "Bye"),
+            ])
+            .unwrap();
+        assert_eq!(
+            text,
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n\
+             <start_of_turn>model\nHello.<end_of_turn>\n\
+             <start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+        );
+        let plain = t.render(&[message(Role::User, "Hi")]).unwrap();
+        assert_eq!(
+            plain,
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+        );
     }
 }

