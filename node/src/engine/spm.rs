@@ -315,6 +315,11 @@ mod tests {
     use super::*;
 
     fn vocab() -> Spm {
+        let (tokens, types, scores) = vocab_parts();
+        Spm::new(&tokens, scores, &types, Some(0), false)
+    }
+
+    fn vocab_parts() -> (Vec<String>, Vec<i32>, Vec<f32>) {
         let mut tokens: Vec<String> = ["<unk>", "<s>", "\n", "▁", "a", "b", "ab", "▁ab", "abab"]
             .iter()
             .map(|s| s.to_string())
@@ -326,7 +331,7 @@ mod tests {
             types.push(TOKEN_TYPE_BYTE);
             scores.push(0.0);
         }
-        Spm::new(&tokens, scores, &types, Some(0), false)
+        (tokens, types, scores)
     }
 
     #[test]
@@ -377,5 +382,25 @@ mod tests {
         assert_eq!(without.encode("a"), vec![2]);
         assert_eq!(Spm::token_bytes("▁a", 1), b" a");
         assert!(Spm::token_bytes("<s>", TOKEN_TYPE_CONTROL).is_empty());
+    }
+
+    fn decode(spm_tokens: &[String], types: &[i32], ids: &[u32]) -> String {
+        let bytes: Vec<u8> = ids
+            .iter()
+            .flat_map(|&id| Spm::token_bytes(&spm_tokens[id as usize], types[id as usize]))
+            .collect();
+        String::from_utf8(bytes).expect("decoded bytes are UTF-8")
+    }
+
+    proptest::proptest! {
+        /// Any text round-trips (byte fallback covers every character) and never panics.
+        #[test]
+        fn any_text_round_trips(text in "\\PC{0,40}") {
+            let spm = vocab();
+            let (tokens, types, _) = vocab_parts();
+            proptest::prop_assume!(!text.contains("<s>") && !text.contains("<unk>"));
+            let ids = spm.encode(&text);
+            proptest::prop_assert_eq!(decode(&tokens, &types, &ids), text);
+        }
     }
 }
