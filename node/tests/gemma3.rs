@@ -5,11 +5,11 @@
 
 mod common;
 
-use common::ids;
+use common::{greedy_job as run, ids};
 
 use serde_json::Value;
-use sharemesh_node::engine::{GenerateRequest, Generation, LoadedModel};
-use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role, Sampling};
+use sharemesh_node::engine::LoadedModel;
+use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role};
 
 fn load() -> LoadedModel {
     sharemesh_node::engine::set_threads(1);
@@ -20,20 +20,6 @@ fn load() -> LoadedModel {
 
 fn fixture() -> Value {
     serde_json::from_str(include_str!("fixtures/gemma3_reference.json")).unwrap()
-}
-
-fn run(model: &mut LoadedModel, prompt: Prompt, max_tokens: u32, resume: Vec<u32>) -> Generation {
-    let request = GenerateRequest {
-        model: model.descriptor.id,
-        prompt,
-        sampling: Sampling {
-            max_tokens,
-            ..Sampling::default()
-        },
-        resume,
-        ignore_eos: false,
-    };
-    model.generate(&request, |_| true).unwrap()
 }
 
 fn generation_case(raw: &str) -> Value {
@@ -101,7 +87,7 @@ fn greedy_ids_match_llama_cpp() {
             .iter()
             .map(|m| m.as_f64().unwrap())
             .collect();
-        let ours = run(&mut model, prompt, reference.len() as u32, vec![]);
+        let ours = run(&mut model, &prompt, reference.len() as u32, vec![]);
         let agree = ours
             .token_ids
             .iter()
@@ -125,7 +111,7 @@ fn greedy_ids_match_llama_cpp() {
     }
     let story = run(
         &mut model,
-        Prompt::Text("Once upon a time, there was a little".into()),
+        &Prompt::Text("Once upon a time, there was a little".into()),
         16,
         vec![],
     );
@@ -142,15 +128,10 @@ fn resume_replays_and_equals_the_uninterrupted_run() {
     let mut model = load();
     assert!(!model.batch_invariant());
     let prompt = Prompt::Text("The capital of France is".into());
-    let full = run(&mut model, prompt.clone(), 8, vec![]);
+    let full = run(&mut model, &prompt, 8, vec![]);
     assert_eq!(full.token_ids.len(), 8);
     for cut in 1..full.token_ids.len() {
-        let resumed = run(
-            &mut model,
-            prompt.clone(),
-            8,
-            full.token_ids[..cut].to_vec(),
-        );
+        let resumed = run(&mut model, &prompt, 8, full.token_ids[..cut].to_vec());
         assert_eq!(resumed.token_ids, full.token_ids, "resume at {cut}");
     }
 }

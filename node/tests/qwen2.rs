@@ -9,14 +9,16 @@
 
 mod common;
 
+use common::greedy_job as run;
+
 use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 
 use candle_core::quantized::{ggml_file, gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use sharemesh_node::engine::{GenerateRequest, Generation, LoadedModel};
-use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role, Sampling};
+use sharemesh_node::engine::LoadedModel;
+use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role};
 
 /// Rows of one head's q or k in GGUF-llama order (pairs interleaved: row 2k+s) back to
 /// NEOX order (halves: row s·half + k).
@@ -102,20 +104,6 @@ fn write_qwen2_from_llama(llama: &Path, target: &Path) {
     let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
     let mut out = File::create(target).unwrap();
     gguf_file::write(&mut out, &metadata_refs, &tensor_refs).unwrap();
-}
-
-fn run(model: &mut LoadedModel, prompt: &Prompt, max_tokens: u32, resume: Vec<u32>) -> Generation {
-    let request = GenerateRequest {
-        model: model.descriptor.id,
-        prompt: prompt.clone(),
-        sampling: Sampling {
-            max_tokens,
-            ..Sampling::default()
-        },
-        resume,
-        ignore_eos: false,
-    };
-    model.generate(&request, |_| true).unwrap()
 }
 
 #[test]

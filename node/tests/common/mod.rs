@@ -181,3 +181,23 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
         .map(|x| x.as_u64().unwrap() as u32)
         .collect()
 }
+
+/// A greedy job of `max_tokens` on `model`, continuing after `resume`.
+pub fn greedy_job(
+    model: &mut sharemesh_node::engine::LoadedModel,
+    prompt: &sharemesh_protocol::Prompt,
+    max_tokens: u32,
+    resume: Vec<u32>,
+) -> sharemesh_node::engine::Generation {
+    let request = sharemesh_node::engine::GenerateRequest {
+        model: model.descriptor.id,
+        prompt: prompt.clone(),
+        sampling: sharemesh_protocol::Sampling {
+            max_tokens,
+            ..sharemesh_protocol::Sampling::default()
+        },
+        resume,
+        ignore_eos: false,
+    };
+    model.generate(&request, |_| true).unwrap()
+}
