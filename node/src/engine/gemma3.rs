@@ -28,6 +28,7 @@
 
 use candle_core::quantized::{ggml_file, gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, IndexOp, Module, Result, Tensor};
+use candle_nn::kv_cache::KvCache;
 use candle_transformers::quantized_nn::RmsNorm;
 use std::io::{Read, Seek};
 
@@ -119,6 +120,9 @@ fn q8_0_matrix_vector(blocks: &[u8], x: &[f32]) -> Vec<f32> {
     out
 }
 
+/// KV cache growth step, in positions.
+const CACHE_STEP: usize = 512;
+
 /// Layers whose index + 1 is a multiple of this are global; the rest slide.
 const GLOBAL_LAYER_EVERY: usize = 6;
 const LOCAL_ROPE_BASE: f64 = 10_000.0;
@@ -140,7 +144,8 @@ struct Layer {
     /// `None` for global layers.
     window: Option<usize>,
     rope_base: f64,
-    cache: Option<(Tensor, Tensor)>,
+    /// Grows in steps of [`CACHE_STEP`] positions, so a token appends in place.
+    cache: KvCache,
 }
 
 pub struct Gemma3 {
@@ -233,7 +238,7 @@ impl Gemma3 {
                 } else {
                     LOCAL_ROPE_BASE
                 },
-                cache: None,
+                cache: KvCache::new(2, CACHE_STEP),
             });
         }
         Ok(Self {
@@ -252,7 +257,7 @@ impl Gemma3 {
 
     pub fn clear_kv_cache(&mut self) {
         for layer in &mut self.layers {
-            layer.cache = None;
+            layer.cache.reset();
         }
     }
 
@@ -311,34 +316,35 @@ impl Gemma3 {
             let (cos, sin) = rope_tables(position, count, head_dim, layer.rope_base, &self.device)?;
             let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?;
             let k = candle_nn::rotary_emb::rope(&k, &cos, &sin)?;
-            let (k, v) = match (&layer.cache, position) {
-                (Some((k_cache, v_cache)), p) if p > 0 => (
-                    Tensor::cat(&[k_cache, &k], 2)?,
-                    Tensor::cat(&[v_cache, &v], 2)?,
-                ),
-                _ => (k, v),
-            };
-            layer.cache = Some((k.clone(), v.clone()));
-            let keys = k.dim(2)?;
-            if keys != position + count {
+            if layer.cache.current_seq_len() != position {
                 candle_core::bail!(
-                    "the KV cache holds {keys} positions, expected {}",
-                    position + count
+                    "the KV cache holds {} positions, but the tokens start at {position}",
+                    layer.cache.current_seq_len()
                 );
             }
-            let k = candle_transformers::utils::repeat_kv(k, heads / kv_heads)?.contiguous()?;
-            let v = candle_transformers::utils::repeat_kv(v, heads / kv_heads)?.contiguous()?;
+            let (k, v) = layer.cache.append(&k, &v)?;
+            let (k, v) = (k.contiguous()?, v.contiguous()?);
+            let keys = position + count;
+            // Grouped-query attention without copying keys per head: the query heads
+            // of one key/value head stand as extra rows of that head's product.
+            let group = heads / kv_heads;
+            let q = q.reshape((1, kv_heads, group * count, head_dim))?;
             let scale = 1.0 / (head_dim as f64).sqrt();
-            let mut scores = (q.matmul(&k.t()?)? * scale)?;
+            let mut scores = (q.matmul(&k.t()?)? * scale)?.reshape((1, heads, count, keys))?;
             if let Some(mask) = attention_mask(position, count, layer.window, &self.device)? {
                 scores = scores.broadcast_add(&mask)?;
             }
-            let weights = candle_nn::ops::softmax_last_dim(&scores)?;
-            let attended =
-                weights
-                    .matmul(&v)?
-                    .transpose(1, 2)?
-                    .reshape((1, count, heads * head_dim))?;
+            let weights = candle_nn::ops::softmax_last_dim(&scores)?.reshape((
+                1,
+                kv_heads,
+                group * count,
+                keys,
+            ))?;
+            let attended = weights
+                .matmul(&v)?
+                .reshape((1, heads, count, head_dim))?
+                .transpose(1, 2)?
+                .reshape((1, count, heads * head_dim))?;
             let attended = layer.output.forward(&attended)?;
             let x_mid = (layer.post_attention_norm.forward(&attended)? + residual)?;
 
