@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{get_json, start};
+use common::get_json;
 
 /// A greedy completion through the gateway: the response and the provider that served it.
 fn complete(http: &str, model: &str, prompt: &str, max_tokens: u32) -> (serde_json::Value, String) {
@@ -46,22 +46,11 @@ fn one_gateway_routes_each_model_to_its_own_provider() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let (_smollm, smollm_ready) = common::provider(dirs[0].path(), None, &[]);
     let bootstrap = smollm_ready["listen"][0].as_str().unwrap().to_owned();
-    let gemma_path = common::gemma3_model_path();
-    let (_gemma, gemma_ready) = start(
-        &[
-            "provide",
-            "--model",
-            gemma_path.to_str().unwrap(),
-            "--threads",
-            "1",
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--advert-interval",
-            "1",
-            "--bootstrap",
-            &bootstrap,
-        ],
+    let (_gemma, gemma_ready) = common::provider_of(
+        &common::gemma3_model_path(),
         dirs[1].path(),
+        Some(&bootstrap),
+        &[],
     );
     let (_gateway, http) = common::gateway(&bootstrap, dirs[2].path(), 2, &[]);
 

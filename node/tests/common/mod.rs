@@ -150,7 +150,16 @@ pub fn provider(
     bootstrap: Option<&str>,
     extra: &[&str],
 ) -> (Process, serde_json::Value) {
-    let model = default_model_path();
+    provider_of(&default_model_path(), data_dir, bootstrap, extra)
+}
+
+/// [`provider`] of the model at `model`.
+pub fn provider_of(
+    model: &Path,
+    data_dir: &Path,
+    bootstrap: Option<&str>,
+    extra: &[&str],
+) -> (Process, serde_json::Value) {
     let model = model.to_str().unwrap_or_default().to_owned();
     let mut args = vec![
         "provide",
