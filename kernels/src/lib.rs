@@ -9,8 +9,13 @@
 //! prefilling the prompt and the delivered tokens in one batch and still continue
 //! bit for bit as the uninterrupted run would (SPEC.md §7).
 //!
+//! [`dense`] is the exception: f32 matrix–vector products for graphs that keep
+//! activations in float (Gemma 3 on candle tensors), deterministic but not part of the
+//! batch-invariant path.
+//!
 //! No I/O: callers hand in tensor bytes already read from the file.
 
+pub mod dense;
 pub mod dot;
 pub mod llama;
 pub mod matmul;

@@ -21,9 +21,9 @@
 //! and a float64 pass's 19.07) and flipped greedy choices with margins up to 0.44.
 //! Dequantized, logits equal the float64 pass to ~1e-4. The tied output head (262k
 //! rows, most of the model) stays Q8_0 on the CPU and is multiplied block by block with
-//! f32 activations ([`q8_0_matrix_vector`]), which keeps that precision at a quarter of
+//! f32 activations (`sharemesh_kernels::dense`), which keeps that precision at a quarter of
 //! the memory. The price is still memory (~670 MB resident for this 253 MB file) and
-//! speed (~5.5 tok/s on one core: decoding streams ~0.6 GB per token); batch-invariant
+//! speed (~7 tok/s on one core: decoding streams ~0.6 GB per token); batch-invariant
 //! K-quant kernels would remove both.
 
 use candle_core::quantized::{ggml_file, gguf_file, GgmlDType, QTensor};
@@ -32,15 +32,11 @@ use candle_nn::kv_cache::KvCache;
 use candle_transformers::quantized_nn::RmsNorm;
 use std::io::{Read, Seek};
 
-use rayon::prelude::*;
-use sharemesh_kernels::ops::dot;
+use sharemesh_kernels::dense;
 use std::sync::Arc;
 
 /// An f32 weight matrix (out × in, row-major) applied to activation rows.
 struct Dense(Tensor);
-
-/// Output features per parallel piece of a matrix-vector product.
-const GEMV_PIECE: usize = 256;
 
 impl Dense {
     /// `x`: (1, rows, in) → (1, rows, out).
@@ -70,14 +66,7 @@ impl Dense {
         };
         let weights = &cpu.as_slice::<f32>()?[layout.start_offset()..][..features * inner];
         let mut out = vec![0f32; features];
-        out.par_chunks_mut(GEMV_PIECE)
-            .enumerate()
-            .for_each(|(piece, outputs)| {
-                for (i, output) in outputs.iter_mut().enumerate() {
-                    let row = piece * GEMV_PIECE + i;
-                    *output = dot(&weights[row * inner..][..inner], &input);
-                }
-            });
+        dense::matrix_vector_f32(weights, &input, &mut out);
         Tensor::from_vec(out, (1, 1, features), &Device::Cpu).map(Some)
     }
 }
@@ -85,39 +74,9 @@ impl Dense {
 /// The output head: tied to the embedding, or a matrix of its own.
 enum Head {
     /// The CPU reads the Q8_0 embedding itself (a quarter of the bytes of f32 weights,
-    /// and no second copy): see [`q8_0_matrix_vector`].
+    /// and no second copy), with f32 activations: [`dense::q8_0_matrix_vector`].
     TiedQ8_0,
     Dense(Dense),
-}
-
-/// Rows of Q8_0 blocks (34 bytes: f16 scale, 32 × i8) times an f32 vector, with the
-/// activations kept in f32 (no 8-bit rounding, unlike a quantized matmul): per block
-/// `d · Σ qᵢxᵢ`, blocks summed in order.
-fn q8_0_matrix_vector(blocks: &[u8], x: &[f32]) -> Vec<f32> {
-    const BLOCK_BYTES: usize = 34;
-    let row_bytes = x.len() / 32 * BLOCK_BYTES;
-    let rows = blocks.len() / row_bytes.max(1);
-    let mut out = vec![0f32; rows];
-    out.par_chunks_mut(GEMV_PIECE)
-        .enumerate()
-        .for_each(|(piece, outputs)| {
-            for (i, output) in outputs.iter_mut().enumerate() {
-                let row = &blocks[(piece * GEMV_PIECE + i) * row_bytes..][..row_bytes];
-                let mut total = 0f32;
-                for (block, xs) in row.chunks_exact(BLOCK_BYTES).zip(x.chunks_exact(32)) {
-                    let scale = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
-                    let mut lanes = [0f32; 8];
-                    for (q, v) in block[2..].chunks_exact(8).zip(xs.chunks_exact(8)) {
-                        for lane in 0..8 {
-                            lanes[lane] += f32::from(q[lane] as i8) * v[lane];
-                        }
-                    }
-                    total += scale * lanes.iter().sum::<f32>();
-                }
-                *output = total;
-            }
-        });
-    out
 }
 
 /// KV cache growth step, in positions.
@@ -362,8 +321,10 @@ impl Gemma3 {
                 .to_dtype(DType::F32),
             Head::TiedQ8_0 => {
                 let data = self.embedding.data()?;
-                let logits = q8_0_matrix_vector(&data, &last.flatten_all()?.to_vec1::<f32>()?);
-                let vocab = logits.len();
+                let x = last.flatten_all()?.to_vec1::<f32>()?;
+                let vocab = data.len() / (self.embedding_row_bytes.max(1));
+                let mut logits = vec![0f32; vocab];
+                dense::q8_0_matrix_vector(&data, &x, &mut logits);
                 Tensor::from_vec(logits, (1, vocab), &self.device)
             }
         }
@@ -475,34 +436,5 @@ mod tests {
         let sin = sin.to_vec2::<f32>().unwrap();
         assert!((cos[0][0] - 2f32.cos()).abs() < 1e-6);
         assert!((sin[0][1] - (2.0f64 * 0.01).sin() as f32).abs() < 1e-6);
-    }
-
-    #[test]
-    fn q8_0_head_equals_the_dequantized_product() {
-        let (rows, cols) = (300, 64);
-        let values: Vec<f32> = (0..rows * cols)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
-            .collect();
-        let weights = Tensor::from_vec(values, (rows, cols), &Device::Cpu).unwrap();
-        let quantized = QTensor::quantize(&weights, GgmlDType::Q8_0).unwrap();
-        let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.3).sin()).collect();
-        let ours = q8_0_matrix_vector(&quantized.data().unwrap(), &x);
-        let dequantized = quantized
-            .dequantize(&Device::Cpu)
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap();
-        assert_eq!(ours.len(), rows);
-        for (row, value) in dequantized.iter().zip(&ours) {
-            let reference: f64 = row
-                .iter()
-                .zip(&x)
-                .map(|(w, v)| f64::from(*w) * f64::from(*v))
-                .sum();
-            assert!(
-                (f64::from(*value) - reference).abs() < 1e-4,
-                "{value} vs {reference}"
-            );
-        }
     }
 }
