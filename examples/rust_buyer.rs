@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use sharemesh_node::buyer::{start_job, JobEvent, DEFAULT_STALL_TIMEOUT};
-use sharemesh_node::clock::now_ms;
-use sharemesh_node::mesh::{self, MeshConfig};
+use sharemesh_gateway::buyer::{start_job, JobEvent, DEFAULT_STALL_TIMEOUT};
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::{self as mesh, MeshConfig};
 use sharemesh_protocol::{
     ChatMessage, JobId, JobRequest, Keypair, NanoUsd, Prompt, Role, Sampling, Tier,
 };
@@ -73,7 +73,7 @@ async fn main() -> Result<()> {
     let peer = offer.advert.provider.peer_id()?;
     let mut events = start_job(
         &mesh,
-        Keypair::from_secret(key.secret()),
+        std::sync::Arc::new(Keypair::from_secret(key.secret())),
         peer,
         request,
         None,

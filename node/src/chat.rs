@@ -14,7 +14,7 @@ pub struct ChatArgs {
     /// Gateway base address.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub gateway: String,
-    #[arg(long, default_value = crate::catalog::DEFAULT_MODEL)]
+    #[arg(long, default_value = sharemesh_engine::catalog::DEFAULT_MODEL)]
     pub model: String,
     #[arg(long)]
     pub system: Option<String>,
@@ -73,7 +73,7 @@ async fn ask(
         providers: Vec::new(),
     };
     let mut first_token = None;
-    let mut chunks = crate::sse::SseChunks::new(response);
+    let mut chunks = sharemesh_testnet::sse::SseChunks::new(response);
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk?;
         if let Some(error) = chunk.get("error") {

@@ -1,9 +1,76 @@
 //! Handlers of the bookkeeping subcommands: `models`, `keys`, `earnings` and `spend`.
 
-use anyhow::{Context, Result};
+use std::path::PathBuf;
 
-use crate::catalog::{Catalog, DEFAULT_MODEL};
-use crate::cli::{AccountArgs, KeysCommand, ModelsCommand};
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use sharemesh_engine::catalog::{Catalog, DEFAULT_MODEL};
+
+#[derive(Args, Debug)]
+pub struct AccountArgs {
+    #[arg(long)]
+    pub json: bool,
+    /// Only receipts issued on or after this UTC day (YYYY-MM-DD).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Ask a running node's HTTP API (its ledger is locked while it runs).
+    #[arg(long)]
+    pub node: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeysCommand {
+    /// Create a key (printed once; only its hash is stored).
+    Create {
+        #[arg(long, default_value = "default")]
+        name: String,
+        /// This key's own daily spend limit, USD.
+        #[arg(long)]
+        daily_budget: Option<f64>,
+        /// This key's own monthly spend limit, USD.
+        #[arg(long)]
+        monthly_budget: Option<f64>,
+    },
+    /// List keys (ids, names, state).
+    List,
+    /// Revoke a key by id or name.
+    Revoke { id: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ModelsCommand {
+    /// Fetch a catalog model (default smollm2-135m-instruct), or a file from a Hugging Face repo.
+    Fetch {
+        /// Catalog name.
+        name: Option<String>,
+        /// Hugging Face repository, e.g. `HuggingFaceTB/SmolLM2-135M-Instruct-GGUF`.
+        #[arg(long, requires = "file")]
+        hf: Option<String>,
+        /// File inside the repository.
+        #[arg(long)]
+        file: Option<String>,
+        /// Expected sha256 of the file.
+        #[arg(long)]
+        sha256: Option<String>,
+        /// Hub address (a mirror, or a local server in tests).
+        #[arg(long, env = "HF_ENDPOINT", default_value = "https://huggingface.co")]
+        hf_endpoint: String,
+        /// Git revision.
+        #[arg(long, default_value = "main")]
+        revision: String,
+    },
+    /// Register a local GGUF file.
+    Add {
+        path: PathBuf,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List registered models.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 pub fn models(data_dir: &std::path::Path, command: ModelsCommand) -> Result<()> {
     let mut catalog = Catalog::open(data_dir)?;
@@ -30,7 +97,7 @@ pub fn models(data_dir: &std::path::Path, command: ModelsCommand) -> Result<()> 
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let sha = runtime.block_on(crate::catalog::download_resumable(
+            let sha = runtime.block_on(sharemesh_engine::catalog::download_resumable(
                 &url,
                 &target,
                 sha256.as_deref(),
@@ -73,7 +140,7 @@ pub fn models(data_dir: &std::path::Path, command: ModelsCommand) -> Result<()> 
 }
 
 pub fn keys(data_dir: &std::path::Path, command: KeysCommand) -> Result<()> {
-    let mut store = crate::keys::KeyStore::open(data_dir)?;
+    let mut store = sharemesh_gateway::keys::KeyStore::open(data_dir)?;
     match command {
         KeysCommand::Create {
             name,
@@ -122,19 +189,19 @@ pub fn keys(data_dir: &std::path::Path, command: KeysCommand) -> Result<()> {
 
 pub fn account(
     data_dir: &std::path::Path,
-    side: crate::ledger::Side,
+    side: sharemesh_ledger::Side,
     args: AccountArgs,
 ) -> Result<()> {
     let since_ms = match &args.since {
-        Some(day) => crate::ledger::parse_day(day)
+        Some(day) => sharemesh_ledger::parse_day(day)
             .with_context(|| format!("--since `{day}` is not a date (YYYY-MM-DD)"))?,
         None => 0,
     };
     let report: serde_json::Value = match &args.node {
         Some(node) => {
             let path = match side {
-                crate::ledger::Side::Earnings => "earnings",
-                crate::ledger::Side::Spend => "spend",
+                sharemesh_ledger::Side::Earnings => "earnings",
+                sharemesh_ledger::Side::Spend => "spend",
             };
             let mut url = format!("{}/v1/account/{path}", node.trim_end_matches('/'));
             if let Some(day) = &args.since {
@@ -148,9 +215,9 @@ pub fn account(
                 .with_context(|| format!("asking {url}"))?
         }
         None => {
-            let ledger = crate::ledger::Ledger::open(&data_dir.join("ledger"))?;
+            let ledger = sharemesh_ledger::Ledger::open(&data_dir.join("ledger"))?;
             let me = crate::identity::load_or_create(data_dir)?.node_id();
-            serde_json::to_value(crate::ledger::report(&ledger, &me, side, since_ms)?)?
+            serde_json::to_value(sharemesh_ledger::report(&ledger, &me, side, since_ms)?)?
         }
     };
     if args.json {
@@ -159,8 +226,8 @@ pub fn account(
     }
     let usd = |v: &serde_json::Value| v["amount_nano_usd"].as_u64().unwrap_or(0) as f64 / 1e9;
     let title = match side {
-        crate::ledger::Side::Earnings => ("earned", "buyer"),
-        crate::ledger::Side::Spend => ("spent", "provider"),
+        sharemesh_ledger::Side::Earnings => ("earned", "buyer"),
+        sharemesh_ledger::Side::Spend => ("spent", "provider"),
     };
     println!(
         "{} ${:.9} for {} tokens over {} receipts",

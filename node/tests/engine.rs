@@ -9,11 +9,11 @@ use common::ids;
 use std::process::Command;
 
 use serde_json::Value;
-use sharemesh_node::engine::{GenerateRequest, LoadedModel};
+use sharemesh_engine::{GenerateRequest, LoadedModel};
 use sharemesh_protocol::{ChatMessage, FinishReason, ModelId, Prompt, Role, Sampling};
 
 fn load() -> LoadedModel {
-    sharemesh_node::engine::set_threads(1);
+    sharemesh_engine::set_threads(1);
     let path = common::default_model_path();
     let id: ModelId = common::DEFAULT_MODEL_SHA256.parse().unwrap();
     LoadedModel::load(&path, id, "smollm2-135m-instruct", candle_core::Device::Cpu).unwrap()
@@ -36,7 +36,7 @@ fn greedy_on_tokens(
     model: &mut LoadedModel,
     case: &Value,
     n: usize,
-) -> sharemesh_node::engine::Generation {
+) -> sharemesh_engine::Generation {
     run(
         model,
         Prompt::Tokens(ids(&case["prompt_ids"])),
@@ -64,7 +64,7 @@ fn run(
     prompt: Prompt,
     sampling: Sampling,
     resume: Vec<u32>,
-) -> sharemesh_node::engine::Generation {
+) -> sharemesh_engine::Generation {
     let request = GenerateRequest {
         model: model.descriptor.id,
         prompt,

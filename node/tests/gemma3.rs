@@ -8,11 +8,11 @@ mod common;
 use common::{greedy_job as run, ids};
 
 use serde_json::Value;
-use sharemesh_node::engine::LoadedModel;
+use sharemesh_engine::LoadedModel;
 use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role};
 
 fn load() -> LoadedModel {
-    sharemesh_node::engine::set_threads(1);
+    sharemesh_engine::set_threads(1);
     let path = common::gemma3_model_path();
     let id: ModelId = common::GEMMA3_MODEL_SHA256.parse().unwrap();
     LoadedModel::load(&path, id, "gemma3-270m", candle_core::Device::Cpu).unwrap()

@@ -2,10 +2,10 @@
 //! Provider selection on a real order book: eligibility (model, price ceiling, region,
 //! VRAM, tier, availability window, capacity) and ranking (cheapest first).
 
-use sharemesh_node::clock::now_ms;
-use sharemesh_node::gateway::dispatch::{Budget, Dispatcher, RoutingDefaults};
-use sharemesh_node::gateway::openai::{CompletionRequest, RoutingOptions};
-use sharemesh_node::mesh::{self, MeshConfig};
+use sharemesh_gateway::dispatch::{Budget, Dispatcher, RoutingDefaults};
+use sharemesh_gateway::openai::{CompletionRequest, RoutingOptions};
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::{self as mesh, MeshConfig};
 use sharemesh_protocol::*;
 
 const MODEL: ModelId = ModelId::from_bytes([7; 32]);

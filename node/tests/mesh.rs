@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use libp2p::Multiaddr;
-use sharemesh_node::clock::now_ms;
-use sharemesh_node::mesh::{self, MeshConfig, MeshEvent, MeshHandle};
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::{self as mesh, MeshConfig, MeshEvent, MeshHandle};
 use sharemesh_protocol::{Advert, HardwareSummary, Keypair, Load, NodeId};
 
 fn config(bootstrap: Vec<Multiaddr>) -> MeshConfig {

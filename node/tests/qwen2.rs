@@ -17,7 +17,7 @@ use std::path::Path;
 
 use candle_core::quantized::{ggml_file, gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use sharemesh_node::engine::LoadedModel;
+use sharemesh_engine::LoadedModel;
 use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role};
 
 /// Rows of one head's q or k in GGUF-llama order (pairs interleaved: row 2k+s) back to
@@ -108,7 +108,7 @@ fn write_qwen2_from_llama(llama: &Path, target: &Path) {
 
 #[test]
 fn qwen2_on_smollm2_weights_answers_like_the_llama_path() {
-    sharemesh_node::engine::set_threads(1);
+    sharemesh_engine::set_threads(1);
     // The llama side through candle too, so both sides round the same way (the
     // default kernels quantise activations differently).
     std::env::set_var("SHAREMESH_KERNELS", "candle");

@@ -8,18 +8,18 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sharemesh_node::buyer::{start_job, JobEvent};
-use sharemesh_node::clock::now_ms;
-use sharemesh_node::engine::{Engine, GenerateRequest, LoadedModel};
-use sharemesh_node::mesh::{self, MeshConfig};
-use sharemesh_node::provider::{Provider, ProviderPolicy};
+use sharemesh_engine::{Engine, GenerateRequest, LoadedModel, TokenEngine};
+use sharemesh_gateway::buyer::{start_job, JobEvent};
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::{self as mesh, MeshConfig};
 use sharemesh_protocol::{
     ChatMessage, FinishReason, JobId, JobRequest, Keypair, ModelId, NanoUsd, Prompt, Role,
     Sampling, Tier,
 };
+use sharemesh_provider::{Provider, ProviderPolicy};
 
 fn load() -> LoadedModel {
-    sharemesh_node::engine::set_threads(1);
+    sharemesh_engine::set_threads(1);
     let id: ModelId = common::DEFAULT_MODEL_SHA256.parse().unwrap();
     LoadedModel::load(
         &common::default_model_path(),
@@ -104,7 +104,7 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
     while provider_mesh.listen_addrs().is_empty() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let engine = Engine::spawn(vec![load()], 4);
+    let engine = std::sync::Arc::new(Engine::spawn(vec![load()], 4));
     let policy = ProviderPolicy {
         credit_window_tokens: 4,
         ..ProviderPolicy::default()
@@ -114,7 +114,7 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
         engine.clone(),
         provider_mesh.clone(),
         policy,
-        sharemesh_node::hardware::detect(),
+        sharemesh_provider::hardware::detect(),
         None,
     );
     tokio::spawn(provider.clone().serve());
@@ -129,11 +129,11 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
     let job = request(&buyer_key, &provider_key, model_id, "What is 2 + 2?", 24);
     let mut events = start_job(
         &buyer_mesh,
-        Keypair::from_secret(buyer_key.secret()),
+        std::sync::Arc::new(Keypair::from_secret(buyer_key.secret())),
         provider_mesh.peer_id,
         job,
         None,
-        sharemesh_node::buyer::DEFAULT_STALL_TIMEOUT,
+        sharemesh_gateway::buyer::DEFAULT_STALL_TIMEOUT,
     )
     .await
     .unwrap();
@@ -187,11 +187,11 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
     );
     let mut events = start_job(
         &buyer_mesh,
-        Keypair::from_secret(buyer_key.secret()),
+        std::sync::Arc::new(Keypair::from_secret(buyer_key.secret())),
         provider_mesh.peer_id,
         job,
         None,
-        sharemesh_node::buyer::DEFAULT_STALL_TIMEOUT,
+        sharemesh_gateway::buyer::DEFAULT_STALL_TIMEOUT,
     )
     .await
     .unwrap();

@@ -13,44 +13,9 @@ use sha2::{Digest as _, Sha256};
 use crate::codec;
 use crate::error::{DecodeError, OpenError, ValidationError};
 use crate::ids::{Digest, NodeId};
+use crate::kind::MessageKind;
 use crate::messages::*;
 use crate::{MAX_CLOCK_SKEW_MS, MAX_ENVELOPE_BYTES, PROTOCOL_VERSION};
-
-/// Which message an envelope carries. The discriminant is part of the signed bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum MessageKind {
-    Advert,
-    Attestation,
-    JobRequest,
-    Quote,
-    Accept,
-    Reject,
-    TokenChunk,
-    Receipt,
-    OutputCommitment,
-    ReputationReport,
-    // New kinds go last: the discriminant's index is on the wire.
-    QuoteRequest,
-}
-
-impl MessageKind {
-    /// The signing domain, `sharemesh/<version>/<kind>`.
-    pub fn domain(self) -> &'static str {
-        match self {
-            MessageKind::Advert => "sharemesh/1/advert",
-            MessageKind::Attestation => "sharemesh/1/attestation",
-            MessageKind::JobRequest => "sharemesh/1/job-request",
-            MessageKind::Quote => "sharemesh/1/quote",
-            MessageKind::Accept => "sharemesh/1/accept",
-            MessageKind::Reject => "sharemesh/1/reject",
-            MessageKind::TokenChunk => "sharemesh/1/token-chunk",
-            MessageKind::Receipt => "sharemesh/1/receipt",
-            MessageKind::OutputCommitment => "sharemesh/1/output-commitment",
-            MessageKind::ReputationReport => "sharemesh/1/reputation-report",
-            MessageKind::QuoteRequest => "sharemesh/1/quote-request",
-        }
-    }
-}
 
 /// A message body that can travel in an envelope.
 pub trait WireMessage: Serialize + DeserializeOwned {

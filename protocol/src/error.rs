@@ -1,6 +1,6 @@
 //! Typed errors, one enum per fallible operation a caller branches on.
 
-use crate::envelope::MessageKind;
+use crate::kind::MessageKind;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseIdError {

@@ -8,15 +8,19 @@ pub mod codec;
 pub mod envelope;
 pub mod error;
 pub mod ids;
+pub mod kind;
 pub mod messages;
 pub mod money;
+pub mod names;
 pub mod replay;
 
-pub use envelope::{Keypair, MessageKind, Opened, SignedEnvelope, SignerKeys, WireMessage};
+pub use envelope::{Keypair, Opened, SignedEnvelope, SignerKeys, WireMessage};
 pub use error::{DecodeError, OpenError, ParseIdError, ReplayError, ValidationError};
 pub use ids::{Digest, JobId, ModelId, NodeId};
+pub use kind::MessageKind;
 pub use messages::*;
 pub use money::NanoUsd;
+pub use names::{GossipTopic, StreamName};
 pub use replay::ReplayGuard;
 
 /// The protocol version this crate speaks. Carried in every envelope, every topic

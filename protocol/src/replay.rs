@@ -6,9 +6,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::envelope::{MessageKind, Opened};
+use crate::envelope::Opened;
 use crate::error::ReplayError;
 use crate::ids::NodeId;
+use crate::kind::MessageKind;
 
 type Key = (NodeId, MessageKind, [u8; 16]);
 

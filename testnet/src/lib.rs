@@ -1,10 +1,23 @@
-//! Local testnet launcher and scenarios for sharemesh (used by `sharemesh testnet` and
-//! integration tests). The launcher starts child nodes by running the `sharemesh`
-//! binary; its description of a running testnet is `testnet.json`.
+//! The researchers' tooling: the process testnet launcher (child nodes run the
+//! `sharemesh` binary; a running testnet is described by `testnet.json`), network
+//! namespaces with NAT routers, bounded scenarios, the in-process mesh simulation
+//! (many real swarms on the memory transport), the market simulation, and the
+//! `sharemesh testnet` command line. It links the mesh but not the engine.
 
+pub mod cli;
 pub mod launcher;
+mod link_args;
 pub mod market_sim;
 pub mod netns;
+pub mod scenario;
+pub mod sim;
+pub mod sse;
+
+pub use link_args::LinkArgs;
+
+/// The catalog's default model, by name (the engine's catalog holds the same name; a
+/// node test checks they agree). The testnet only names it: providers resolve it.
+pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 
 use serde::{Deserialize, Serialize};
 

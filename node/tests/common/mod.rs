@@ -193,12 +193,12 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
 
 /// A greedy job of `max_tokens` on `model`, continuing after `resume`.
 pub fn greedy_job(
-    model: &mut sharemesh_node::engine::LoadedModel,
+    model: &mut sharemesh_engine::LoadedModel,
     prompt: &sharemesh_protocol::Prompt,
     max_tokens: u32,
     resume: Vec<u32>,
-) -> sharemesh_node::engine::Generation {
-    let request = sharemesh_node::engine::GenerateRequest {
+) -> sharemesh_engine::Generation {
+    let request = sharemesh_engine::GenerateRequest {
         model: model.descriptor.id,
         prompt: prompt.clone(),
         sampling: sharemesh_protocol::Sampling {

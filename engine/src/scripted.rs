@@ -1,0 +1,299 @@
+//! A scripted engine: deterministic tokens without a model.
+//!
+//! For tests and simulations about the network and the market only (failover, hedging,
+//! quotes, budgets, preemption, stalls, adversaries): it says so in its backend name
+//! (`scripted`) and its models' architecture (`scripted`). Exactness, resume of real
+//! text and the demo stay on the real model.
+//!
+//! Token `i` of a job is a pure function of (model, prompt, seed, i), so a job resumed on
+//! another scripted provider continues exactly as the uninterrupted run would have, and
+//! a test can compute the whole expected answer with [`ScriptedEngine::expected`].
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest as _, Sha256};
+use sharemesh_protocol::{FinishReason, ModelDescriptor, ModelId, Prompt};
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::{
+    EngineError, EngineEvent, GenerateRequest, Generation, TokenEngine, TokenEvent, EVENT_BUFFER,
+};
+
+/// Distinct scripted tokens (ids 1..=VOCABULARY; 0 is never produced).
+const VOCABULARY: u32 = 512;
+
+/// How the scripted engine behaves.
+#[derive(Clone, Debug)]
+pub struct Script {
+    /// Wait before the first token of a job (an emulated prefill).
+    pub prefill_delay: Duration,
+    /// Wait before every token (an emulated decoding speed).
+    pub token_delay: Duration,
+    /// Jobs generating at once; more wait in the queue.
+    pub slots: usize,
+    /// Jobs that may wait for a slot before `submit` answers `Busy`.
+    pub queue_capacity: usize,
+    /// End of text after this many completion tokens (`None`: only `max_tokens` ends a
+    /// job).
+    pub stop_after: Option<u32>,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Self {
+            prefill_delay: Duration::ZERO,
+            token_delay: Duration::from_millis(1),
+            slots: 1,
+            queue_capacity: 16,
+            stop_after: None,
+        }
+    }
+}
+
+/// The scripted engine: cheap to clone, every clone shares its counters.
+#[derive(Clone)]
+pub struct ScriptedEngine {
+    models: Arc<Vec<ModelDescriptor>>,
+    script: Script,
+    slots: Arc<Semaphore>,
+    queued: Arc<AtomicUsize>,
+    active: Arc<AtomicUsize>,
+    committed: Arc<AtomicUsize>,
+}
+
+impl ScriptedEngine {
+    pub fn new(models: Vec<ModelDescriptor>, script: Script) -> Self {
+        Self {
+            models: Arc::new(models),
+            slots: Arc::new(Semaphore::new(script.slots.max(1))),
+            script,
+            queued: Arc::new(AtomicUsize::new(0)),
+            active: Arc::new(AtomicUsize::new(0)),
+            committed: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// A model descriptor for scripted serving: its id is the sha256 of its name, as a
+    /// real model's id is the sha256 of its file.
+    pub fn model(name: &str) -> ModelDescriptor {
+        ModelDescriptor {
+            id: ModelId::from_bytes(Sha256::digest(name.as_bytes()).into()),
+            name: name.to_owned(),
+            architecture: "scripted".into(),
+            quantization: "none".into(),
+            context_length: 4096,
+        }
+    }
+
+    /// Prompt size as this engine counts it: one token per whitespace-separated word
+    /// (plus one for a text prompt's start, four per chat message for its turn markers).
+    pub fn prompt_tokens(prompt: &Prompt) -> u32 {
+        let words = |text: &str| text.split_whitespace().count() as u32;
+        match prompt {
+            Prompt::Text(text) => 1 + words(text),
+            Prompt::Chat(messages) => messages.iter().map(|m| 4 + words(&m.content)).sum(),
+            Prompt::Tokens(ids) => ids.len() as u32,
+        }
+    }
+
+    /// Token `index` of the completion of `request` (resumed tokens included).
+    pub fn token(request: &GenerateRequest, index: u32) -> u32 {
+        let mut hasher = Sha256::new();
+        hasher.update(request.model.as_bytes());
+        hasher.update(serde_json::to_vec(&request.prompt).unwrap_or_default());
+        hasher.update(request.sampling.seed.to_le_bytes());
+        hasher.update(index.to_le_bytes());
+        let digest = hasher.finalize();
+        1 + u32::from_le_bytes([digest[0], digest[1], digest[2], digest[3]]) % VOCABULARY
+    }
+
+    /// The text a token stands for (a word with its leading space).
+    pub fn text(token: u32) -> String {
+        format!(" w{token}")
+    }
+
+    /// The whole answer an uninterrupted job gives: its token ids and text.
+    pub fn expected(&self, request: &GenerateRequest) -> (Vec<u32>, String) {
+        let count = self.completion_length(request);
+        let ids: Vec<u32> = (0..count).map(|i| Self::token(request, i)).collect();
+        let text = ids.iter().map(|&t| Self::text(t)).collect();
+        (ids, text)
+    }
+
+    fn completion_length(&self, request: &GenerateRequest) -> u32 {
+        let max = request.sampling.max_tokens;
+        match self.script.stop_after {
+            Some(stop) if !request.ignore_eos => stop.min(max),
+            _ => max,
+        }
+    }
+
+    async fn run(self, request: GenerateRequest, events: mpsc::Sender<EngineEvent>) {
+        let started = Instant::now();
+        let prompt_tokens = Self::prompt_tokens(&request.prompt);
+        if events
+            .send(EngineEvent::Started { prompt_tokens })
+            .await
+            .is_err()
+        {
+            return;
+        }
+        tokio::time::sleep(self.script.prefill_delay).await;
+        let prefill_seconds = started.elapsed().as_secs_f64();
+        let length = self.completion_length(&request);
+        let resumed = request.resume.len() as u32;
+        let mut token_ids = request.resume.clone();
+        let mut text = String::new();
+        for index in resumed..length {
+            tokio::time::sleep(self.script.token_delay).await;
+            let token_id = Self::token(&request, index);
+            let delta = Self::text(token_id);
+            token_ids.push(token_id);
+            text.push_str(&delta);
+            let event = TokenEvent {
+                index,
+                token_id,
+                text_delta: delta,
+                prompt_tokens,
+            };
+            if events.send(EngineEvent::Token(event)).await.is_err() {
+                return; // The consumer left: the job is cancelled.
+            }
+        }
+        let finish = if length < request.sampling.max_tokens {
+            FinishReason::Stop
+        } else {
+            FinishReason::Length
+        };
+        let generation = Generation {
+            prompt_tokens,
+            generated_tokens: length.saturating_sub(resumed),
+            token_ids,
+            text,
+            finish,
+            prefill_seconds,
+            prefilled_tokens: prompt_tokens + resumed,
+            reused_tokens: 0,
+            generation_seconds: (started.elapsed().as_secs_f64() - prefill_seconds).max(0.0),
+        };
+        let _ = events.send(EngineEvent::Finished(generation)).await;
+    }
+}
+
+impl TokenEngine for ScriptedEngine {
+    fn models(&self) -> &[ModelDescriptor] {
+        &self.models
+    }
+
+    fn submit(&self, request: GenerateRequest) -> Result<mpsc::Receiver<EngineEvent>, EngineError> {
+        if !self.models.iter().any(|m| m.id == request.model) {
+            return Err(EngineError::UnknownModel(request.model));
+        }
+        if self.queued.load(Ordering::SeqCst) >= self.script.queue_capacity.max(1) {
+            return Err(EngineError::Busy(self.script.queue_capacity.max(1)));
+        }
+        let committed = (request.sampling.max_tokens as usize).saturating_sub(request.resume.len());
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        self.committed.fetch_add(committed, Ordering::SeqCst);
+        let (events, receiver) = mpsc::channel(EVENT_BUFFER);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let permit = this.slots.clone().acquire_owned().await;
+            this.queued.fetch_sub(1, Ordering::SeqCst);
+            if permit.is_ok() {
+                this.active.fetch_add(1, Ordering::SeqCst);
+                this.clone().run(request, events).await;
+                this.active.fetch_sub(1, Ordering::SeqCst);
+            }
+            this.committed.fetch_sub(committed, Ordering::SeqCst);
+        });
+        Ok(receiver)
+    }
+
+    fn active_jobs(&self) -> usize {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    fn committed_tokens(&self) -> usize {
+        self.committed.load(Ordering::SeqCst)
+    }
+
+    fn backend(&self) -> String {
+        "scripted".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use sharemesh_protocol::Sampling;
+
+    fn request(engine: &ScriptedEngine, resume: Vec<u32>) -> GenerateRequest {
+        GenerateRequest {
+            model: engine.models()[0].id,
+            prompt: Prompt::Text("hello there".into()),
+            sampling: Sampling {
+                max_tokens: 12,
+                ..Sampling::default()
+            },
+            resume,
+            ignore_eos: false,
+        }
+    }
+
+    async fn collect(engine: &ScriptedEngine, request: GenerateRequest) -> Generation {
+        let mut events = engine.submit(request).unwrap();
+        loop {
+            match events.recv().await.unwrap() {
+                EngineEvent::Finished(generation) => return generation,
+                EngineEvent::Failed(err) => panic!("{err}"),
+                _ => {}
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_resumed_job_continues_exactly() {
+        let engine = ScriptedEngine::new(vec![ScriptedEngine::model("m")], Script::default());
+        let whole = collect(&engine, request(&engine, vec![])).await;
+        assert_eq!(whole.token_ids.len(), 12);
+        assert_eq!(whole.finish, FinishReason::Length);
+        assert_eq!(whole.prompt_tokens, 3);
+        let resumed = collect(&engine, request(&engine, whole.token_ids[..5].to_vec())).await;
+        assert_eq!(resumed.token_ids, whole.token_ids);
+        assert_eq!(resumed.generated_tokens, 7);
+        let (ids, text) = engine.expected(&request(&engine, vec![]));
+        assert_eq!(ids, whole.token_ids);
+        assert_eq!(text, whole.text);
+    }
+
+    #[tokio::test]
+    async fn refuses_unknown_models_and_a_full_queue() {
+        let script = Script {
+            queue_capacity: 1,
+            token_delay: Duration::from_millis(50),
+            ..Script::default()
+        };
+        let engine = ScriptedEngine::new(vec![ScriptedEngine::model("m")], script);
+        let mut other = request(&engine, vec![]);
+        other.model = ScriptedEngine::model("other").id;
+        assert!(matches!(
+            engine.submit(other),
+            Err(EngineError::UnknownModel(_))
+        ));
+        let _running = engine.submit(request(&engine, vec![])).unwrap();
+        tokio::task::yield_now().await;
+        let _waiting = engine.submit(request(&engine, vec![])).unwrap();
+        assert!(matches!(
+            engine.submit(request(&engine, vec![])),
+            Err(EngineError::Busy(1))
+        ));
+    }
+}

@@ -1,0 +1,42 @@
+//! The seam between the market and inference: what a provider needs of an engine.
+//!
+//! The real [`crate::Engine`] (a worker thread over loaded GGUF models) and the
+//! [`crate::scripted::ScriptedEngine`] (deterministic tokens, no model; for tests and
+//! simulations about the network and the market) both implement [`TokenEngine`], so a
+//! provider, a buyer and a dispatcher can run together in one process in milliseconds.
+
+use sharemesh_protocol::ModelDescriptor;
+use tokio::sync::mpsc;
+
+use crate::{EngineError, GenerateRequest, Generation, TokenEvent};
+
+/// What a job's event channel carries, in order: `Started`, `Token`s, then `Finished`
+/// or `Failed`.
+#[derive(Debug, Clone)]
+pub enum EngineEvent {
+    Started { prompt_tokens: u32 },
+    Token(TokenEvent),
+    Finished(Generation),
+    Failed(EngineError),
+}
+
+/// Tokens buffered between the engine and a slow consumer before generation pauses.
+pub const EVENT_BUFFER: usize = 16;
+
+/// An engine a provider can sell: it names its models, queues jobs, and streams each
+/// job's events. Dropping a job's receiver cancels the job within one token.
+pub trait TokenEngine: Send + Sync + 'static {
+    /// The models this engine serves.
+    fn models(&self) -> &[ModelDescriptor];
+    /// Queues a job; its events arrive on the returned channel.
+    fn submit(&self, request: GenerateRequest) -> Result<mpsc::Receiver<EngineEvent>, EngineError>;
+    /// Jobs generating now.
+    fn active_jobs(&self) -> usize;
+    /// Jobs waiting for a slot.
+    fn queue_depth(&self) -> usize;
+    /// Completion tokens already promised to queued and running jobs: what a new job
+    /// waits behind, at most.
+    fn committed_tokens(&self) -> usize;
+    /// Where and on what it runs, for reports (`cpu/sharemesh-kernels`, `scripted`).
+    fn backend(&self) -> String;
+}

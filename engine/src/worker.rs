@@ -1,0 +1,177 @@
+//! The real engine's worker: one thread runs the loaded models' jobs one at a time from
+//! a bounded queue, streaming each job's events to its own channel.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use sharemesh_protocol::ModelDescriptor;
+use tokio::sync::mpsc;
+
+use crate::{
+    EngineError, EngineEvent, GenerateRequest, Generation, LoadedModel, TokenEngine, EVENT_BUFFER,
+};
+
+/// Handle to the engine thread. Cloneable; dropping every clone stops the thread.
+#[derive(Clone)]
+pub struct Engine {
+    requests: mpsc::Sender<Submission>,
+    models: Arc<Vec<ModelDescriptor>>,
+    queued: Arc<AtomicUsize>,
+    active: Arc<AtomicUsize>,
+    /// Completion tokens the queued and running jobs may still produce (their
+    /// `max_tokens` less any resumed prefix, counted until each job ends).
+    committed_tokens: Arc<AtomicUsize>,
+    queue_capacity: usize,
+    /// The first model's backend (every model of one engine runs on one device).
+    backend: String,
+}
+
+struct Submission {
+    request: GenerateRequest,
+    events: mpsc::Sender<EngineEvent>,
+}
+
+impl Engine {
+    /// Starts the engine thread with `models`; `queue_capacity` jobs may wait.
+    pub fn spawn(models: Vec<LoadedModel>, queue_capacity: usize) -> Self {
+        let (requests, mut inbox) = mpsc::channel::<Submission>(queue_capacity.max(1));
+        let descriptors = Arc::new(
+            models
+                .iter()
+                .map(|m| m.descriptor.clone())
+                .collect::<Vec<_>>(),
+        );
+        let backend = models
+            .first()
+            .map_or_else(|| "none".to_owned(), LoadedModel::backend);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let active = Arc::new(AtomicUsize::new(0));
+        let committed_tokens = Arc::new(AtomicUsize::new(0));
+        let (thread_queued, thread_active) = (queued.clone(), active.clone());
+        let thread_committed = committed_tokens.clone();
+        let spawned = std::thread::Builder::new()
+            .name("sharemesh-engine".into())
+            .spawn(move || {
+                let mut models = models;
+                while let Some(Submission { request, events }) = inbox.blocking_recv() {
+                    thread_queued.fetch_sub(1, Ordering::SeqCst);
+                    thread_active.fetch_add(1, Ordering::SeqCst);
+                    let committed = committed_tokens_of(&request);
+                    run_job(&mut models, request, &events);
+                    thread_committed.fetch_sub(committed, Ordering::SeqCst);
+                    thread_active.fetch_sub(1, Ordering::SeqCst);
+                }
+            });
+        if let Err(err) = spawned {
+            tracing::error!(%err, "could not start the engine thread");
+        }
+        Self {
+            requests,
+            models: descriptors,
+            queued,
+            active,
+            committed_tokens,
+            queue_capacity: queue_capacity.max(1),
+            backend,
+        }
+    }
+
+    /// Runs a job to completion and returns the whole generation (for the CLI and tests).
+    pub async fn complete(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
+        let mut events = self.submit(request)?;
+        while let Some(event) = events.recv().await {
+            match event {
+                EngineEvent::Finished(generation) => return Ok(generation),
+                EngineEvent::Failed(err) => return Err(err),
+                EngineEvent::Started { .. } | EngineEvent::Token(_) => {}
+            }
+        }
+        Err(EngineError::Stopped)
+    }
+}
+
+impl TokenEngine for Engine {
+    /// Completion tokens already promised to queued and running jobs: what a new job
+    /// waits behind, at most.
+    fn committed_tokens(&self) -> usize {
+        self.committed_tokens.load(Ordering::SeqCst)
+    }
+
+    fn models(&self) -> &[ModelDescriptor] {
+        &self.models
+    }
+
+    fn active_jobs(&self) -> usize {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// Queues a job; its events arrive on the returned channel. Dropping the receiver
+    /// cancels the job within one token.
+    fn submit(&self, request: GenerateRequest) -> Result<mpsc::Receiver<EngineEvent>, EngineError> {
+        if !self.models.iter().any(|m| m.id == request.model) {
+            return Err(EngineError::UnknownModel(request.model));
+        }
+        let (events, receiver) = mpsc::channel(EVENT_BUFFER);
+        let committed = committed_tokens_of(&request);
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        self.committed_tokens.fetch_add(committed, Ordering::SeqCst);
+        let refused = match self.requests.try_send(Submission { request, events }) {
+            Ok(()) => return Ok(receiver),
+            Err(mpsc::error::TrySendError::Full(_)) => EngineError::Busy(self.queue_capacity),
+            Err(mpsc::error::TrySendError::Closed(_)) => EngineError::Stopped,
+        };
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        self.committed_tokens.fetch_sub(committed, Ordering::SeqCst);
+        Err(refused)
+    }
+
+    fn backend(&self) -> String {
+        self.backend.clone()
+    }
+}
+
+fn committed_tokens_of(request: &GenerateRequest) -> usize {
+    (request.sampling.max_tokens as usize).saturating_sub(request.resume.len())
+}
+
+fn run_job(
+    models: &mut [LoadedModel],
+    request: GenerateRequest,
+    events: &mpsc::Sender<EngineEvent>,
+) {
+    let Some(model) = models.iter_mut().find(|m| m.descriptor.id == request.model) else {
+        let _ = events.blocking_send(EngineEvent::Failed(EngineError::UnknownModel(
+            request.model,
+        )));
+        return;
+    };
+    // Announce the job (with its prompt size) before the prefill, so the buyer hears
+    // back at once; a prompt that does not tokenise fails here with the reason.
+    let prompt_tokens = match model.prompt_tokens(&request.prompt) {
+        Ok(tokens) => tokens.len() as u32,
+        Err(err) => {
+            let _ = events.blocking_send(EngineEvent::Failed(err));
+            return;
+        }
+    };
+    if events
+        .blocking_send(EngineEvent::Started { prompt_tokens })
+        .is_err()
+    {
+        return;
+    }
+    let result = model.generate(&request, |event| {
+        events
+            .blocking_send(EngineEvent::Token(event.clone()))
+            .is_ok()
+    });
+    let last = match result {
+        Ok(generation) => EngineEvent::Finished(generation),
+        Err(err) => EngineEvent::Failed(err),
+    };
+    let _ = events.blocking_send(last);
+}

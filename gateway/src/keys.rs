@@ -1,0 +1,151 @@
+//! API keys for a gateway shared by a team: `sharemesh keys create|list|revoke`.
+//! Only sha256 hashes are stored (`<data-dir>/api_keys.json`); the key is shown once.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeyRecord {
+    pub id: String,
+    pub name: String,
+    pub sha256: String,
+    pub created_ms: u64,
+    pub revoked: bool,
+    /// Spend limits for this key, nano-USD per UTC day / month.
+    #[serde(default)]
+    pub daily_budget_nano_usd: Option<u64>,
+    #[serde(default)]
+    pub monthly_budget_nano_usd: Option<u64>,
+}
+
+pub struct KeyStore {
+    path: PathBuf,
+    pub records: Vec<KeyRecord>,
+}
+
+fn hash(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+impl KeyStore {
+    pub fn open(data_dir: &Path) -> Result<Self> {
+        let path = data_dir.join("api_keys.json");
+        let records = match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .with_context(|| format!("{} is corrupt", path.display()))?,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
+        };
+        Ok(Self { path, records })
+    }
+
+    fn save(&self) -> Result<()> {
+        if let Some(dir) = self.path.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        let tmp = self
+            .path
+            .with_extension(format!("{}.tmp", std::process::id()));
+        fs::write(&tmp, serde_json::to_vec_pretty(&self.records)?)?;
+        fs::rename(&tmp, &self.path).with_context(|| format!("writing {}", self.path.display()))
+    }
+
+    /// Creates a key and returns its secret text (shown once).
+    pub fn create(&mut self, name: &str) -> Result<(KeyRecord, String)> {
+        self.create_with_budget(name, None, None)
+    }
+
+    /// Creates a key with its own daily and monthly budgets (nano-USD).
+    pub fn create_with_budget(
+        &mut self,
+        name: &str,
+        daily: Option<u64>,
+        monthly: Option<u64>,
+    ) -> Result<(KeyRecord, String)> {
+        let mut secret = [0u8; 24];
+        rand::fill(&mut secret);
+        let key = format!("sk-sm-{}", hex::encode(secret));
+        let record = KeyRecord {
+            id: hash(&key)[..12].to_owned(),
+            name: name.to_owned(),
+            sha256: hash(&key),
+            created_ms: sharemesh_mesh::clock::now_ms(),
+            revoked: false,
+            daily_budget_nano_usd: daily,
+            monthly_budget_nano_usd: monthly,
+        };
+        self.records.push(record.clone());
+        self.save()?;
+        Ok((record, key))
+    }
+
+    /// Revokes by id or name.
+    pub fn revoke(&mut self, id_or_name: &str) -> Result<KeyRecord> {
+        let Some(record) = self
+            .records
+            .iter_mut()
+            .find(|r| r.id == id_or_name || r.name == id_or_name)
+        else {
+            bail!("no API key with id or name `{id_or_name}` (see `sharemesh keys list`)");
+        };
+        record.revoked = true;
+        let record = record.clone();
+        self.save()?;
+        Ok(record)
+    }
+
+    pub fn active(&self) -> Vec<KeyRecord> {
+        self.records
+            .iter()
+            .filter(|r| !r.revoked)
+            .cloned()
+            .collect()
+    }
+}
+
+/// What the gateway checks requests against.
+#[derive(Clone, Debug, Default)]
+pub struct KeyCheck {
+    /// Every active key; `None` when keys are not required.
+    pub required: Option<Vec<KeyRecord>>,
+}
+
+impl KeyCheck {
+    /// The active key matching `presented`, if keys are required and it is one.
+    pub fn identify(&self, presented: &str) -> Option<&KeyRecord> {
+        let digest = hash(presented);
+        self.required.as_ref()?.iter().find(|r| r.sha256 == digest)
+    }
+
+    pub fn allows(&self, presented: &str) -> bool {
+        self.required.is_none() || self.identify(presented).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_stored_hashed_and_can_be_revoked() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut store = KeyStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let (record, key) = store.create("ci").unwrap_or_else(|e| panic!("{e}"));
+        let text = fs::read_to_string(dir.path().join("api_keys.json")).unwrap_or_default();
+        assert!(!text.contains(&key), "the secret must not be stored");
+        let check = KeyCheck {
+            required: Some(store.active()),
+        };
+        assert!(check.allows(&key));
+        assert!(!check.allows("sk-sm-wrong"));
+        store.revoke(&record.id).unwrap_or_else(|e| panic!("{e}"));
+        assert!(KeyStore::open(dir.path())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .active()
+            .is_empty());
+    }
+}

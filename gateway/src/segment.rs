@@ -1,0 +1,136 @@
+//! Opening one provider's segment of a response, and racing two (gold's hedged start).
+
+use std::collections::VecDeque;
+
+use sharemesh_protocol::JobRequest;
+use tokio::sync::mpsc;
+
+use super::dispatch::Dispatcher;
+use crate::buyer::{start_job, JobEvent, SegmentError};
+use sharemesh_mesh::orderbook::BookEntry;
+
+impl Dispatcher {
+    /// Warms the next provider in line for a failover: the same job resumed after the
+    /// tokens delivered so far and cut at one new token. Its engine keeps the prompt and
+    /// those tokens in its KV cache, so a real resume there prefills only the tokens
+    /// delivered since (SPEC §10). The token is discarded and dropping the stream
+    /// cancels the job.
+    pub(super) async fn warm_standby(&self, entry: BookEntry, job: JobRequest) {
+        let (provider, resumed) = (job.provider, job.resume.len());
+        let mut opened = match self.open_segment(&entry, job).await {
+            Ok(opened) => opened,
+            Err(error) => {
+                tracing::debug!(%provider, %error, "standby warm-up not opened");
+                return;
+            }
+        };
+        while let Some(event) = opened.next().await {
+            if !matches!(event, JobEvent::Accepted(_)) {
+                break;
+            }
+        }
+        tracing::debug!(%provider, resumed, "standby warmed");
+    }
+}
+
+/// A provider's job stream, with the events already read from it.
+pub struct Opened {
+    pub stream: mpsc::Receiver<JobEvent>,
+    pub pending: VecDeque<JobEvent>,
+}
+
+impl Opened {
+    /// The next event: buffered ones first.
+    pub async fn next(&mut self) -> Option<JobEvent> {
+        match self.pending.pop_front() {
+            Some(event) => Some(event),
+            None => self.stream.recv().await,
+        }
+    }
+
+    fn answered(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|e| matches!(e, JobEvent::Token(_) | JobEvent::Finished { .. }))
+    }
+
+    fn dead(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|e| matches!(e, JobEvent::Failed(_) | JobEvent::Rejected(_)))
+    }
+}
+
+impl Dispatcher {
+    /// Opens `job` on its provider (the in-process one directly). A stream refused or
+    /// closed before any answer (a busy provider drops streams it cannot take yet) is
+    /// retried briefly; the last reason when it never opened.
+    pub(super) async fn open_segment(
+        &self,
+        entry: &BookEntry,
+        job: JobRequest,
+    ) -> Result<Opened, SegmentError> {
+        let provider = job.provider;
+        let peer = provider
+            .peer_id()
+            .map_err(|e| SegmentError::Unreachable(format!("provider id {provider}: {e}")))?;
+        if provider == self.node_id() {
+            let local = self.local_route().ok_or_else(|| {
+                SegmentError::Unreachable("this node serves no model itself".into())
+            })?;
+            let mut stream = local.run(job);
+            let pending = stream.recv().await.into_iter().collect();
+            return Ok(Opened { stream, pending });
+        }
+        let mut last_error = SegmentError::Unreachable("not tried".into());
+        self.dial_advertised(peer, entry).await;
+        for attempt in 1..=3u64 {
+            match start_job(
+                self.mesh(),
+                self.key(),
+                peer,
+                job.clone(),
+                self.ledger().cloned(),
+                self.stall_timeout(),
+            )
+            .await
+            {
+                Ok(mut stream) => match stream.recv().await {
+                    Some(JobEvent::Failed(why)) => last_error = why,
+                    first => {
+                        let pending = first.into_iter().collect();
+                        return Ok(Opened { stream, pending });
+                    }
+                },
+                Err(err) => last_error = err,
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
+        }
+        Err(last_error)
+    }
+}
+
+/// Reads both segments until one delivers its first token (or finishes); returns which
+/// (0 or 1) with its events so far buffered. The other is dropped, which closes its
+/// stream and cancels its job. A segment that fails or is rejected first leaves the
+/// race to the other, which is returned as soon as that happens.
+pub async fn race(mut a: Opened, mut b: Opened) -> (usize, Opened) {
+    loop {
+        if a.answered() || b.dead() {
+            return (0, a);
+        }
+        if b.answered() || a.dead() {
+            return (1, b);
+        }
+        tokio::select! {
+            event = a.stream.recv() => match event {
+                Some(event) => a.pending.push_back(event),
+                None => return (1, b),
+            },
+            event = b.stream.recv() => match event {
+                Some(event) => b.pending.push_back(event),
+                None => return (0, a),
+            },
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! The mesh: one task owns the libp2p swarm; everyone else holds a cloneable
+//! [`MeshHandle`] that sends typed commands (with oneshot replies) and reads the shared
+//! order book. Token streams run outside the loop through libp2p-stream's `Control`.
+
+pub mod behaviour;
+mod book;
+pub mod clock;
+mod event_loop;
+pub mod framing;
+pub mod link;
+pub mod orderbook;
+mod peer_targets;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use libp2p::gossipsub;
+use libp2p::kad;
+use libp2p::multiaddr::Protocol;
+use libp2p::{identity, noise, tcp, yamux, Multiaddr, PeerId, Swarm};
+use serde::Serialize;
+use sharemesh_protocol::{ModelId, NodeId, SignedEnvelope};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use behaviour::{Behaviour, BehaviourConfig};
+pub use behaviour::{INFER_PROTOCOL, QUOTE_PROTOCOL};
+pub use book::AddressBook;
+use orderbook::OrderBook;
+
+/// How a node joins the mesh.
+#[derive(Clone, Debug)]
+pub struct MeshConfig {
+    pub listen: Vec<Multiaddr>,
+    pub bootstrap: Vec<Multiaddr>,
+    /// Answer Kademlia queries (providers); light clients only ask.
+    pub kad_server: bool,
+    pub mdns: bool,
+    /// Connected peers the peer manager aims for; excess is pruned.
+    pub target_peers: usize,
+    pub max_connections: u32,
+    pub heartbeat: Duration,
+    /// Where the address book is persisted (`None`: not persisted).
+    pub address_book: Option<PathBuf>,
+    pub transport: MeshTransport,
+}
+
+/// What carries the mesh's connections.
+#[derive(Clone, Default)]
+pub enum MeshTransport {
+    /// TCP and QUIC.
+    #[default]
+    Network,
+    /// libp2p's in-process memory transport (`/memory/N` addresses), every dialled
+    /// connection through an emulated link; for simulations of many nodes in one process.
+    Memory {
+        link: link::LinkModel,
+        counters: Arc<link::LinkCounters>,
+    },
+    /// TCP only (no QUIC: its datagrams cannot go through the stream wrapper), every
+    /// dialled connection through an emulated link: latency, jitter and loss between
+    /// processes of a testnet, where the kernel has no `tc netem`.
+    EmulatedTcp {
+        link: link::LinkModel,
+        counters: Arc<link::LinkCounters>,
+    },
+}
+
+impl std::fmt::Debug for MeshTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MeshTransport::Network => f.write_str("Network"),
+            MeshTransport::Memory { .. } => f.write_str("Memory"),
+            MeshTransport::EmulatedTcp { .. } => f.write_str("EmulatedTcp"),
+        }
+    }
+}
+
+impl Default for MeshConfig {
+    fn default() -> Self {
+        Self {
+            listen: Vec::new(),
+            bootstrap: Vec::new(),
+            kad_server: false,
+            mdns: false,
+            target_peers: 25,
+            max_connections: 64,
+            heartbeat: Duration::from_secs(1),
+            address_book: None,
+            transport: MeshTransport::Network,
+        }
+    }
+}
+
+/// Something the mesh observed, for tests, metrics and the testnet.
+#[derive(Clone, Debug)]
+pub enum MeshEvent {
+    Listening(Multiaddr),
+    PeerConnected(PeerId),
+    PeerDisconnected(PeerId),
+    AdvertAccepted {
+        provider: NodeId,
+        seq: u64,
+        from: PeerId,
+    },
+    AdvertRejected {
+        from: PeerId,
+        reason: String,
+    },
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PeerInfo {
+    pub peer_id: String,
+    pub addresses: Vec<String>,
+    pub rtt_ms: Option<f64>,
+    pub agent: Option<String>,
+    pub gossip_score: Option<f64>,
+}
+
+pub(crate) enum Command {
+    Publish {
+        topic: gossipsub::IdentTopic,
+        data: Vec<u8>,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    Dial(Multiaddr),
+    Peers(oneshot::Sender<Vec<PeerInfo>>),
+    Provide(ModelId),
+    FindProviders {
+        model: ModelId,
+        reply: oneshot::Sender<Vec<PeerId>>,
+    },
+    Disconnect(PeerId),
+    /// Block (`true`) or unblock peers.
+    Block(Vec<PeerId>, bool),
+    /// Stop the event loop now: every connection drops at once, as when the process
+    /// dies (in-process labs use it to play `kill -9`).
+    Shutdown,
+}
+
+/// Connected peers with their last measured ping round trip (`None` until one is).
+pub(crate) type LivePeers = Arc<RwLock<HashMap<PeerId, Option<Duration>>>>;
+
+/// Cloneable access to the mesh.
+#[derive(Clone)]
+pub struct MeshHandle {
+    commands: mpsc::Sender<Command>,
+    pub book: Arc<RwLock<OrderBook>>,
+    pub peer_id: PeerId,
+    pub node_id: NodeId,
+    listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
+    live: LivePeers,
+    events: broadcast::Sender<MeshEvent>,
+    pub control: libp2p_stream::Control,
+}
+
+impl MeshHandle {
+    async fn send(&self, command: Command) -> Result<()> {
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| anyhow::anyhow!("the mesh has stopped"))
+    }
+
+    pub async fn publish_advert(&self, envelope: &SignedEnvelope) -> Result<()> {
+        let (reply, answer) = oneshot::channel();
+        let data = envelope.to_bytes()?;
+        self.send(Command::Publish {
+            topic: behaviour::adverts_topic(),
+            data,
+            reply,
+        })
+        .await?;
+        answer.await.context("the mesh has stopped")?
+    }
+
+    pub async fn dial(&self, address: Multiaddr) -> Result<()> {
+        self.send(Command::Dial(address)).await
+    }
+
+    pub async fn disconnect(&self, peer: PeerId) -> Result<()> {
+        self.send(Command::Disconnect(peer)).await
+    }
+
+    /// Stops this node's mesh at once, every connection with it (see `Command::Shutdown`).
+    pub async fn shutdown(&self) -> Result<()> {
+        self.send(Command::Shutdown).await
+    }
+
+    /// Refuses every connection with `peers` (closing open ones) until unblocked.
+    pub async fn block(&self, peers: Vec<PeerId>) -> Result<()> {
+        self.send(Command::Block(peers, true)).await
+    }
+
+    pub async fn unblock(&self, peers: Vec<PeerId>) -> Result<()> {
+        self.send(Command::Block(peers, false)).await
+    }
+
+    /// Whether `peer` is connected now (no round trip to the event loop).
+    pub fn is_connected(&self, peer: &PeerId) -> bool {
+        self.live
+            .read()
+            .map(|live| live.contains_key(peer))
+            .unwrap_or(false)
+    }
+
+    /// Last ping round trip of every connected peer that has one, in ms.
+    pub fn round_trips_ms(&self) -> HashMap<PeerId, f64> {
+        self.live
+            .read()
+            .map(|live| {
+                live.iter()
+                    .filter_map(|(peer, rtt)| Some((*peer, rtt.as_ref()?.as_secs_f64() * 1000.0)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub async fn peers(&self) -> Result<Vec<PeerInfo>> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Peers(reply)).await?;
+        answer.await.context("the mesh has stopped")
+    }
+
+    pub async fn provide(&self, model: ModelId) -> Result<()> {
+        self.send(Command::Provide(model)).await
+    }
+
+    /// Providers of `model` found through Kademlia provider records.
+    pub async fn find_providers(&self, model: ModelId) -> Result<Vec<PeerId>> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::FindProviders { model, reply }).await?;
+        answer.await.context("the mesh has stopped")
+    }
+
+    /// Addresses we listen on, with our `/p2p/` suffix.
+    pub fn listen_addrs(&self) -> Vec<Multiaddr> {
+        self.listen_addrs
+            .read()
+            .map(|addrs| {
+                addrs
+                    .iter()
+                    .map(|a| a.clone().with(Protocol::P2p(self.peer_id)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<MeshEvent> {
+        self.events.subscribe()
+    }
+}
+
+fn build_swarm(key: identity::Keypair, config: &MeshConfig) -> Result<Swarm<Behaviour>> {
+    let behaviour_config = BehaviourConfig {
+        max_connections: config.max_connections,
+        heartbeat: config.heartbeat,
+        mdns: config.mdns,
+    };
+    let behaviour = behaviour::build(&key, &behaviour_config)
+        .map_err(|e| anyhow::anyhow!("building the behaviour: {e}"))?;
+    match &config.transport {
+        MeshTransport::Memory { link, counters } => {
+            let memory = libp2p::core::transport::MemoryTransport::default();
+            return emulated_swarm(key, behaviour, memory, link.clone(), counters.clone());
+        }
+        MeshTransport::EmulatedTcp { link, counters } => {
+            let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true));
+            return emulated_swarm(key, behaviour, tcp, link.clone(), counters.clone());
+        }
+        MeshTransport::Network => {}
+    }
+    let swarm = libp2p::SwarmBuilder::with_existing_identity(key)
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default().nodelay(true),
+            noise::Config::new,
+            yamux::Config::default,
+        )?
+        .with_quic()
+        .with_behaviour(|_| behaviour)?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(120)))
+        .build();
+    Ok(swarm)
+}
+
+/// A swarm on `base` (memory or TCP) whose dialled connections go through `link`.
+fn emulated_swarm<T>(
+    key: identity::Keypair,
+    behaviour: Behaviour,
+    base: T,
+    link: link::LinkModel,
+    counters: Arc<link::LinkCounters>,
+) -> Result<Swarm<Behaviour>>
+where
+    T: libp2p::core::Transport + Send + Unpin + 'static,
+    T::Output: futures::AsyncRead + futures::AsyncWrite + Send + Unpin + 'static,
+    T::Error: Send + Sync + 'static,
+    T::Dial: Send + 'static,
+    T::ListenerUpgrade: Send + 'static,
+{
+    use libp2p::core::transport::Transport as _;
+    use libp2p::core::{upgrade, ConnectedPoint};
+    let swarm = libp2p::SwarmBuilder::with_existing_identity(key)
+        .with_tokio()
+        .with_other_transport(move |key| {
+            let noise = noise::Config::new(key)?;
+            let transport = base
+                .map_err(|e| std::io::Error::other(e.to_string()))
+                .and_then(move |connection, endpoint| {
+                    let profile = match &endpoint {
+                        ConnectedPoint::Dialer { address, .. } => link(address),
+                        ConnectedPoint::Listener { .. } => link::LinkProfile::default(),
+                    };
+                    let counters = counters.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(link::link(connection, profile, counters))
+                    }
+                })
+                .upgrade(upgrade::Version::V1)
+                .authenticate(noise)
+                .multiplex(yamux::Config::default());
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(transport)
+        })?
+        .with_behaviour(|_| behaviour)?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(120)))
+        .build();
+    Ok(swarm)
+}
+
+/// Splits `/…/p2p/<id>` into the peer id and the address without it.
+pub fn split_peer(address: &Multiaddr) -> (Option<PeerId>, Multiaddr) {
+    let mut base = address.clone();
+    match base.pop() {
+        Some(Protocol::P2p(peer)) => (Some(peer), base),
+        Some(other) => {
+            base.push(other);
+            (None, base)
+        }
+        None => (None, base),
+    }
+}
+
+/// Starts the mesh on the current tokio runtime. `secret` is the node's ed25519 secret.
+pub async fn spawn(secret: [u8; 32], config: MeshConfig) -> Result<MeshHandle> {
+    let key = identity::Keypair::ed25519_from_bytes(secret).context("identity key")?;
+    let peer_id = key.public().to_peer_id();
+    let node_id = sharemesh_protocol::Keypair::from_secret(secret).node_id();
+    let mut swarm = build_swarm(key, &config)?;
+    let behaviour = swarm.behaviour_mut();
+    for topic in [
+        behaviour::adverts_topic(),
+        behaviour::attestations_topic(),
+        behaviour::reputation_topic(),
+    ] {
+        behaviour
+            .gossipsub
+            .subscribe(&topic)
+            .map_err(|e| anyhow::anyhow!("subscribing to {topic}: {e}"))?;
+    }
+    // On loopback no external address is ever confirmed; providers answer anyway.
+    behaviour.kad.set_mode(Some(if config.kad_server {
+        kad::Mode::Server
+    } else {
+        kad::Mode::Client
+    }));
+    let control = behaviour.stream.new_control();
+    for address in &config.listen {
+        swarm
+            .listen_on(address.clone())
+            .with_context(|| format!("listening on {address}"))?;
+    }
+    let address_book = match &config.address_book {
+        Some(path) => AddressBook::load(path.clone()),
+        None => AddressBook::in_memory(),
+    };
+    let mut dial_first: Vec<Multiaddr> = config.bootstrap.clone();
+    dial_first.extend(address_book.addresses());
+    for address in &dial_first {
+        let (peer, base) = split_peer(address);
+        if peer == Some(peer_id) {
+            continue;
+        }
+        if let Some(peer) = peer {
+            swarm.behaviour_mut().kad.add_address(&peer, base);
+        }
+        if let Err(err) = swarm.dial(address.clone()) {
+            tracing::warn!(%address, %err, "could not dial bootstrap address");
+        }
+    }
+    let (commands, inbox) = mpsc::channel(256);
+    let (events, _) = broadcast::channel(1024);
+    let handle = MeshHandle {
+        commands,
+        book: Arc::new(RwLock::new(OrderBook::new(10_000))),
+        peer_id,
+        node_id,
+        listen_addrs: Arc::new(RwLock::new(Vec::new())),
+        live: LivePeers::default(),
+        events: events.clone(),
+        control,
+    };
+    let event_loop = event_loop::EventLoop::new(
+        swarm,
+        inbox,
+        events,
+        event_loop::SharedViews {
+            book: handle.book.clone(),
+            listen_addrs: handle.listen_addrs.clone(),
+            live: handle.live.clone(),
+        },
+        address_book,
+        config.target_peers,
+    );
+    tokio::spawn(event_loop.run());
+    Ok(handle)
+}

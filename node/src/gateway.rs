@@ -1,0 +1,124 @@
+//! `sharemesh gateway`: the light client. Joins the mesh, keeps the order book and
+//! serves the OpenAI API until interrupted; it runs no inference.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sharemesh_gateway::dispatch::{Dispatcher, RoutingDefaults};
+use sharemesh_mesh as mesh;
+use sharemesh_protocol::{NanoUsd, Tier};
+
+use crate::http::{self, AppState};
+use crate::serve::{
+    announce, key_check, mesh_config, open_ledger, usd, wait_for_shutdown, MeshArgs,
+};
+
+#[derive(Args, Debug)]
+pub struct GatewayArgs {
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+    /// Default price ceiling, USD per million tokens (a request's `sharemesh.max_price_per_mtok` overrides it).
+    #[arg(long, default_value_t = 1000.0)]
+    pub max_price: f64,
+    /// Default tier for requests that name none.
+    #[arg(long, default_value = "on_demand")]
+    pub tier: Tier,
+    /// Default region for requests that name none.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Require API keys even on loopback (always required elsewhere).
+    #[arg(long)]
+    pub require_api_key: bool,
+    /// Daily spend limit in USD (UTC days).
+    #[arg(long)]
+    pub daily_budget: Option<f64>,
+    /// Monthly spend limit in USD (UTC months).
+    #[arg(long)]
+    pub monthly_budget: Option<f64>,
+    /// Milliseconds of silence after which a provider counts as stalled and is replaced.
+    #[arg(long, default_value_t = 30_000)]
+    pub stall_timeout_ms: u64,
+    /// Providers asked for a quote (price, queue wait, speed) before each choice; 0 ranks
+    /// by adverts alone.
+    #[arg(long, default_value_t = 4)]
+    pub quote_k: usize,
+    /// Start gold (reserved) work on the two best providers and keep the first to
+    /// answer (a request can override with `sharemesh.hedge`).
+    #[arg(long)]
+    pub hedge_gold: bool,
+    /// Every this many streamed tokens, warm the next provider in line with the tokens
+    /// so far, so a failover there prefills only what came since; 0 turns it off.
+    #[arg(long, default_value_t = 64)]
+    pub warm_standby_every: usize,
+    /// Ranking score (SPEC §10): multiplier on the expected price of a request.
+    #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().price)]
+    pub score_price: f64,
+    /// Ranking score: what a second of waiting is worth, in nano-USD.
+    #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().nano_usd_per_second)]
+    pub score_nano_usd_per_second: f64,
+    /// Ranking score: how strongly an unreliable provider is penalised.
+    #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().unreliability)]
+    pub score_unreliability: f64,
+}
+
+fn score_weights(args: &GatewayArgs) -> Result<sharemesh_market::ScoreWeights> {
+    let weights = sharemesh_market::ScoreWeights {
+        price: args.score_price,
+        nano_usd_per_second: args.score_nano_usd_per_second,
+        unreliability: args.score_unreliability,
+    };
+    weights
+        .validate()
+        .context("check --score-price, --score-nano-usd-per-second and --score-unreliability")?;
+    Ok(weights)
+}
+
+pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
+    let key = crate::identity::load_or_create(data_dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, false)?).await?;
+        let address = args
+            .mesh
+            .http
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        let keys = key_check(data_dir, address, args.require_api_key)?;
+        let defaults = RoutingDefaults {
+            max_price_per_token: NanoUsd::per_token_from_usd_per_mtok(args.max_price)
+                .context("--max-price must be a non-negative number")?,
+            tier: args.tier,
+            region: args.region.clone(),
+            stall_timeout: Duration::from_millis(args.stall_timeout_ms.max(100)),
+            score: score_weights(&args)?,
+            quote_k: args.quote_k,
+            hedge_gold: args.hedge_gold,
+            warm_standby_every: args.warm_standby_every,
+            ..RoutingDefaults::default()
+        };
+        let budget = sharemesh_gateway::dispatch::Budget {
+            daily: usd(args.daily_budget, "--daily-budget")?,
+            monthly: usd(args.monthly_budget, "--monthly-budget")?,
+        };
+        let ledger = open_ledger(data_dir)?;
+        let dispatcher = Dispatcher::new(mesh.clone(), key, defaults, Some(ledger.clone()), budget);
+        let gateway = sharemesh_gateway::GatewayState { dispatcher, keys };
+        let http = http::serve(
+            address,
+            AppState {
+                mesh: mesh.clone(),
+                ledger: Some(ledger),
+            },
+            Some(gateway),
+        )
+        .await?;
+        announce(&mesh, "gateway", Some(http)).await;
+        wait_for_shutdown().await;
+        Ok(())
+    })
+}

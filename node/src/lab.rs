@@ -1,0 +1,345 @@
+//! An in-process lab: real providers, a real gateway and real libp2p swarms on the
+//! memory transport, with [`ScriptedEngine`]s instead of models.
+//!
+//! For tests and experiments about the network and the market (failover, hedging,
+//! quotes, budgets, preemption, stalls, adversaries): everything but inference is the
+//! deployed code — admission, signed job streams, credit windows, receipts, the ledger,
+//! routing and the order book — and a run takes milliseconds to seconds instead of
+//! loading a model per process. What needs the model (exactness, resume of real text,
+//! the demo) is tested with the real engine elsewhere.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use libp2p::Multiaddr;
+use sharemesh_engine::scripted::{Script, ScriptedEngine};
+use sharemesh_engine::GenerateRequest;
+use sharemesh_gateway::dispatch::{Budget, DispatchEvent, Dispatcher, RoutingDefaults, Segment};
+use sharemesh_gateway::error::ApiError;
+use sharemesh_gateway::openai::{CompletionRequest, RoutingOptions};
+use sharemesh_ledger::Ledger;
+use sharemesh_mesh::link::LinkProfile;
+use sharemesh_mesh::{MeshConfig, MeshHandle, MeshTransport};
+use sharemesh_protocol::{
+    FinishReason, Keypair, ModelDescriptor, NanoUsd, NodeId, Prompt, Sampling,
+};
+use sharemesh_provider::{Provider, ProviderPolicy};
+use tokio::task::JoinHandle;
+
+/// The model every lab provider serves unless its spec says otherwise.
+pub const LAB_MODEL: &str = "lab-model";
+
+/// Memory-transport ports: unique in this process, so labs in parallel tests never meet.
+static NEXT_PORT: AtomicU64 = AtomicU64::new(0);
+
+fn next_address() -> Result<Multiaddr> {
+    // Start high and away from the mesh simulation's range (1,000,000 + index).
+    let port = 50_000_000 + NEXT_PORT.fetch_add(1, Ordering::SeqCst);
+    format!("/memory/{port}")
+        .parse()
+        .context("a memory address")
+}
+
+/// One provider of a lab.
+#[derive(Clone, Debug)]
+pub struct ProviderSpec {
+    pub policy: ProviderPolicy,
+    pub script: Script,
+    pub models: Vec<ModelDescriptor>,
+}
+
+impl Default for ProviderSpec {
+    fn default() -> Self {
+        Self {
+            policy: ProviderPolicy {
+                advert_interval: Duration::from_millis(200),
+                ..ProviderPolicy::default()
+            },
+            script: Script::default(),
+            models: vec![ScriptedEngine::model(LAB_MODEL)],
+        }
+    }
+}
+
+/// What the lab's gateway is like.
+#[derive(Default)]
+pub struct GatewaySpec {
+    pub defaults: RoutingDefaults,
+    pub budget: Budget,
+    /// Book receipts in a real sled ledger in this folder (`None`: no ledger).
+    pub ledger_dir: Option<std::path::PathBuf>,
+}
+
+/// A running lab provider.
+pub struct LabProvider {
+    pub node_id: NodeId,
+    pub mesh: MeshHandle,
+    pub provider: Arc<Provider>,
+    pub engine: ScriptedEngine,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl LabProvider {
+    /// Plays `kill -9`: the swarm stops (every connection drops at once) and the
+    /// provider's tasks are aborted.
+    pub async fn kill(&self) {
+        let _ = self.mesh.shutdown().await;
+        let tasks = match self.tasks.lock() {
+            Ok(mut tasks) => std::mem::take(&mut *tasks),
+            Err(_) => Vec::new(),
+        };
+        for task in tasks {
+            task.abort();
+        }
+    }
+}
+
+/// The lab: providers and one gateway, joined through the first provider.
+pub struct Lab {
+    pub providers: Vec<LabProvider>,
+    pub gateway: Arc<Dispatcher>,
+    pub gateway_mesh: MeshHandle,
+    pub ledger: Option<Arc<Ledger>>,
+}
+
+/// A completed request as the gateway's client saw it.
+#[derive(Debug)]
+pub struct Completion {
+    pub text: String,
+    pub token_ids: Vec<u32>,
+    pub finish: FinishReason,
+    pub providers: Vec<NodeId>,
+    pub cost: NanoUsd,
+    pub segments: Vec<Segment>,
+    /// Providers the response moved to after the first (failovers).
+    pub switches: usize,
+}
+
+fn mesh_config(listen: Multiaddr, bootstrap: Vec<Multiaddr>, kad_server: bool) -> MeshConfig {
+    MeshConfig {
+        listen: vec![listen],
+        bootstrap,
+        kad_server,
+        target_peers: 8,
+        heartbeat: Duration::from_millis(100),
+        transport: MeshTransport::Memory {
+            link: Arc::new(|_: &Multiaddr| LinkProfile::default()),
+            counters: Arc::default(),
+        },
+        ..MeshConfig::default()
+    }
+}
+
+/// A deterministic identity per lab node (seed → key), as testnets use.
+fn key(seed: u64) -> Keypair {
+    let mut secret = [0u8; 32];
+    secret[..8].copy_from_slice(&seed.to_le_bytes());
+    secret[31] = 0x1a;
+    Keypair::from_secret(secret)
+}
+
+impl Lab {
+    /// Starts the providers and the gateway and waits until the gateway's order book
+    /// holds every provider's advert.
+    pub async fn start(providers: Vec<ProviderSpec>, gateway: GatewaySpec) -> Result<Self> {
+        let mut started: Vec<LabProvider> = Vec::new();
+        let mut bootstrap = Vec::new();
+        for (index, spec) in providers.into_iter().enumerate() {
+            let key = key(index as u64 + 1);
+            let address = next_address()?;
+            let config = mesh_config(address.clone(), bootstrap.clone(), true);
+            let mesh = sharemesh_mesh::spawn(key.secret(), config).await?;
+            if bootstrap.is_empty() {
+                bootstrap.push(address.with(libp2p::multiaddr::Protocol::P2p(mesh.peer_id)));
+            }
+            let engine = ScriptedEngine::new(spec.models, spec.script);
+            let provider = Provider::new(
+                key,
+                Arc::new(engine.clone()),
+                mesh.clone(),
+                spec.policy,
+                sharemesh_provider::hardware::Hardware::cpu_only(),
+                None,
+            );
+            let tasks = vec![
+                tokio::spawn(log_end(provider.clone().serve(), "serve")),
+                tokio::spawn(log_end(provider.clone().serve_quotes(), "quotes")),
+                tokio::spawn(provider.clone().advertise()),
+            ];
+            started.push(LabProvider {
+                node_id: mesh.node_id,
+                mesh,
+                provider,
+                engine,
+                tasks: std::sync::Mutex::new(tasks),
+            });
+        }
+        let gateway_key = key(1_000);
+        let config = mesh_config(next_address()?, bootstrap, false);
+        let gateway_mesh = sharemesh_mesh::spawn(gateway_key.secret(), config).await?;
+        let ledger = match &gateway.ledger_dir {
+            Some(dir) => Some(Arc::new(open_ledger(dir)?)),
+            None => None,
+        };
+        let dispatcher = Dispatcher::new(
+            gateway_mesh.clone(),
+            gateway_key,
+            gateway.defaults,
+            ledger.clone(),
+            gateway.budget,
+        );
+        let lab = Self {
+            providers: started,
+            gateway: dispatcher,
+            gateway_mesh,
+            ledger,
+        };
+        let everyone: Vec<NodeId> = lab.providers.iter().map(|p| p.node_id).collect();
+        lab.wait_for_adverts(&everyone, Duration::from_secs(20))
+            .await?;
+        Ok(lab)
+    }
+
+    /// Waits until the gateway's book holds a live advert from each of `providers`.
+    pub async fn wait_for_adverts(&self, providers: &[NodeId], timeout: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let now = sharemesh_mesh::clock::now_ms();
+            let missing = match self.gateway_mesh.book.read() {
+                Ok(book) => {
+                    let live: Vec<NodeId> =
+                        book.live(now).iter().map(|e| e.advert.provider).collect();
+                    providers.iter().filter(|p| !live.contains(p)).count()
+                }
+                Err(_) => bail!("the order book lock is poisoned"),
+            };
+            if missing == 0 {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("{missing} provider advert(s) did not reach the gateway in {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A chat-less text request for the lab model.
+    pub fn request(prompt: &str, max_tokens: u32, routing: RoutingOptions) -> CompletionRequest {
+        CompletionRequest {
+            model: LAB_MODEL.into(),
+            prompt: Prompt::Text(prompt.into()),
+            sampling: Sampling {
+                max_tokens,
+                ..Sampling::default()
+            },
+            stream: true,
+            include_usage: true,
+            routing,
+            chat: false,
+        }
+    }
+
+    /// What an uninterrupted scripted run of `request` answers (token ids and text),
+    /// whichever provider serves it.
+    pub fn expected(&self, request: &CompletionRequest) -> Result<(Vec<u32>, String)> {
+        let model = self
+            .gateway
+            .resolve_model(&request.model)
+            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+        let engine = &self
+            .providers
+            .first()
+            .context("a lab without providers")?
+            .engine;
+        Ok(engine.expected(&GenerateRequest {
+            model,
+            prompt: request.prompt.clone(),
+            sampling: request.sampling.clone(),
+            resume: Vec::new(),
+            ignore_eos: false,
+        }))
+    }
+
+    /// Runs a request through the gateway to its end, calling `on_token` with the
+    /// number of tokens delivered so far after each one (a test's hook to kill or
+    /// stall a provider mid-stream).
+    pub async fn complete_with<F, Fut>(
+        &self,
+        request: CompletionRequest,
+        mut on_token: F,
+    ) -> Result<Completion, ApiError>
+    where
+        F: FnMut(usize, NodeId) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let mut events = self.gateway.run(request, None);
+        let (mut text, mut token_ids, mut switches) = (String::new(), Vec::new(), 0);
+        let mut serving = None;
+        while let Some(event) = events.recv().await {
+            match event {
+                DispatchEvent::Accepted { provider, .. } => serving = Some(provider),
+                DispatchEvent::Switched { provider } => {
+                    serving = Some(provider);
+                    switches += 1;
+                }
+                DispatchEvent::Token {
+                    text: delta,
+                    token_id,
+                } => {
+                    text.push_str(&delta);
+                    token_ids.push(token_id);
+                    if let Some(provider) = serving {
+                        on_token(token_ids.len(), provider).await;
+                    }
+                }
+                DispatchEvent::Done {
+                    finish,
+                    providers,
+                    cost,
+                    segments,
+                    ..
+                } => {
+                    return Ok(Completion {
+                        text,
+                        token_ids,
+                        finish,
+                        providers,
+                        cost,
+                        segments,
+                        switches,
+                    })
+                }
+                DispatchEvent::Failed(err) => return Err(err),
+            }
+        }
+        Err(ApiError::upstream(
+            "the dispatcher stopped without an answer",
+        ))
+    }
+
+    /// Runs a request through the gateway to its end.
+    pub async fn complete(&self, request: CompletionRequest) -> Result<Completion, ApiError> {
+        self.complete_with(request, |_, _| async {}).await
+    }
+
+    /// The lab provider with this id.
+    pub fn provider(&self, id: NodeId) -> Option<&LabProvider> {
+        self.providers.iter().find(|p| p.node_id == id)
+    }
+}
+
+fn open_ledger(dir: &Path) -> Result<Ledger> {
+    Ledger::open(&dir.join("ledger")).context("opening the lab gateway's ledger")
+}
+
+async fn log_end<E: std::fmt::Display>(
+    task: impl std::future::Future<Output = Result<(), E>>,
+    what: &str,
+) {
+    if let Err(err) = task.await {
+        tracing::warn!(%err, "lab provider's {what} task ended");
+    }
+}

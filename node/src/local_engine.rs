@@ -1,0 +1,272 @@
+//! Running the engine in this process, without the mesh: `sharemesh generate` and
+//! `sharemesh bench`, and the model loading and speed measurement `provide` shares.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sharemesh_engine::catalog::{Catalog, DEFAULT_MODEL};
+use sharemesh_engine::{self as engine, GenerateRequest, LoadedModel};
+use sharemesh_protocol::{ChatMessage, Prompt, Role, Sampling};
+
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// Catalog name, model id, or path to a GGUF file.
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    pub model: String,
+    /// CPU threads for inference (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long)]
+    pub prompt: String,
+    /// Treat the prompt as a user chat message and apply the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// System message (with --chat).
+    #[arg(long)]
+    pub system: Option<String>,
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: u32,
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    pub top_k: u32,
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop sequence (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Completion token ids already delivered, comma-separated: continue after them.
+    #[arg(long, value_delimiter = ',')]
+    pub resume: Vec<u32>,
+    /// Print one JSON object instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep generating past end-of-text (for benchmarks).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Run the generation this many times in one process and report the last (warm)
+    /// run; benchmarks use it to leave start-up effects out.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, default_value_t = 128)]
+    pub tokens: u32,
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The model path for a testnet's providers: a catalog name is resolved (and a known
+/// model fetched); the testnet CLI and the demo take it as their model resolver.
+pub fn model_for_testnet(data_dir: &Path, model: &str) -> Result<String> {
+    let mut catalog = sharemesh_engine::catalog::Catalog::open(data_dir)?;
+    let entry = match catalog.resolve(model) {
+        Ok(entry) => entry,
+        Err(_)
+            if sharemesh_engine::catalog::KNOWN_MODELS
+                .iter()
+                .any(|m| m.name == model) =>
+        {
+            catalog.fetch_known(model)?
+        }
+        Err(err) => return Err(err),
+    };
+    Ok(entry.path.display().to_string())
+}
+
+/// Resolves and loads a model on the CPU/GPU with the requested thread count.
+pub fn load_model(data_dir: &Path, args: &ModelArgs) -> Result<LoadedModel> {
+    if let Some(threads) = args.threads {
+        engine::set_threads(threads);
+    }
+    let entry = Catalog::open(data_dir)?.resolve(&args.model)?;
+    LoadedModel::load(&entry.path, entry.id, &entry.name, engine::default_device())
+        .with_context(|| format!("loading {}", entry.path.display()))
+}
+
+pub fn generate(data_dir: &Path, args: GenerateArgs) -> Result<()> {
+    let mut model = load_model(data_dir, &args.model)?;
+    let prompt = if args.chat {
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(ChatMessage {
+                role: Role::System,
+                content: system.clone(),
+            });
+        }
+        messages.push(ChatMessage {
+            role: Role::User,
+            content: args.prompt.clone(),
+        });
+        Prompt::Chat(messages)
+    } else {
+        Prompt::Text(args.prompt.clone())
+    };
+    let sampling = Sampling {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        repetition_penalty: args.repetition_penalty,
+        seed: args.seed,
+        max_tokens: args.max_tokens,
+        stop: args.stop.clone(),
+    };
+    sampling.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let request = GenerateRequest {
+        model: model.descriptor.id,
+        prompt,
+        sampling,
+        resume: args.resume.clone(),
+        ignore_eos: args.ignore_eos,
+    };
+    let stream = !args.json;
+    let mut stdout = std::io::stdout();
+    for _ in 1..args.repeat.max(1) {
+        model.generate(&request, |_| true)?;
+    }
+    let generation = model.generate(&request, |event| {
+        if stream {
+            let _ = write!(stdout, "{}", event.text_delta);
+            let _ = stdout.flush();
+        }
+        true
+    })?;
+    if args.json {
+        let out = serde_json::json!({
+            "model": model.descriptor.name,
+            "model_id": model.descriptor.id,
+            "backend": model.backend(),
+            "text": generation.text,
+            "token_ids": generation.token_ids,
+            "prompt_tokens": generation.prompt_tokens,
+            "completion_tokens": generation.token_ids.len(),
+            "finish_reason": generation.finish,
+            "load_seconds": model.load_seconds,
+            "prefill_tokens_per_second": generation.prefill_tokens_per_second(),
+            "generation_tokens_per_second": generation.generation_tokens_per_second(),
+        });
+        println!("{out}");
+    } else {
+        println!();
+        eprintln!(
+            "[{} prompt tokens, {} generated, prefill {:.1} tok/s, generation {:.1} tok/s, finish {:?}]",
+            generation.prompt_tokens,
+            generation.generated_tokens,
+            generation.prefill_tokens_per_second(),
+            generation.generation_tokens_per_second(),
+            generation.finish
+        );
+    }
+    Ok(())
+}
+
+/// The prompt every benchmark uses, so numbers compare across nodes and with llama.cpp.
+pub const BENCH_PROMPT: &str = "Write a detailed essay about the history of the printing press and its effect on science, religion and politics in Europe.";
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Measured speed of a model on this machine.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchResult {
+    pub model: String,
+    /// Device and engine (`LoadedModel::backend`).
+    pub backend: String,
+    pub threads: usize,
+    pub prompt_tokens: u32,
+    pub generated_tokens: u32,
+    pub prefill_tokens_per_second: f64,
+    pub generation_tokens_per_second: f64,
+}
+
+/// Runs the benchmark prompt `runs` times with `tokens` greedy tokens (min_tokens:
+/// end-of-text is ignored by generating a fixed count).
+pub fn measure(model: &mut LoadedModel, tokens: u32, runs: usize) -> Result<BenchResult> {
+    measure_with(model, BENCH_PROMPT, tokens, runs)
+}
+
+/// Like [`measure`] with another user prompt (providers use a short one at start-up).
+pub fn measure_with(
+    model: &mut LoadedModel,
+    prompt: &str,
+    tokens: u32,
+    runs: usize,
+) -> Result<BenchResult> {
+    let mut prefill = Vec::new();
+    let mut decode = Vec::new();
+    let mut last = None;
+    for _ in 0..runs.max(1) {
+        let generation = model.generate(
+            &GenerateRequest {
+                model: model.descriptor.id,
+                prompt: Prompt::Chat(vec![ChatMessage {
+                    role: Role::User,
+                    content: prompt.into(),
+                }]),
+                sampling: Sampling {
+                    max_tokens: tokens,
+                    ..Sampling::default()
+                },
+                resume: Vec::new(),
+                ignore_eos: true,
+            },
+            |_| true,
+        )?;
+        prefill.push(generation.prefill_tokens_per_second());
+        decode.push(generation.generation_tokens_per_second());
+        last = Some(generation);
+    }
+    let last = last.context("no benchmark run")?;
+    Ok(BenchResult {
+        model: model.descriptor.name.clone(),
+        backend: model.backend(),
+        threads: std::env::var("CANDLE_NUM_THREADS")
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        prompt_tokens: last.prompt_tokens,
+        generated_tokens: last.generated_tokens,
+        prefill_tokens_per_second: median(&mut prefill),
+        generation_tokens_per_second: median(&mut decode),
+    })
+}
+
+pub fn bench(data_dir: &Path, args: BenchArgs) -> Result<()> {
+    let mut model = load_model(data_dir, &args.model)?;
+    let result = measure(&mut model, args.tokens, args.runs)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&result)?);
+    } else {
+        println!(
+            "{}: {} threads, prefill {:.1} tok/s ({} tokens), generation {:.1} tok/s ({} tokens), median of {} runs",
+            result.model,
+            result.threads,
+            result.prefill_tokens_per_second,
+            result.prompt_tokens,
+            result.generation_tokens_per_second,
+            result.generated_tokens,
+            args.runs
+        );
+    }
+    Ok(())
+}

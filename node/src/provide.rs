@@ -1,0 +1,178 @@
+//! `sharemesh provide`: load and measure the model, join the mesh, advertise, serve
+//! jobs and quotes (and, with `--openai`, this node's own gateway) until interrupted.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sharemesh_engine::{self as engine, Engine, LoadedModel};
+use sharemesh_gateway::dispatch::{Dispatcher, RoutingDefaults};
+use sharemesh_mesh as mesh;
+use sharemesh_protocol::{NanoUsd, Tier};
+use sharemesh_provider::{Provider, ProviderPolicy};
+
+use crate::http::{self, AppState};
+use crate::local_engine::ModelArgs;
+use crate::serve::{announce, key_check, mesh_config, open_ledger, wait_for_shutdown, MeshArgs};
+
+#[derive(Args, Debug)]
+pub struct ProvideArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+    /// Price in USD per million tokens.
+    #[arg(long, default_value_t = 0.10)]
+    pub price: f64,
+    #[arg(long, default_value = "local")]
+    pub region: String,
+    /// Tiers offered (reserved|on_demand|interruptible, or gold|silver|bronze).
+    #[arg(long, default_values = ["on_demand"])]
+    pub tier: Vec<Tier>,
+    #[arg(long, default_value_t = 4)]
+    pub max_concurrent: u32,
+    /// Tokens sent beyond the buyer's last receipt before pausing.
+    #[arg(long, default_value_t = 64)]
+    pub credit_window: u32,
+    /// Seconds between advert refreshes.
+    #[arg(long, default_value_t = 10)]
+    pub advert_interval: u64,
+    /// Price for reserved (gold) work, USD per million tokens (default: --price).
+    #[arg(long)]
+    pub price_reserved: Option<f64>,
+    /// Price for interruptible (bronze) work, USD per million tokens (default: --price).
+    #[arg(long)]
+    pub price_interruptible: Option<f64>,
+    /// Availability window, e.g. "mon-fri 09:00-17:00 UTC+02:00" (repeatable; none = always).
+    #[arg(long, value_parser = sharemesh_provider::policy::parse_window)]
+    pub window: Vec<sharemesh_protocol::AvailabilityWindow>,
+    /// Take no new work while a GPU is hotter than this (°C, via NVML).
+    #[arg(long)]
+    pub max_temperature: Option<u32>,
+    /// Take no new work while a GPU draws more than this (W, via NVML).
+    #[arg(long)]
+    pub max_power: Option<f64>,
+    /// Also serve the OpenAI API (as a gateway with default routing) on --http.
+    #[arg(long, requires = "http")]
+    pub openai: bool,
+    /// Testnet adversary mode, e.g. `stall-after:5` (goes silent after 5 tokens).
+    #[arg(long, hide = true)]
+    pub adversary: Option<String>,
+}
+
+fn parse_adversary(mode: Option<&str>) -> Result<Option<u64>> {
+    match mode {
+        None => Ok(None),
+        Some(mode) => match mode.strip_prefix("stall-after:").map(str::parse::<u64>) {
+            Some(Ok(n)) => Ok(Some(n)),
+            _ => anyhow::bail!("unknown adversary mode `{mode}` (known: stall-after:N)"),
+        },
+    }
+}
+
+pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
+    let key = crate::identity::load_or_create(data_dir)?;
+    let threads = args
+        .model
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    engine::set_threads(threads);
+    let hardware = sharemesh_provider::hardware::detect();
+    hardware.log();
+    let mut model: LoadedModel = crate::local_engine::load_model(data_dir, &args.model)?;
+    // Measure what we advertise: a short greedy run on the benchmark prompt.
+    let measured = crate::local_engine::measure_with(&mut model, "Hi", 16, 1)?;
+    tracing::info!(model = %model.descriptor.name, tokens_per_second = measured.generation_tokens_per_second, "measured speed");
+    let policy = ProviderPolicy {
+        price_per_token: NanoUsd::per_token_from_usd_per_mtok(args.price)
+            .context("--price must be a non-negative number")?,
+        region: args.region.clone(),
+        tiers: args.tier.clone(),
+        max_concurrent: args.max_concurrent,
+        credit_window_tokens: args.credit_window,
+        advert_interval: Duration::from_secs(args.advert_interval.max(1)),
+        measured_milli_tps: (measured.generation_tokens_per_second * 1000.0) as u32,
+        tier_prices: [
+            (Tier::Reserved, args.price_reserved),
+            (Tier::Interruptible, args.price_interruptible),
+        ]
+        .into_iter()
+        .filter_map(|(tier, price)| price.map(|p| (tier, p)))
+        .map(|(tier, p)| {
+            NanoUsd::per_token_from_usd_per_mtok(p)
+                .map(|p| (tier, p))
+                .context("tier prices must be non-negative numbers")
+        })
+        .collect::<Result<_>>()?,
+        windows: args.window.clone(),
+        thermal: sharemesh_provider::policy::ThermalGuard {
+            max_temperature_celsius: args.max_temperature,
+            max_power_watts: args.max_power,
+        },
+        stall_after: parse_adversary(args.adversary.as_deref())?,
+        ..ProviderPolicy::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let engine = Arc::new(Engine::spawn(vec![model], args.max_concurrent as usize));
+        let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, true)?).await?;
+        let ledger = open_ledger(data_dir)?;
+        // Uptime for the earnings report: a heartbeat per serving session.
+        let heartbeat = ledger.clone();
+        let started = sharemesh_mesh::clock::now_ms();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(30));
+            loop {
+                tick.tick().await;
+                if let Err(err) = heartbeat.heartbeat(started, sharemesh_mesh::clock::now_ms()) {
+                    tracing::warn!(%err, "could not record uptime");
+                }
+            }
+        });
+        let provider = Provider::new(
+            key,
+            engine,
+            mesh.clone(),
+            policy,
+            hardware,
+            Some(ledger.clone()),
+        );
+        tokio::spawn(provider.clone().serve());
+        tokio::spawn(provider.clone().serve_quotes());
+        tokio::spawn(provider.clone().advertise());
+        let http = match args.mesh.http {
+            Some(address) => {
+                let gateway = if args.openai {
+                    let dispatcher = Dispatcher::new(
+                        mesh.clone(),
+                        crate::identity::load_or_create(data_dir)?,
+                        RoutingDefaults::default(),
+                        Some(ledger.clone()),
+                        sharemesh_gateway::dispatch::Budget::default(),
+                    );
+                    dispatcher.set_local_route(Arc::new(crate::local_route::LocalProvider(
+                        provider.clone(),
+                    )));
+                    let keys = key_check(data_dir, address, false)?;
+                    Some(sharemesh_gateway::GatewayState { dispatcher, keys })
+                } else {
+                    None
+                };
+                let state = AppState {
+                    mesh: mesh.clone(),
+                    ledger: Some(ledger.clone()),
+                };
+                Some(http::serve(address, state, gateway).await?)
+            }
+            None => None,
+        };
+        announce(&mesh, "provider", http).await;
+        wait_for_shutdown().await;
+        Ok(())
+    })
+}

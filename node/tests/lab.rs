@@ -1,0 +1,268 @@
+#![allow(clippy::unwrap_used)]
+//! The market and the network on the fast seam: real providers, a real gateway and
+//! real swarms on the memory transport in one process, with scripted engines (no
+//! model; `sharemesh_node::lab`). Each test takes well under a few seconds. What needs
+//! the real model (exact resume of real text, the demo) stays in the other test files.
+
+use std::time::Duration;
+
+use sharemesh_engine::scripted::Script;
+use sharemesh_gateway::dispatch::{Budget, RoutingDefaults};
+use sharemesh_gateway::openai::RoutingOptions;
+use sharemesh_node::lab::{GatewaySpec, Lab, ProviderSpec};
+use sharemesh_protocol::{FinishReason, NanoUsd, Tier};
+
+fn provider(price: u64) -> ProviderSpec {
+    let mut spec = ProviderSpec::default();
+    spec.policy.price_per_token = NanoUsd(price);
+    spec
+}
+
+fn slow(mut spec: ProviderSpec, token_ms: u64) -> ProviderSpec {
+    spec.script = Script {
+        token_delay: Duration::from_millis(token_ms),
+        ..spec.script
+    };
+    spec
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_is_served_by_the_cheapest_and_billed_from_its_receipts() {
+    let ledger = tempfile::tempdir().unwrap();
+    let lab = Lab::start(
+        vec![provider(300), provider(100), provider(200)],
+        GatewaySpec {
+            ledger_dir: Some(ledger.path().to_owned()),
+            ..GatewaySpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    let request = Lab::request("say something short", 20, RoutingOptions::default());
+    let (ids, text) = lab.expected(&request).unwrap();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids);
+    assert_eq!(done.text, text);
+    assert_eq!(done.finish, FinishReason::Length);
+    assert_eq!(done.providers, vec![lab.providers[1].node_id], "cheapest");
+    // Three words and a start token: 4 prompt tokens, 20 completion tokens, 100 each.
+    assert_eq!(done.segments.len(), 1);
+    assert_eq!(done.segments[0].prompt_tokens, 4);
+    assert_eq!(done.segments[0].completion_tokens, 20);
+    assert_eq!(done.cost, NanoUsd(24 * 100));
+    let booked = lab
+        .ledger
+        .as_ref()
+        .unwrap()
+        .spent_since(&lab.gateway.node_id(), 0)
+        .unwrap();
+    assert_eq!(booked, 24 * 100, "the ledger holds what was billed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_serving_provider_mid_stream_loses_no_token() {
+    let lab = Lab::start(
+        vec![slow(provider(100), 5), slow(provider(150), 5)],
+        GatewaySpec::default(),
+    )
+    .await
+    .unwrap();
+    let request = Lab::request("tell me a long story", 40, RoutingOptions::default());
+    let (ids, text) = lab.expected(&request).unwrap();
+    let done = lab
+        .complete_with(request, |delivered, serving| {
+            let lab = &lab;
+            async move {
+                if delivered == 10 {
+                    lab.provider(serving).unwrap().kill().await;
+                }
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(done.token_ids, ids, "every token once, in order");
+    assert_eq!(done.text, text);
+    assert_eq!(done.switches, 1);
+    assert_eq!(
+        done.providers,
+        vec![lab.providers[0].node_id, lab.providers[1].node_id]
+    );
+    // Each provider billed what it served: the first at least the 10 tokens the client
+    // saw before the kill, the second the rest; the prompt once per segment.
+    let served: u64 = done.segments.iter().map(|s| s.completion_tokens).sum();
+    assert_eq!(served, 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalling_provider_is_replaced_and_marked_down() {
+    let mut staller = provider(50);
+    staller.policy.stall_after = Some(5);
+    let lab = Lab::start(
+        vec![staller, provider(100)],
+        GatewaySpec {
+            defaults: RoutingDefaults {
+                stall_timeout: Duration::from_millis(300),
+                ..RoutingDefaults::default()
+            },
+            ..GatewaySpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    let request = Lab::request("count to twenty", 20, RoutingOptions::default());
+    let (ids, text) = lab.expected(&request).unwrap();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids);
+    assert_eq!(done.text, text);
+    assert_eq!(done.switches, 1);
+    assert_eq!(done.segments[0].completion_tokens, 5, "the staller's share");
+    let staller = lab.providers[0].node_id;
+    assert!(
+        lab.gateway.reputation(&staller) < lab.gateway.reputation(&lab.providers[1].node_id),
+        "a stall lowers the staller's standing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hedged_gold_request_bills_only_the_provider_that_served() {
+    let gold = |price| {
+        let mut spec = provider(price);
+        spec.policy.tiers = vec![Tier::Reserved, Tier::OnDemand];
+        spec
+    };
+    let lab = Lab::start(vec![gold(100), gold(100)], GatewaySpec::default())
+        .await
+        .unwrap();
+    let routing = RoutingOptions {
+        tier: Some(Tier::Reserved),
+        hedge: Some(true),
+        ..RoutingOptions::default()
+    };
+    let request = Lab::request("gold work", 12, routing);
+    let (ids, _) = lab.expected(&request).unwrap();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids);
+    assert_eq!(done.providers.len(), 1);
+    assert_eq!(done.segments.len(), 1, "the cancelled twin is not billed");
+    assert_eq!(done.cost, NanoUsd(100 * (3 + 12)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daily_budget_refuses_what_could_exceed_it() {
+    let ledger = tempfile::tempdir().unwrap();
+    let lab = Lab::start(
+        vec![provider(100)],
+        GatewaySpec {
+            budget: Budget {
+                daily: Some(NanoUsd(1_000)),
+                monthly: None,
+            },
+            ledger_dir: Some(ledger.path().to_owned()),
+            ..GatewaySpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    // Worst case 100 × (19 prompt bytes + 20 tokens) = 3,900 nano-USD > 1,000.
+    let refused = lab
+        .complete(Lab::request(
+            "a prompt too costly",
+            20,
+            RoutingOptions::default(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, Some("insufficient_balance"), "{refused:?}");
+    // Worst case 100 × (2 + 5) = 700 fits; it costs 100 × (2 + 5) = 700.
+    let done = lab
+        .complete(Lab::request("hi", 5, RoutingOptions::default()))
+        .await
+        .unwrap();
+    assert_eq!(done.cost, NanoUsd(700));
+    // 700 spent + 700 worst case > 1,000.
+    let refused = lab
+        .complete(Lab::request("hi", 5, RoutingOptions::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, Some("insufficient_balance"), "{refused:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_provider_within_the_price_ceiling_is_a_clear_503() {
+    let lab = Lab::start(vec![provider(500)], GatewaySpec::default())
+        .await
+        .unwrap();
+    let routing = RoutingOptions {
+        max_price_per_token: Some(NanoUsd(100)),
+        ..RoutingOptions::default()
+    };
+    let refused = lab
+        .complete(Lab::request("hi", 5, routing))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, Some("no_provider_available"));
+    assert!(
+        refused.message.contains("price ceiling"),
+        "{}",
+        refused.message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bronze_job_preempted_by_gold_work_finishes_elsewhere() {
+    // The only gold provider, and the cheapest bronze one; the other serves bronze only.
+    let tiers = |price, tiers: Vec<Tier>| {
+        let mut spec = slow(provider(price), 10);
+        spec.policy.tiers = tiers;
+        spec
+    };
+    let lab = Lab::start(
+        vec![
+            tiers(50, vec![Tier::Interruptible, Tier::Reserved]),
+            tiers(1_000, vec![Tier::Interruptible]),
+        ],
+        GatewaySpec::default(),
+    )
+    .await
+    .unwrap();
+    let cheap = lab.providers[0].node_id;
+    let bronze = Lab::request(
+        "a long interruptible job",
+        60,
+        RoutingOptions {
+            tier: Some(Tier::Interruptible),
+            ..RoutingOptions::default()
+        },
+    );
+    let (ids, text) = lab.expected(&bronze).unwrap();
+    let gold_started = tokio::sync::Notify::new();
+    let bronze_run = lab.complete_with(bronze, |delivered, serving| {
+        let gold_started = &gold_started;
+        async move {
+            if delivered == 10 && serving == cheap {
+                gold_started.notify_one();
+            }
+        }
+    });
+    let gold_run = async {
+        gold_started.notified().await;
+        // Gold goes to the cheap provider, which preempts the bronze job for it.
+        let gold = Lab::request(
+            "gold work",
+            5,
+            RoutingOptions {
+                tier: Some(Tier::Reserved),
+                ..RoutingOptions::default()
+            },
+        );
+        lab.complete(gold).await
+    };
+    let (bronze_done, gold_done) = tokio::join!(bronze_run, gold_run);
+    let gold_done = gold_done.unwrap();
+    assert_eq!(gold_done.providers, vec![cheap]);
+    let bronze_done = bronze_done.unwrap();
+    assert_eq!(bronze_done.token_ids, ids);
+    assert_eq!(bronze_done.text, text);
+    assert_eq!(bronze_done.providers[0], cheap);
+    assert!(bronze_done.switches >= 1, "resumed after the preemption");
+}

@@ -1,0 +1,84 @@
+//! The names the mesh speaks under: stream protocol ids and gossip topics. Each carries
+//! [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION), so a version bump renames them all in
+//! one place (a test checks every name against the constant).
+
+/// A libp2p stream protocol of the mesh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamName {
+    /// Job streams: request, answer, token chunks, receipts (SPEC §6).
+    Infer,
+    /// Quote round: one request, one signed quote (SPEC §10).
+    Quote,
+    /// The mesh's own Kademlia DHT, separate from the public IPFS one.
+    Kademlia,
+    /// libp2p identify.
+    Identify,
+}
+
+impl StreamName {
+    pub const ALL: [StreamName; 4] = [
+        StreamName::Infer,
+        StreamName::Quote,
+        StreamName::Kademlia,
+        StreamName::Identify,
+    ];
+
+    /// The protocol id, `/sharemesh/<name>/<version>`.
+    pub const fn id(self) -> &'static str {
+        match self {
+            StreamName::Infer => "/sharemesh/infer/1",
+            StreamName::Quote => "/sharemesh/quote/1",
+            StreamName::Kademlia => "/sharemesh/kad/1",
+            StreamName::Identify => "/sharemesh/id/1",
+        }
+    }
+}
+
+/// A gossipsub topic of the mesh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GossipTopic {
+    Adverts,
+    Attestations,
+    Reputation,
+}
+
+impl GossipTopic {
+    pub const ALL: [GossipTopic; 3] = [
+        GossipTopic::Adverts,
+        GossipTopic::Attestations,
+        GossipTopic::Reputation,
+    ];
+
+    /// The topic name, `sharemesh/<version>/<name>` (gossipsub keeps its own protocol
+    /// id; networks are told apart by topic).
+    pub const fn name(self) -> &'static str {
+        match self {
+            GossipTopic::Adverts => "sharemesh/1/adverts",
+            GossipTopic::Attestations => "sharemesh/1/attestations",
+            GossipTopic::Reputation => "sharemesh/1/reputation",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MessageKind, PROTOCOL_VERSION};
+
+    #[test]
+    fn every_name_carries_the_protocol_version() {
+        let version = PROTOCOL_VERSION.to_string();
+        for stream in StreamName::ALL {
+            let id = stream.id();
+            assert!(id.starts_with("/sharemesh/"), "{id}");
+            assert_eq!(id.rsplit('/').next(), Some(version.as_str()), "{id}");
+        }
+        for topic in GossipTopic::ALL {
+            let name = topic.name();
+            assert_eq!(name.split('/').nth(1), Some(version.as_str()), "{name}");
+        }
+        for kind in [MessageKind::Advert, MessageKind::QuoteRequest] {
+            assert_eq!(kind.domain().split('/').nth(1), Some(version.as_str()));
+        }
+    }
+}

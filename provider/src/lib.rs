@@ -1,0 +1,599 @@
+//! The provider side of `/sharemesh/infer/1`: checks a signed job request, runs it on
+//! the engine, streams each token as a signed chunk, and pauses when the buyer's
+//! receipts fall more than the credit window behind.
+//!
+//! Stream state machine (provider view):
+//! `AwaitRequest → (Reject → Closed) | (Accept → Streaming ⇄ Paused → Final → Closed)`.
+//! Closing the stream at any point cancels generation within one token.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{AsyncReadExt, StreamExt};
+use libp2p::PeerId;
+use sharemesh_protocol::{
+    Accept, Advert, AvailabilityWindow, FinishReason, JobRequest, Keypair, Load, MessageKind,
+    ModelOffer, NanoUsd, OutputCommitment, Reject, RejectReason, ReplayGuard, SignedEnvelope, Tier,
+    TierPrice, TokenChunk, WireMessage,
+};
+use tokio::sync::watch;
+
+use crate::hardware::Hardware;
+use sharemesh_engine::{EngineError, EngineEvent, GenerateRequest, TokenEngine};
+use sharemesh_ledger::{JobRecord, Ledger};
+use sharemesh_mesh::clock::{now_ms, SeqCounter};
+use sharemesh_mesh::framing::{read_frame, write_frame, FrameError};
+use sharemesh_mesh::{MeshHandle, INFER_PROTOCOL};
+
+pub mod hardware;
+mod local;
+pub use local::LocalJob;
+pub mod policy;
+mod quote;
+mod receipts;
+use receipts::read_receipts;
+
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the engine runs for a job (the same for mesh jobs and in-process ones).
+fn engine_request(job: &JobRequest) -> GenerateRequest {
+    GenerateRequest {
+        model: job.model,
+        prompt: job.prompt.clone(),
+        sampling: job.sampling.clone(),
+        resume: job.resume.clone(),
+        ignore_eos: false,
+    }
+}
+const FINAL_RECEIPT_WAIT: Duration = Duration::from_secs(5);
+/// Lifetime of job-bound envelopes.
+const JOB_ENVELOPE_LIFETIME_MS: u64 = 3_600_000;
+
+/// What a provider offers and on what terms.
+#[derive(Clone, Debug)]
+pub struct ProviderPolicy {
+    pub price_per_token: NanoUsd,
+    pub region: String,
+    pub tiers: Vec<Tier>,
+    pub windows: Vec<AvailabilityWindow>,
+    pub max_concurrent: u32,
+    /// Tokens sent beyond the last receipt before pausing.
+    pub credit_window_tokens: u32,
+    pub advert_interval: Duration,
+    pub advert_lifetime: Duration,
+    /// Measured generation speed per model, thousandths of tokens/s.
+    pub measured_milli_tps: u32,
+    /// Prices that differ from `price_per_token` for a tier.
+    pub tier_prices: Vec<(Tier, NanoUsd)>,
+    pub thermal: crate::policy::ThermalGuard,
+    /// Testnet adversary: stop sending (but keep the stream open) after this many tokens.
+    pub stall_after: Option<u64>,
+}
+
+impl ProviderPolicy {
+    pub fn price(&self, tier: Tier) -> NanoUsd {
+        self.tier_prices
+            .iter()
+            .find(|(t, _)| *t == tier)
+            .map_or(self.price_per_token, |(_, p)| *p)
+    }
+}
+
+impl Default for ProviderPolicy {
+    fn default() -> Self {
+        Self {
+            price_per_token: NanoUsd(100),
+            region: "local".into(),
+            tiers: vec![Tier::OnDemand],
+            windows: Vec::new(),
+            max_concurrent: 4,
+            credit_window_tokens: 64,
+            advert_interval: Duration::from_secs(10),
+            advert_lifetime: Duration::from_secs(60),
+            measured_milli_tps: 0,
+            tier_prices: Vec::new(),
+            thermal: crate::policy::ThermalGuard::default(),
+            stall_after: None,
+        }
+    }
+}
+
+pub struct Provider {
+    key: Keypair,
+    engine: Arc<dyn TokenEngine>,
+    mesh: MeshHandle,
+    policy: ProviderPolicy,
+    hardware: Hardware,
+    seq: SeqCounter,
+    replay: Mutex<ReplayGuard>,
+    ledger: Option<Arc<Ledger>>,
+    /// Interruptible jobs in progress, each with the signal that preempts it.
+    interruptible: Mutex<Vec<(sharemesh_protocol::JobId, Arc<tokio::sync::Notify>)>>,
+}
+
+impl Provider {
+    /// Signals the oldest interruptible job to stop (it ends with `Cancelled`, and the
+    /// buyer's gateway resumes it elsewhere).
+    fn preempt_one(&self) {
+        if let Ok(mut jobs) = self.interruptible.lock() {
+            if !jobs.is_empty() {
+                let (job, signal) = jobs.remove(0);
+                tracing::info!(%job, "preempting interruptible job for reserved work");
+                signal.notify_one();
+            }
+        }
+    }
+
+    pub fn new(
+        key: Keypair,
+        engine: Arc<dyn TokenEngine>,
+        mesh: MeshHandle,
+        policy: ProviderPolicy,
+        hardware: Hardware,
+        ledger: Option<Arc<Ledger>>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            key,
+            engine,
+            mesh,
+            policy,
+            hardware,
+            seq: SeqCounter::default(),
+            replay: Mutex::new(ReplayGuard::new(100_000)),
+            ledger,
+            interruptible: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn seal<T: WireMessage>(
+        &self,
+        body: &T,
+    ) -> Result<SignedEnvelope, sharemesh_protocol::DecodeError> {
+        self.key
+            .seal(body, self.seq.next(), now_ms(), JOB_ENVELOPE_LIFETIME_MS)
+    }
+
+    pub fn advert(&self) -> Advert {
+        Advert {
+            provider: self.key.node_id(),
+            region: self.policy.region.clone(),
+            hardware: self.hardware.summary(),
+            models: self
+                .engine
+                .models()
+                .iter()
+                .map(|model| ModelOffer {
+                    model: model.clone(),
+                    generation_milli_tokens_per_second: self.policy.measured_milli_tps,
+                    prices: self
+                        .policy
+                        .tiers
+                        .iter()
+                        .map(|&tier| TierPrice {
+                            tier,
+                            price_per_token: self.policy.price(tier),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            tiers: self.policy.tiers.clone(),
+            windows: self.policy.windows.clone(),
+            load: Load {
+                active_jobs: self.engine.active_jobs() as u32,
+                queue_depth: self.engine.queue_depth() as u32,
+                max_concurrent: self.policy.max_concurrent,
+            },
+            addresses: self
+                .mesh
+                .listen_addrs()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        }
+    }
+
+    /// Publishes the advert now and then every interval (well before it expires), and
+    /// announces a Kademlia provider record per model.
+    pub async fn advertise(self: Arc<Self>) {
+        for model in self.engine.models() {
+            let _ = self.mesh.provide(model.id).await;
+        }
+        let mut tick = tokio::time::interval(self.policy.advert_interval);
+        loop {
+            tick.tick().await;
+            if !self.policy.windows.is_empty()
+                && !self.policy.windows.iter().any(|w| w.contains(now_ms()))
+            {
+                continue; // Outside every window: advertise nothing.
+            }
+            let advert = self.advert();
+            match self.key.seal(
+                &advert,
+                self.seq.next(),
+                now_ms(),
+                self.policy.advert_lifetime.as_millis() as u64,
+            ) {
+                Ok(envelope) => {
+                    // Our own book lists us too (gossip never echoes our own messages),
+                    // so a gateway in this process can route to us.
+                    if let (Ok(bytes), Ok(mut book)) = (envelope.to_bytes(), self.mesh.book.write())
+                    {
+                        let _ = book.offer(&bytes, now_ms());
+                    }
+                    if let Err(err) = self.mesh.publish_advert(&envelope).await {
+                        tracing::warn!(%err, "publishing the advert failed");
+                    }
+                }
+                Err(err) => tracing::error!(%err, "sealing the advert failed"),
+            }
+        }
+    }
+
+    /// Accepts `/sharemesh/infer/1` streams until the mesh stops.
+    pub async fn serve(self: Arc<Self>) -> anyhow::Result<()> {
+        self.accept_streams(INFER_PROTOCOL, "job", |provider, peer, stream| async move {
+            provider.handle(peer, stream).await
+        })
+        .await
+    }
+
+    /// Accepts every inbound stream of `protocol` and runs `handle` on it in its own
+    /// task; `what` names the stream in logs.
+    pub(crate) async fn accept_streams<F, Fut, E>(
+        self: Arc<Self>,
+        protocol: libp2p::StreamProtocol,
+        what: &'static str,
+        handle: F,
+    ) -> anyhow::Result<()>
+    where
+        F: Fn(Arc<Self>, PeerId, libp2p::Stream) -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display,
+    {
+        let mut control = self.mesh.control.clone();
+        let mut incoming = control
+            .accept(protocol)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        while let Some((peer, stream)) = incoming.next().await {
+            let task = handle(self.clone(), peer, stream);
+            tokio::spawn(async move {
+                if let Err(err) = task.await {
+                    tracing::debug!(%peer, %err, "{what} stream ended with an error");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// The terms a job and a quote must both meet: model served, tier offered, not paused
+    /// by the thermal guard, price within the ceiling, inside an availability window.
+    fn terms(
+        &self,
+        model: &sharemesh_protocol::ModelId,
+        tier: Tier,
+        ceiling: NanoUsd,
+        now: u64,
+    ) -> Result<(), (RejectReason, String)> {
+        if !self.engine.models().iter().any(|m| m.id == *model) {
+            return Err((
+                RejectReason::UnknownModel,
+                format!("model {model} is not served here"),
+            ));
+        }
+        if !self.policy.tiers.contains(&tier) {
+            return Err((
+                RejectReason::TierNotOffered,
+                format!("tier {} is not offered", tier.name()),
+            ));
+        }
+        if let Some(reason) = self.policy.thermal.over_limit() {
+            return Err((RejectReason::Paused, reason));
+        }
+        let price = self.policy.price(tier);
+        if ceiling < price {
+            return Err((
+                RejectReason::PriceBelowFloor,
+                format!(
+                    "price {} nano-USD/token is above the ceiling {}",
+                    price.0, ceiling.0
+                ),
+            ));
+        }
+        if !self.policy.windows.is_empty() && !self.policy.windows.iter().any(|w| w.contains(now)) {
+            return Err((
+                RejectReason::OutsideWindow,
+                "outside the provider's availability windows".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check(
+        &self,
+        peer: PeerId,
+        envelope: &SignedEnvelope,
+    ) -> Result<JobRequest, (RejectReason, String)> {
+        let now = now_ms();
+        let opened = envelope
+            .open::<JobRequest>(now)
+            .map_err(|e| (RejectReason::BadRequest, e.to_string()))?;
+        let request = opened.body.clone();
+        if opened.signer.peer_id().ok() != Some(peer) {
+            return Err((
+                RejectReason::BadRequest,
+                "request signed by another identity than the connection's".into(),
+            ));
+        }
+        if request.provider != self.key.node_id() {
+            return Err((
+                RejectReason::BadRequest,
+                "request addressed to another provider".into(),
+            ));
+        }
+        if let Ok(mut replay) = self.replay.lock() {
+            replay
+                .admit(
+                    &opened,
+                    MessageKind::JobRequest,
+                    *request.job_id.as_bytes(),
+                    now,
+                )
+                .map_err(|e| (RejectReason::BadRequest, format!("replayed request: {e}")))?;
+        }
+        self.admit(&request, now)?;
+        Ok(request)
+    }
+
+    /// The admission check every job passes, from the mesh or from this process's own
+    /// gateway: deadline, terms (model, tier, thermal guard, price, window) and a free
+    /// slot (gold preempts bronze instead of waiting).
+    fn admit(&self, request: &JobRequest, now: u64) -> Result<(), (RejectReason, String)> {
+        if request.deadline_ms != 0 && request.deadline_ms < now {
+            return Err((
+                RejectReason::DeadlinePassed,
+                "the deadline has passed".into(),
+            ));
+        }
+        self.terms(
+            &request.model,
+            request.tier,
+            request.max_price_per_token,
+            now,
+        )?;
+        let busy = self.engine.active_jobs() + self.engine.queue_depth();
+        if request.tier == Tier::Reserved && busy > 0 {
+            // Gold work never waits behind bronze: preempt an interruptible job.
+            self.preempt_one();
+        } else if busy >= self.policy.max_concurrent as usize {
+            return Err((RejectReason::OverCapacity, "all slots are busy".into()));
+        }
+        Ok(())
+    }
+
+    /// Submits an admitted job to the engine and waits for its start (the prompt's size
+    /// in tokens); an engine refusal becomes the reason to reject the job.
+    async fn start(
+        &self,
+        request: &JobRequest,
+    ) -> Result<(u32, tokio::sync::mpsc::Receiver<EngineEvent>), (RejectReason, String)> {
+        let mut events = self.engine.submit(engine_request(request)).map_err(|err| {
+            let reason = if matches!(err, EngineError::Busy(_)) {
+                RejectReason::OverCapacity
+            } else {
+                RejectReason::Internal
+            };
+            (reason, err.to_string())
+        })?;
+        match events.recv().await {
+            Some(EngineEvent::Started { prompt_tokens }) => Ok((prompt_tokens, events)),
+            Some(EngineEvent::Failed(err)) => {
+                let reason = match err {
+                    EngineError::ContextTooLong { .. } => RejectReason::ContextTooLong,
+                    EngineError::BadRequest(_) | EngineError::Tokenizer(_) => {
+                        RejectReason::BadRequest
+                    }
+                    _ => RejectReason::Internal,
+                };
+                Err((reason, err.to_string()))
+            }
+            _ => Err((RejectReason::Internal, "engine stopped".into())),
+        }
+    }
+
+    async fn reject(
+        &self,
+        writer: &mut (impl futures::AsyncWrite + Unpin),
+        job: &JobRequest,
+        reason: RejectReason,
+        detail: String,
+    ) -> Result<(), FrameError> {
+        let reject = Reject {
+            job_id: job.job_id,
+            provider: self.key.node_id(),
+            reason,
+            detail,
+        };
+        write_frame(writer, &self.seal(&reject)?).await
+    }
+
+    async fn handle(
+        self: Arc<Self>,
+        peer: PeerId,
+        stream: libp2p::Stream,
+    ) -> Result<(), FrameError> {
+        let (mut reader, mut writer) = stream.split();
+        let envelope = read_frame(&mut reader, REQUEST_TIMEOUT).await?;
+        let request = match self.check(peer, &envelope) {
+            Ok(request) => request,
+            Err((reason, detail)) => {
+                tracing::info!(%peer, ?reason, %detail, "rejected job");
+                // Without a decodable request there is no job id to answer with.
+                if let Ok(opened) = envelope.open_archived::<JobRequest>() {
+                    self.reject(&mut writer, &opened.body, reason, detail)
+                        .await?;
+                }
+                return Ok(());
+            }
+        };
+        let span = tracing::info_span!("job", job = %request.job_id, peer = %peer);
+        let _entered = span.enter();
+        let (prompt_tokens, mut events) = match self.start(&request).await {
+            Ok(started) => started,
+            Err((reason, detail)) => {
+                return self.reject(&mut writer, &request, reason, detail).await;
+            }
+        };
+        let accept = Accept {
+            job_id: request.job_id,
+            provider: self.key.node_id(),
+            price_per_token: self.policy.price(request.tier),
+            prompt_tokens,
+            credit_window_tokens: self.policy.credit_window_tokens,
+        };
+        write_frame(&mut writer, &self.seal(&accept)?).await?;
+
+        // Receipts arrive concurrently; `acked` holds the completion tokens they cover.
+        let (acked_tx, mut acked) = watch::channel(0u64);
+        let receipts = tokio::spawn(read_receipts(
+            reader,
+            request.clone(),
+            self.key.node_id(),
+            self.policy.price(request.tier),
+            u64::from(prompt_tokens),
+            acked_tx,
+            self.ledger.clone(),
+        ));
+        let window = u64::from(self.policy.credit_window_tokens);
+        let mut sent = 0u64;
+        let mut tokens = Vec::new();
+        let preempt = Arc::new(tokio::sync::Notify::new());
+        if request.tier == Tier::Interruptible {
+            if let Ok(mut jobs) = self.interruptible.lock() {
+                jobs.push((request.job_id, preempt.clone()));
+            }
+        }
+        let result = loop {
+            let next = tokio::select! {
+                event = events.recv() => event,
+                () = preempt.notified() => {
+                    let chunk = TokenChunk {
+                        job_id: request.job_id,
+                        provider: self.key.node_id(),
+                        first_index: (request.resume.len() as u64 + sent) as u32,
+                        token_ids: vec![],
+                        text_delta: String::new(),
+                        finish: Some(FinishReason::Cancelled),
+                    };
+                    // Dropping `events` when we return cancels the engine job.
+                    break write_frame(&mut writer, &self.seal(&chunk)?).await;
+                }
+            };
+            let Some(event) = next else {
+                break Ok(());
+            };
+            match event {
+                EngineEvent::Token(token) => {
+                    if self.policy.stall_after.is_some_and(|n| sent >= n) {
+                        // Adversary: go silent but hold the stream until the buyer leaves.
+                        tracing::warn!("adversary: stalling");
+                        while acked.changed().await.is_ok() {}
+                        return Ok(());
+                    }
+                    // Credit window: wait for receipts before running further ahead.
+                    while sent.saturating_sub(*acked.borrow()) >= window {
+                        if acked.changed().await.is_err() {
+                            tracing::info!("buyer stopped acknowledging; cancelling");
+                            return Ok(());
+                        }
+                    }
+                    tokens.push(token.token_id);
+                    let chunk = TokenChunk {
+                        job_id: request.job_id,
+                        provider: self.key.node_id(),
+                        first_index: token.index,
+                        token_ids: vec![token.token_id],
+                        text_delta: token.text_delta,
+                        finish: None,
+                    };
+                    // A write error means the buyer closed the stream: dropping `events`
+                    // cancels the engine within one token.
+                    write_frame(&mut writer, &self.seal(&chunk)?).await?;
+                    sent += 1;
+                }
+                EngineEvent::Finished(generation) => {
+                    let chunk = TokenChunk {
+                        job_id: request.job_id,
+                        provider: self.key.node_id(),
+                        first_index: generation.token_ids.len() as u32,
+                        token_ids: vec![],
+                        text_delta: String::new(),
+                        finish: Some(generation.finish),
+                    };
+                    write_frame(&mut writer, &self.seal(&chunk)?).await?;
+                    let commitment = OutputCommitment {
+                        job_id: request.job_id,
+                        provider: self.key.node_id(),
+                        request_hash: sharemesh_protocol::envelope::body_digest(&request)?,
+                        output_hash: sharemesh_protocol::envelope::tokens_digest(
+                            &generation.token_ids,
+                        ),
+                        output_tokens: generation.token_ids.len() as u32,
+                    };
+                    write_frame(&mut writer, &self.seal(&commitment)?).await?;
+                    tracing::info!(
+                        tokens = generation.generated_tokens,
+                        prefilled = generation.prefilled_tokens,
+                        reused = generation.reused_tokens,
+                        finish = ?generation.finish,
+                        "job done"
+                    );
+                    if let Some(ledger) = &self.ledger {
+                        let record = JobRecord {
+                            job_id: request.job_id.to_string(),
+                            provider: self.key.node_id().to_string(),
+                            buyer: request.buyer.to_string(),
+                            model: self
+                                .engine
+                                .models()
+                                .iter()
+                                .find(|m| m.id == request.model)
+                                .map_or_else(|| request.model.to_string(), |m| m.name.clone()),
+                            prompt_tokens: u64::from(prompt_tokens),
+                            completion_tokens: u64::from(generation.generated_tokens),
+                            price_per_token: self.policy.price(request.tier).0,
+                            started_ms: now_ms(),
+                            ttft_ms: None,
+                            tokens_per_second: Some(generation.generation_tokens_per_second()),
+                            outcome: format!("{:?}", generation.finish).to_lowercase(),
+                            api_key: None,
+                        };
+                        if let Err(err) = ledger.record_job(&record) {
+                            tracing::warn!(%err, "could not book the job");
+                        }
+                    }
+                    break Ok(());
+                }
+                EngineEvent::Failed(err) => {
+                    tracing::warn!(%err, "generation failed");
+                    let chunk = TokenChunk {
+                        job_id: request.job_id,
+                        provider: self.key.node_id(),
+                        first_index: sent as u32,
+                        token_ids: vec![],
+                        text_delta: String::new(),
+                        finish: Some(FinishReason::Error),
+                    };
+                    break write_frame(&mut writer, &self.seal(&chunk)?).await;
+                }
+                EngineEvent::Started { .. } => {}
+            }
+        };
+        if let Ok(mut jobs) = self.interruptible.lock() {
+            jobs.retain(|(job, _)| *job != request.job_id);
+        }
+        // Give the buyer a moment to send its final receipt, then close.
+        let _ = tokio::time::timeout(FINAL_RECEIPT_WAIT, acked.wait_for(|&a| a >= sent)).await;
+        receipts.abort();
+        result
+    }
+}

@@ -1,0 +1,62 @@
+//! The provider's half of metering: reading and booking the buyer's receipts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sharemesh_protocol::{JobRequest, MessageKind, NanoUsd, Receipt, ReplayGuard};
+use tokio::sync::watch;
+
+use sharemesh_ledger::Ledger;
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::framing::read_frame;
+
+/// Reads the buyer's receipts, keeping the highest valid cumulative count.
+pub(super) async fn read_receipts(
+    mut reader: futures::io::ReadHalf<libp2p::Stream>,
+    request: JobRequest,
+    provider: sharemesh_protocol::NodeId,
+    price: NanoUsd,
+    prompt_tokens: u64,
+    acked: watch::Sender<u64>,
+    ledger: Option<Arc<Ledger>>,
+) {
+    let mut replay = ReplayGuard::new(16);
+    loop {
+        let envelope = match read_frame(&mut reader, Duration::from_secs(3600)).await {
+            Ok(envelope) => envelope,
+            Err(_) => return,
+        };
+        let now = now_ms();
+        let Ok(opened) = envelope.open::<Receipt>(now) else {
+            tracing::warn!("ignoring an invalid receipt");
+            continue;
+        };
+        let receipt = &opened.body;
+        let consistent = receipt.job_id == request.job_id
+            && receipt.buyer == request.buyer
+            && receipt.provider == provider
+            && receipt.price_per_token == price
+            && receipt.prompt_tokens == prompt_tokens;
+        if !consistent
+            || replay
+                .admit(
+                    &opened,
+                    MessageKind::Receipt,
+                    *request.job_id.as_bytes(),
+                    now,
+                )
+                .is_err()
+        {
+            tracing::warn!("ignoring an inconsistent or replayed receipt");
+            continue;
+        }
+        // Booked (and flushed) before it counts as acknowledged.
+        if let Some(ledger) = &ledger {
+            if let Err(err) = ledger.record_receipt(&envelope) {
+                tracing::warn!(%err, "could not book a receipt; not counting it");
+                continue;
+            }
+        }
+        acked.send_modify(|a| *a = (*a).max(receipt.completion_tokens));
+    }
+}
