@@ -80,18 +80,16 @@ async fn main() -> Result<()> {
         DEFAULT_STALL_TIMEOUT,
     )
     .await?;
+    let mut paid = 0;
     while let Some(event) = events.recv().await {
         match event {
             JobEvent::Accepted(accept) => {
                 println!("accepted: {} prompt tokens", accept.prompt_tokens)
             }
             JobEvent::Token(chunk) => print!("{}", chunk.text_delta),
-            JobEvent::Finished {
-                finish,
-                last_receipt,
-                ..
-            } => {
-                let paid = last_receipt.map_or(0, |r| r.amount.0);
+            // Receipts are cumulative: the last one signed is what the job costs.
+            JobEvent::Receipted(receipt) => paid = receipt.amount.0,
+            JobEvent::Finished { finish, .. } => {
                 println!("\nfinished ({finish:?}); our last signed receipt pays {paid} nano-USD");
                 return Ok(());
             }

@@ -29,15 +29,19 @@ pub const PREFILL_ALLOWANCE_PER_TOKEN: Duration = Duration::from_millis(100);
 /// A provider silent this long is considered stalled (gateways may set their own).
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What a job stream yields, in order: `Accepted` or `Rejected`, then `Token`s with a
+/// `Receipted` after each receipt the buyer signed and booked, then `Finished` or
+/// `Failed`. The last `Receipted` is what the segment costs: amounts are read from
+/// receipts, never recomputed.
 #[derive(Debug, Clone)]
 pub enum JobEvent {
     Accepted(Accept),
     Rejected(Reject),
     Token(TokenChunk),
+    Receipted(Receipt),
     Finished {
         finish: FinishReason,
         commitment: Option<OutputCommitment>,
-        last_receipt: Option<Receipt>,
     },
     Failed(SegmentError),
 }
@@ -180,17 +184,16 @@ async fn run_job(
     let every = RECEIPT_EVERY.min((u64::from(accept.credit_window_tokens) / 2).max(1));
     let mut received = 0u64;
     let mut acknowledged = 0u64;
-    let mut last_receipt = None;
+    let mut receipted = false;
     let receipt = |tokens: u64| -> Option<(Receipt, SignedEnvelope)> {
-        let body = Receipt {
-            job_id: request.job_id,
-            provider: accept.provider,
-            buyer: key.node_id(),
+        let body = Receipt::new(
+            request.job_id,
+            accept.provider,
+            key.node_id(),
             prompt_tokens,
-            completion_tokens: tokens,
-            price_per_token: price,
-            amount: price.times(prompt_tokens + tokens)?,
-        };
+            tokens,
+            price,
+        )?;
         let envelope = key
             .seal(&body, seq.next(), now_ms(), 365 * 24 * 3_600_000)
             .ok()?;
@@ -231,7 +234,7 @@ async fn run_job(
         }
         if received - acknowledged >= every
             || (finish.is_some() && received > acknowledged)
-            || (finish.is_some() && last_receipt.is_none())
+            || (finish.is_some() && !receipted)
         {
             if let Some((body, envelope)) = receipt(received) {
                 // Booked before it is sent: whatever the provider holds, we hold too.
@@ -242,7 +245,11 @@ async fn run_job(
                 }
                 if write_frame(&mut writer, &envelope).await.is_ok() {
                     acknowledged = received;
-                    last_receipt = Some(body);
+                    receipted = true;
+                }
+                // Booked, so owed whether or not the provider got it.
+                if events.send(JobEvent::Receipted(body)).await.is_err() {
+                    return;
                 }
             }
         }
@@ -254,13 +261,7 @@ async fn run_job(
                     .map(|o| o.body),
                 Err(_) => None,
             };
-            let _ = events
-                .send(JobEvent::Finished {
-                    finish,
-                    commitment,
-                    last_receipt,
-                })
-                .await;
+            let _ = events.send(JobEvent::Finished { finish, commitment }).await;
             return;
         }
     }

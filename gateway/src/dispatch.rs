@@ -1,70 +1,32 @@
-//! Routing a request to providers: filter the order book to eligible providers, rank
-//! them, run the job, and on a provider failure continue the same response on the
-//! next provider with `resume` (the engine's exact resume keeps the text identical).
+//! Routing a request to providers, in three steps: plan it ([`crate::plan`]: eligible
+//! providers, quotes, ranking, worst case held against the budgets), run it segment by
+//! segment (on a provider failure the same response continues on the next provider
+//! with `resume`: the engine's exact resume keeps the text identical), and book each
+//! segment (amounts read from the buyer's signed receipts).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use libp2p::PeerId;
 use rand::Rng;
-use sharemesh_market::{OfferView, ScoreWeights};
+use sharemesh_ledger::{JobOutcome, JobRecord, Ledger};
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::orderbook::BookEntry;
+use sharemesh_mesh::MeshHandle;
 use sharemesh_protocol::{
-    FinishReason, JobId, JobRequest, Keypair, ModelId, NanoUsd, NodeId, QuoteRequest, Tier,
+    Accept, FinishReason, JobId, JobRequest, Keypair, ModelId, NanoUsd, NodeId, Receipt, Tier,
 };
 use sharemesh_reputation::{Outcome, ReputationBook, ScoreParams};
 use tokio::sync::mpsc;
 
-use super::error::ApiError;
-use super::openai::CompletionRequest;
-use super::quote::{self, Candidate, QuoteAnswer};
-use super::segment::race;
+use crate::budget::{Budget, Budgets};
 use crate::buyer::{JobEvent, SegmentError};
+use crate::error::ApiError;
 use crate::keys::KeyRecord;
-use sharemesh_ledger::{JobRecord, Ledger};
-use sharemesh_mesh::clock::now_ms;
-use sharemesh_mesh::orderbook::BookEntry;
-use sharemesh_mesh::MeshHandle;
-
-/// Gateway-wide defaults for routing options a request leaves out.
-#[derive(Clone, Debug)]
-pub struct RoutingDefaults {
-    pub max_price_per_token: NanoUsd,
-    pub tier: Tier,
-    pub region: Option<String>,
-    /// Providers tried (first plus failovers) before giving up.
-    pub max_attempts: usize,
-    /// A provider silent this long mid-job is replaced.
-    pub stall_timeout: std::time::Duration,
-    /// Weights of the ranking score (SPEC §10).
-    pub score: ScoreWeights,
-    /// Candidates asked for a quote before the choice (0: rank by adverts alone).
-    pub quote_k: usize,
-    /// Start gold work on two providers and keep the first to answer, unless the
-    /// request says otherwise (`sharemesh.hedge`).
-    pub hedge_gold: bool,
-    /// Every this many delivered tokens, warm the next provider in line so a failover
-    /// there prefills only what came since (0: never). See `warm_standby`.
-    pub warm_standby_every: usize,
-}
-
-/// Round trip assumed for a provider the gateway has not pinged yet.
-const UNKNOWN_RTT_MS: f64 = 200.0;
-
-impl Default for RoutingDefaults {
-    fn default() -> Self {
-        Self {
-            max_price_per_token: NanoUsd(1_000_000),
-            tier: Tier::OnDemand,
-            region: None,
-            max_attempts: 4,
-            stall_timeout: crate::buyer::DEFAULT_STALL_TIMEOUT,
-            score: ScoreWeights::default(),
-            quote_k: 4,
-            hedge_gold: false,
-            warm_standby_every: 64,
-        }
-    }
-}
+use crate::openai::CompletionRequest;
+use crate::plan::{self, Plan, RoutingDefaults};
+use crate::quote::Candidate;
+use crate::segment::{race, LocalRoute, Opened, Segments};
 
 #[derive(Debug)]
 pub enum DispatchEvent {
@@ -95,15 +57,11 @@ pub enum DispatchEvent {
 pub struct Segment {
     pub provider: String,
     pub prompt_tokens: u64,
+    /// Tokens delivered to the client from this provider.
     pub completion_tokens: u64,
+    /// The amount of the last receipt the buyer signed for this segment (tokens that
+    /// arrived after it, when the stream broke, are not owed).
     pub amount_nano_usd: u64,
-}
-
-/// Spend limits of the gateway, in nano-USD.
-#[derive(Clone, Debug, Default)]
-pub struct Budget {
-    pub daily: Option<NanoUsd>,
-    pub monthly: Option<NanoUsd>,
 }
 
 pub struct Dispatcher {
@@ -112,47 +70,35 @@ pub struct Dispatcher {
     defaults: RoutingDefaults,
     reliability: Mutex<ReputationBook<NodeId>>,
     ledger: Option<Arc<Ledger>>,
-    budget: Budget,
-    /// Worst-case cost of requests in flight, held against the budgets.
-    reserved: Mutex<Reserved>,
-    /// This process's own provider, served directly (a node cannot dial itself).
-    local: std::sync::OnceLock<Arc<dyn LocalRoute>>,
+    budgets: Budgets,
+    segments: Arc<Segments>,
 }
 
-/// This process's own provider, as the gateway sees it: a job runs there without a
-/// stream (a node cannot dial itself) and yields the same events a remote provider's
-/// stream does. The node wires its provider in (`set_local_route`); the gateway itself
-/// does not link the engine.
-pub trait LocalRoute: Send + Sync + 'static {
-    /// Runs `job` (addressed to this node); its events arrive on the returned channel,
-    /// and dropping it cancels the job.
-    fn run(&self, job: JobRequest) -> mpsc::Receiver<JobEvent>;
+/// The response as it grows across segments.
+struct Response {
+    job_id: JobId,
+    /// Every completion token delivered to the client, across providers.
+    delivered: Vec<u32>,
+    providers: Vec<NodeId>,
+    segments: Vec<Segment>,
+    cost: NanoUsd,
+    /// Whether any provider has accepted (the client has been told).
+    accepted: bool,
+    /// The standby warm-up in flight, and the delivered count it was started at.
+    warming: Option<tokio::task::JoinHandle<()>>,
+    warmed_at: usize,
 }
 
-#[derive(Default)]
-struct Reserved {
-    total: u64,
-    per_key: std::collections::HashMap<String, u64>,
-}
-
-/// Releases a request's reservation however it ends.
-struct Reservation<'a> {
-    reserved: &'a Mutex<Reserved>,
-    amount: u64,
-    key: Option<String>,
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut reserved) = self.reserved.lock() {
-            reserved.total = reserved.total.saturating_sub(self.amount);
-            if let Some(key) = &self.key {
-                if let Some(held) = reserved.per_key.get_mut(key) {
-                    *held = held.saturating_sub(self.amount);
-                }
-            }
-        }
-    }
+/// How one segment went, for booking and for the next step.
+struct SegmentReport {
+    provider: NodeId,
+    accept: Option<Accept>,
+    /// Tokens delivered from this segment.
+    tokens: u64,
+    last_receipt: Option<Receipt>,
+    started: Instant,
+    first_token: Option<Instant>,
+    end: Result<FinishReason, SegmentError>,
 }
 
 impl Dispatcher {
@@ -163,21 +109,27 @@ impl Dispatcher {
         ledger: Option<Arc<Ledger>>,
         budget: Budget,
     ) -> Arc<Self> {
+        let key = Arc::new(key);
+        let segments = Segments::new(
+            mesh.clone(),
+            key.clone(),
+            ledger.clone(),
+            defaults.stall_timeout,
+        );
         Arc::new(Self {
             mesh,
-            key: Arc::new(key),
+            key,
             defaults,
             reliability: Mutex::new(ReputationBook::new(ScoreParams::default(), 10_000)),
             ledger,
-            budget,
-            reserved: Mutex::new(Reserved::default()),
-            local: std::sync::OnceLock::new(),
+            budgets: Budgets::new(budget),
+            segments: Arc::new(segments),
         })
     }
 
     /// Routes jobs for this node's own provider to it directly.
     pub fn set_local_route(&self, route: Arc<dyn LocalRoute>) {
-        let _ = self.local.set(route);
+        self.segments.set_local_route(route);
     }
 
     pub fn ledger(&self) -> Option<&Arc<Ledger>> {
@@ -186,76 +138,6 @@ impl Dispatcher {
 
     pub fn node_id(&self) -> NodeId {
         self.key.node_id()
-    }
-
-    /// Refuses the request (402) if its worst-case cost does not fit what is left of the
-    /// daily and monthly budgets, counting requests in flight; else reserves it.
-    fn reserve(
-        &self,
-        worst_case: u64,
-        key: Option<&KeyRecord>,
-    ) -> Result<Reservation<'_>, ApiError> {
-        let now = now_ms();
-        let mut reserved = self
-            .reserved
-            .lock()
-            .map_err(|_| ApiError::upstream("budget lock poisoned"))?;
-        let day = sharemesh_ledger::parse_day(&sharemesh_ledger::day(now)).unwrap_or(0);
-        let month =
-            sharemesh_ledger::parse_day(&format!("{}-01", &sharemesh_ledger::day(now)[..7]))
-                .unwrap_or(0);
-        let ledger_error = |e: sharemesh_ledger::LedgerError| ApiError::upstream(e.to_string());
-        // (limit, spent, name, held by requests in flight)
-        let mut limits: Vec<(u64, u64, String, u64)> = Vec::new();
-        for (limit, since, name) in [
-            (self.budget.daily, day, "daily"),
-            (self.budget.monthly, month, "monthly"),
-        ] {
-            let Some(limit) = limit else { continue };
-            let spent = match &self.ledger {
-                Some(ledger) => ledger
-                    .spent_since(&self.key.node_id(), since)
-                    .map_err(ledger_error)?,
-                None => 0,
-            };
-            limits.push((limit.0, spent, format!("gateway's {name}"), reserved.total));
-        }
-        if let Some(key) = key {
-            for (limit, since, name) in [
-                (key.daily_budget_nano_usd, day, "daily"),
-                (key.monthly_budget_nano_usd, month, "monthly"),
-            ] {
-                let Some(limit) = limit else { continue };
-                let spent = match &self.ledger {
-                    Some(ledger) => ledger.spent_by_key(&key.id, since).map_err(ledger_error)?,
-                    None => 0,
-                };
-                let in_flight = reserved.per_key.get(&key.id).copied().unwrap_or(0);
-                limits.push((
-                    limit,
-                    spent,
-                    format!("API key {}'s {name}", key.name),
-                    in_flight,
-                ));
-            }
-        }
-        for (limit, spent, name, in_flight) in limits {
-            let left = limit.saturating_sub(spent).saturating_sub(in_flight);
-            if worst_case > left {
-                return Err(ApiError::insufficient_balance(format!(
-                    "the worst-case cost of this request is {worst_case} nano-USD but only {left} of the {name} budget of {limit} nano-USD is left"
-                )));
-            }
-        }
-        reserved.total += worst_case;
-        if let Some(key) = key {
-            *reserved.per_key.entry(key.id.clone()).or_default() += worst_case;
-        }
-        Ok(Reservation {
-            reserved: &self.reserved,
-            amount: worst_case,
-            key: key.map(|k| k.id.clone()),
-        })
     }
 
     pub fn mesh(&self) -> &MeshHandle {
@@ -272,95 +154,28 @@ impl Dispatcher {
 
     /// A catalog name or model id → the model id, if anyone offers it now.
     pub fn resolve_model(&self, name: &str) -> Result<ModelId, ApiError> {
-        self.live()
-            .iter()
-            .flat_map(|e| e.advert.models.iter())
-            .find(|o| o.model.name == name || o.model.id.to_string() == name)
-            .map(|o| o.model.id)
-            .ok_or_else(|| ApiError::model_not_found(name))
+        plan::resolve_model(&self.live(), name)
     }
 
-    /// Eligible providers for `model`, best first by `sharemesh_market::rank`: expected
-    /// cost of the request from price, latency (measured round trip, plus the advertised
-    /// queue at the advertised speed), throughput and observed success rate.
+    /// Eligible providers for `model`, best first (see [`plan::candidates`]).
     pub fn candidates(
         &self,
         model: &ModelId,
         request: &CompletionRequest,
-        rtt_ms: &HashMap<PeerId, f64>,
+        rtt_ms: &std::collections::HashMap<libp2p::PeerId, f64>,
     ) -> (Vec<Candidate>, Tier) {
         let now = now_ms();
-        let routing = &request.routing;
-        let tier = if routing.interruptible {
-            Tier::Interruptible
-        } else {
-            routing.tier.unwrap_or(self.defaults.tier)
+        let book = self.reliability.lock().ok();
+        let reliability =
+            |provider: &NodeId| book.as_ref().map_or(0.5, |b| b.success_rate(provider, now));
+        let context = plan::Context {
+            live: self.live(),
+            defaults: &self.defaults,
+            rtt_ms: rtt_ms.clone(),
+            reliability: &reliability,
+            now_ms: now,
         };
-        let ceiling = routing
-            .max_price_per_token
-            .unwrap_or(self.defaults.max_price_per_token);
-        let region = routing
-            .region
-            .clone()
-            .or_else(|| self.defaults.region.clone());
-        let reliability = self.reliability.lock().ok();
-        let tokens = request.sampling.max_tokens;
-        let eligible: Vec<Candidate> = self
-            .live()
-            .into_iter()
-            .filter_map(|entry| {
-                let advert = &entry.advert;
-                let offer = advert.offer(model)?;
-                let price = offer.price_for(tier)?;
-                let load = advert.load;
-                let ok = price <= ceiling
-                    && advert.tiers.contains(&tier)
-                    && region.as_ref().is_none_or(|r| &advert.region == r)
-                    && routing
-                        .min_vram_bytes
-                        .is_none_or(|min| advert.hardware.vram_total_bytes() >= min)
-                    && advert.available_at(now)
-                    && (load.max_concurrent == 0
-                        || load.active_jobs + load.queue_depth < load.max_concurrent);
-                if !ok {
-                    return None;
-                }
-                let speed = f64::from(offer.generation_milli_tokens_per_second) / 1000.0;
-                let rtt = advert
-                    .provider
-                    .peer_id()
-                    .ok()
-                    .and_then(|peer| rtt_ms.get(&peer).copied())
-                    .unwrap_or(UNKNOWN_RTT_MS);
-                // A job ahead in the queue takes about as long as this one will.
-                let queue_ms = if speed > 0.0 {
-                    f64::from(load.queue_depth) * f64::from(tokens) / speed * 1000.0
-                } else {
-                    0.0
-                };
-                let view = OfferView {
-                    price_per_token: price.0,
-                    latency_ms: rtt + queue_ms,
-                    tokens_per_second: speed,
-                    reliability: reliability
-                        .as_ref()
-                        .map_or(0.5, |r| r.success_rate(&advert.provider, now)),
-                };
-                Some(Candidate {
-                    entry: entry.clone(),
-                    price,
-                    rtt_ms: rtt,
-                    view,
-                })
-            })
-            .collect();
-        let views: Vec<OfferView> = eligible.iter().map(|c| c.view).collect();
-        let order = sharemesh_market::rank(&views, tokens, &self.defaults.score);
-        let mut slots: Vec<Option<Candidate>> = eligible.into_iter().map(Some).collect();
-        (
-            order.into_iter().filter_map(|i| slots[i].take()).collect(),
-            tier,
-        )
+        plan::candidates(model, request, &context)
     }
 
     /// This gateway's reputation score of `provider` now (0.5 for one it never used).
@@ -393,15 +208,10 @@ impl Dispatcher {
         receiver
     }
 
-    async fn drive(
-        self: &Arc<Self>,
-        request: CompletionRequest,
-        key: Option<KeyRecord>,
-        events: &mpsc::Sender<DispatchEvent>,
-    ) -> Result<(), ApiError> {
+    /// Resolves the model, filters and ranks the providers, asks the best for quotes.
+    async fn plan(&self, request: &CompletionRequest) -> Result<Plan, ApiError> {
         let model = self.resolve_model(&request.model)?;
-        let rtt_ms: HashMap<PeerId, f64> = self.mesh.round_trips_ms();
-        let (candidates, tier) = self.candidates(&model, &request, &rtt_ms);
+        let (candidates, tier) = self.candidates(&model, request, &self.mesh.round_trips_ms());
         if candidates.is_empty() {
             return Err(ApiError::no_provider(format!(
                 "no provider can serve `{}` now within the price ceiling, tier, region and VRAM constraints",
@@ -409,254 +219,108 @@ impl Dispatcher {
             )));
         }
         let job_id = JobId::from_bytes(rand::rng().random());
-        let candidates = self
-            .quote_round(candidates, job_id, model, tier, &request)
-            .await;
+        let mut candidates = plan::quote_round(
+            &self.mesh,
+            &self.key,
+            candidates,
+            (job_id, model, tier),
+            request,
+            &self.defaults,
+        )
+        .await;
         if candidates.is_empty() {
             return Err(ApiError::no_provider(format!(
                 "every provider asked for a quote for `{}` declined it",
                 request.model
             )));
         }
-        // Worst case: every prompt byte a token, every completion token produced, at the
-        // highest price among the candidates we may fail over to.
-        let prompt_bytes = match &request.prompt {
-            sharemesh_protocol::Prompt::Text(t) => t.len() as u64,
-            sharemesh_protocol::Prompt::Chat(m) => {
-                m.iter().map(|m| m.content.len() as u64 + 16).sum::<u64>() + 64
-            }
-            sharemesh_protocol::Prompt::Tokens(t) => t.len() as u64,
+        candidates.truncate(self.defaults.max_attempts);
+        let worst_case = plan::worst_case(request, &candidates);
+        Ok(Plan {
+            job_id,
+            model,
+            tier,
+            candidates,
+            worst_case,
+        })
+    }
+
+    async fn drive(
+        self: &Arc<Self>,
+        request: CompletionRequest,
+        key: Option<KeyRecord>,
+        events: &mpsc::Sender<DispatchEvent>,
+    ) -> Result<(), ApiError> {
+        let plan = self.plan(&request).await?;
+        let _reservation = self.budgets.reserve(
+            self.ledger.as_deref(),
+            &self.node_id(),
+            plan.worst_case,
+            key.as_ref(),
+            now_ms(),
+        )?;
+        let mut response = Response {
+            job_id: plan.job_id,
+            delivered: Vec::new(),
+            providers: Vec::new(),
+            segments: Vec::new(),
+            cost: NanoUsd::ZERO,
+            accepted: false,
+            warming: None,
+            warmed_at: 0,
         };
-        let highest = candidates
-            .iter()
-            .take(self.defaults.max_attempts)
-            .map(|c| c.price.0)
-            .max()
-            .unwrap_or(0);
-        let worst_case =
-            highest.saturating_mul(prompt_bytes + u64::from(request.sampling.max_tokens));
-        let _reservation = self.reserve(worst_case, key.as_ref())?;
-        let mut delivered: Vec<u32> = Vec::new();
-        let mut providers: Vec<NodeId> = Vec::new();
-        let mut cost = NanoUsd::ZERO;
-        let mut segments: Vec<Segment> = Vec::new();
-        let mut last_error = String::from("no provider answered");
-        let mut accepted = false;
-        let mut queue: VecDeque<Candidate> = candidates
-            .into_iter()
-            .take(self.defaults.max_attempts)
-            .collect();
-        let mut warm_task: Option<tokio::task::JoinHandle<()>> = None;
-        let mut warmed_at = 0;
-        let mut hedge = tier == Tier::Reserved
+        let mut queue: VecDeque<Candidate> = plan.candidates.into();
+        let mut hedge = plan.tier == Tier::Reserved
             && request.routing.hedge.unwrap_or(self.defaults.hedge_gold)
             && queue.len() >= 2;
-        while let Some(Candidate {
-            mut entry,
-            mut price,
-            ..
-        }) = queue.pop_front()
-        {
-            let mut provider = entry.advert.provider;
+        let mut last_error = String::from("no provider answered");
+        while let Some(candidate) = queue.pop_front() {
             let job = JobRequest {
-                job_id,
-                buyer: self.key.node_id(),
-                provider,
-                model,
+                job_id: plan.job_id,
+                buyer: self.node_id(),
+                provider: candidate.provider(),
+                model: plan.model,
                 prompt: request.prompt.clone(),
                 sampling: request.sampling.clone(),
-                max_price_per_token: price,
-                tier,
+                max_price_per_token: candidate.price,
+                tier: plan.tier,
                 deadline_ms: now_ms() + 600_000,
-                resume: delivered.clone(),
+                resume: response.delivered.clone(),
             };
-            let job_template = job.clone();
-            let segment_started = std::time::Instant::now();
-            let mut first_token: Option<std::time::Instant> = None;
-            let opened = if std::mem::take(&mut hedge) {
-                // Gold's hedged start: the same job on the next provider too; the first
-                // to answer serves, the other is cancelled and stays next in line.
-                let partner = queue.pop_front();
-                match partner {
-                    None => self.open_segment(&entry, job).await,
-                    Some(partner) => {
-                        let partner_job = JobRequest {
-                            provider: partner.provider(),
-                            max_price_per_token: partner.price,
-                            ..job.clone()
-                        };
-                        let (mine, theirs) = futures::future::join(
-                            self.open_segment(&entry, job),
-                            self.open_segment(&partner.entry, partner_job),
-                        )
-                        .await;
-                        let winner = match (mine, theirs) {
-                            (Ok(a), Ok(b)) => Ok(race(a, b).await),
-                            (Ok(a), Err(_)) => Ok((0, a)),
-                            (Err(_), Ok(b)) => Ok((1, b)),
-                            (Err(err), Err(_)) => Err(err),
-                        };
-                        let loser = match winner {
-                            Ok((1, _)) => {
-                                let loser = Candidate {
-                                    entry: std::mem::replace(&mut entry, partner.entry.clone()),
-                                    price: std::mem::replace(&mut price, partner.price),
-                                    ..partner
-                                };
-                                provider = entry.advert.provider;
-                                loser
-                            }
-                            _ => partner,
-                        };
-                        tracing::info!(job = %job_id, winner = %provider, other = %loser.provider(), "hedged start");
-                        queue.push_front(loser);
-                        winner.map(|(_, opened)| opened)
-                    }
-                }
+            let started = Instant::now();
+            let (candidate, opened) = if std::mem::take(&mut hedge) {
+                self.open_hedged(candidate, job.clone(), &mut queue).await
             } else {
-                self.open_segment(&entry, job).await
+                let opened = self.segments.open(&candidate.entry, job.clone()).await;
+                (candidate, opened)
             };
-            let mut stream = match opened {
-                Ok(stream) => stream,
+            let provider = candidate.provider();
+            let opened = match opened {
+                Ok(opened) => opened,
                 Err(err) => {
                     last_error = format!("provider {provider}: {err}");
                     self.record(provider, err.outcome());
                     continue;
                 }
             };
-            let mut segment_tokens = 0u64;
-            let mut segment_prompt = 0u64;
-            // What the provider accepted at (its own engine, in-process, charges nothing).
-            let mut segment_price = price;
-            let outcome = loop {
-                let Some(event) = stream.next().await else {
-                    break Err(SegmentError::StreamBroke(
-                        "the job ended without an answer".into(),
-                    ));
-                };
-                match event {
-                    JobEvent::Accepted(accept) => {
-                        segment_prompt = u64::from(accept.prompt_tokens);
-                        segment_price = accept.price_per_token;
-                        providers.push(provider);
-                        let event = if accepted {
-                            DispatchEvent::Switched { provider }
-                        } else {
-                            accepted = true;
-                            DispatchEvent::Accepted {
-                                job_id,
-                                provider,
-                                prompt_tokens: accept.prompt_tokens,
-                            }
-                        };
-                        if events.send(event).await.is_err() {
-                            return Ok(()); // Client gone: dropping `stream` cancels the job.
-                        }
-                    }
-                    JobEvent::Rejected(reject) => {
-                        break Err(SegmentError::Refused {
-                            reason: reject.reason,
-                            detail: reject.detail,
-                        })
-                    }
-                    JobEvent::Token(chunk) => {
-                        first_token.get_or_insert_with(std::time::Instant::now);
-                        segment_tokens += chunk.token_ids.len() as u64;
-                        let token_id = chunk.token_ids.first().copied().unwrap_or_default();
-                        delivered.extend(&chunk.token_ids);
-                        let every = self.defaults.warm_standby_every;
-                        let idle = warm_task.as_ref().is_none_or(|t| t.is_finished());
-                        if every > 0 && idle && delivered.len() >= warmed_at + every {
-                            if let Some(next) = queue.front() {
-                                let warm_up = JobRequest {
-                                    job_id: JobId::from_bytes(rand::rng().random()),
-                                    provider: next.provider(),
-                                    max_price_per_token: next.price,
-                                    sampling: sharemesh_protocol::Sampling {
-                                        max_tokens: delivered.len() as u32 + 1,
-                                        ..request.sampling.clone()
-                                    },
-                                    resume: delivered.clone(),
-                                    ..job_template.clone()
-                                };
-                                let (this, entry) = (self.clone(), next.entry.clone());
-                                warm_task = Some(tokio::spawn(async move {
-                                    this.warm_standby(entry, warm_up).await
-                                }));
-                                warmed_at = delivered.len();
-                            }
-                        }
-                        if events
-                            .send(DispatchEvent::Token {
-                                text: chunk.text_delta,
-                                token_id,
-                            })
-                            .await
-                            .is_err()
-                        {
-                            return Ok(());
-                        }
-                    }
-                    JobEvent::Finished { finish, .. } => break Ok(finish),
-                    JobEvent::Failed(why) => break Err(why),
-                }
+            let job = JobRequest {
+                provider,
+                max_price_per_token: candidate.price,
+                ..job
             };
-            if segment_prompt > 0 {
-                let amount = segment_price
-                    .times(segment_prompt + segment_tokens)
-                    .unwrap_or(NanoUsd::ZERO);
-                cost = cost.checked_add(amount).unwrap_or(cost);
-                segments.push(Segment {
-                    provider: provider.to_string(),
-                    prompt_tokens: segment_prompt,
-                    completion_tokens: segment_tokens,
-                    amount_nano_usd: amount.0,
-                });
-                if let Some(ledger) = &self.ledger {
-                    let ttft = first_token.map(|t| (t - segment_started).as_secs_f64() * 1000.0);
-                    let tps = first_token
-                        .filter(|_| segment_tokens > 1)
-                        .map(|t| (segment_tokens - 1) as f64 / t.elapsed().as_secs_f64().max(1e-9));
-                    let record = JobRecord {
-                        job_id: job_id.to_string(),
-                        provider: provider.to_string(),
-                        buyer: self.key.node_id().to_string(),
-                        model: request.model.clone(),
-                        prompt_tokens: segment_prompt,
-                        completion_tokens: segment_tokens,
-                        price_per_token: segment_price.0,
-                        started_ms: now_ms(),
-                        ttft_ms: ttft,
-                        tokens_per_second: tps,
-                        api_key: key.as_ref().map(|k| k.id.clone()),
-                        outcome: match &outcome {
-                            Ok(finish) => format!("{finish:?}").to_lowercase(),
-                            Err(_) => "failed".to_owned(),
-                        },
-                    };
-                    if let Err(err) = ledger.record_job(&record) {
-                        tracing::warn!(%err, "could not book the job");
-                    }
-                }
-            }
-            match outcome {
+            let Some(report) = self
+                .stream_segment(opened, &job, started, &mut response, queue.front(), events)
+                .await
+            else {
+                return Ok(()); // The client went away: dropping the stream cancels the job.
+            };
+            self.book(&report, &request, key.as_ref(), &mut response);
+            match report.end {
                 // A provider that cancels (preemption) or errs has not finished the job.
-                Ok(finish) if matches!(finish, FinishReason::Stop | FinishReason::Length) => {
-                    self.record(
-                        provider,
-                        Outcome::Completed {
-                            tokens: segment_tokens,
-                        },
-                    );
-                    let done = DispatchEvent::Done {
-                        finish,
-                        completion_tokens: delivered.len() as u32,
-                        providers,
-                        cost,
-                        segments,
-                    };
-                    let _ = events.send(done).await;
-                    return Ok(());
+                Ok(finish @ (FinishReason::Stop | FinishReason::Length)) => {
+                    let tokens = report.tokens;
+                    self.record(provider, Outcome::Completed { tokens });
+                    return Self::done(finish, response, events).await;
                 }
                 Ok(finish) => {
                     last_error = format!("provider {provider} stopped the job ({finish:?})");
@@ -667,101 +331,224 @@ impl Dispatcher {
                     self.record(provider, why.outcome());
                 }
             }
-            tracing::warn!(job = %job_id, %provider, error = %last_error, delivered = delivered.len(), "provider failed; trying the next");
-            if delivered.len() >= request.sampling.max_tokens as usize {
-                let done = DispatchEvent::Done {
-                    finish: FinishReason::Length,
-                    completion_tokens: delivered.len() as u32,
-                    providers,
-                    cost,
-                    segments,
-                };
-                let _ = events.send(done).await;
-                return Ok(());
+            tracing::warn!(job = %plan.job_id, %provider, error = %last_error, delivered = response.delivered.len(), "provider failed; trying the next");
+            if response.delivered.len() >= request.sampling.max_tokens as usize {
+                return Self::done(FinishReason::Length, response, events).await;
             }
         }
-        Err(if accepted {
+        Err(if response.accepted {
             ApiError::upstream(last_error)
         } else {
             ApiError::no_provider(last_error)
         })
     }
 
-    /// Asks the first `quote_k` candidates for a quote in parallel and ranks again with
-    /// their answers (SPEC §10). With `quote_k = 0` the advert-based ranking stands.
-    async fn quote_round(
+    async fn done(
+        finish: FinishReason,
+        response: Response,
+        events: &mpsc::Sender<DispatchEvent>,
+    ) -> Result<(), ApiError> {
+        let done = DispatchEvent::Done {
+            finish,
+            completion_tokens: response.delivered.len() as u32,
+            providers: response.providers,
+            cost: response.cost,
+            segments: response.segments,
+        };
+        let _ = events.send(done).await;
+        Ok(())
+    }
+
+    /// Gold's hedged start: the same job on the next provider too; the first to answer
+    /// serves, the other is cancelled and stays next in line. Returns the winner.
+    async fn open_hedged(
         &self,
-        candidates: Vec<Candidate>,
-        job_id: JobId,
-        model: ModelId,
-        tier: Tier,
-        request: &CompletionRequest,
-    ) -> Vec<Candidate> {
-        let k = self.defaults.quote_k.min(candidates.len());
-        if k == 0 {
-            return candidates;
-        }
-        let ceiling = request
-            .routing
-            .max_price_per_token
-            .unwrap_or(self.defaults.max_price_per_token);
-        let key = self.key.clone();
-        let asks = candidates[..k].iter().map(|candidate| {
-            let key = &key;
-            async move {
-                let provider = candidate.provider();
-                let Ok(peer) = provider.peer_id() else {
-                    return QuoteAnswer::Silent;
-                };
-                if provider == self.key.node_id() {
-                    return QuoteAnswer::Local;
-                }
-                self.dial_advertised(peer, &candidate.entry).await;
-                let ask = QuoteRequest {
-                    job_id,
-                    buyer: self.key.node_id(),
-                    provider,
-                    model,
-                    tier,
-                    max_price_per_token: ceiling,
-                    max_tokens: request.sampling.max_tokens.max(1),
-                };
-                quote::ask(&self.mesh, key, peer, ask).await
-            }
-        });
-        let answers = futures::future::join_all(asks).await;
-        for (candidate, answer) in candidates.iter().zip(&answers) {
-            tracing::debug!(job = %job_id, provider = %candidate.provider(), ?answer, "quote");
-        }
-        quote::rerank(
-            candidates,
-            &answers,
-            ceiling,
-            request.sampling.max_tokens,
-            &self.defaults.score,
+        candidate: Candidate,
+        job: JobRequest,
+        queue: &mut VecDeque<Candidate>,
+    ) -> (Candidate, Result<Opened, SegmentError>) {
+        let Some(partner) = queue.pop_front() else {
+            let opened = self.segments.open(&candidate.entry, job).await;
+            return (candidate, opened);
+        };
+        let partner_job = JobRequest {
+            provider: partner.provider(),
+            max_price_per_token: partner.price,
+            ..job.clone()
+        };
+        let (mine, theirs) = futures::future::join(
+            self.segments.open(&candidate.entry, job),
+            self.segments.open(&partner.entry, partner_job),
         )
+        .await;
+        let (winner, loser, opened) = match (mine, theirs) {
+            (Ok(a), Ok(b)) => match race(a, b).await {
+                (0, opened) => (candidate, partner, Ok(opened)),
+                (_, opened) => (partner, candidate, Ok(opened)),
+            },
+            (Ok(a), Err(_)) => (candidate, partner, Ok(a)),
+            (Err(_), Ok(b)) => (partner, candidate, Ok(b)),
+            (Err(err), Err(_)) => (candidate, partner, Err(err)),
+        };
+        tracing::info!(winner = %winner.provider(), other = %loser.provider(), "hedged start");
+        queue.push_front(loser);
+        (winner, opened)
     }
 
-    pub(super) fn local_route(&self) -> Option<Arc<dyn LocalRoute>> {
-        self.local.get().cloned()
-    }
-
-    pub(super) fn key(&self) -> Arc<Keypair> {
-        self.key.clone()
-    }
-
-    pub(super) fn stall_timeout(&self) -> std::time::Duration {
-        self.defaults.stall_timeout
-    }
-
-    pub(super) async fn dial_advertised(&self, peer: PeerId, entry: &BookEntry) {
-        if self.mesh.is_connected(&peer) {
-            return;
-        }
-        for address in &entry.advert.addresses {
-            if let Ok(address) = address.parse() {
-                let _ = self.mesh.dial(address).await;
+    /// Relays one segment's events to the client until it ends; `None` when the client
+    /// went away.
+    async fn stream_segment(
+        &self,
+        mut stream: Opened,
+        job: &JobRequest,
+        started: Instant,
+        response: &mut Response,
+        next: Option<&Candidate>,
+        events: &mpsc::Sender<DispatchEvent>,
+    ) -> Option<SegmentReport> {
+        let provider = job.provider;
+        let mut report = SegmentReport {
+            provider,
+            accept: None,
+            tokens: 0,
+            last_receipt: None,
+            started,
+            first_token: None,
+            end: Err(SegmentError::StreamBroke(
+                "the job ended without an answer".into(),
+            )),
+        };
+        while let Some(event) = stream.next().await {
+            match event {
+                JobEvent::Accepted(accept) => {
+                    response.providers.push(provider);
+                    let event = if std::mem::replace(&mut response.accepted, true) {
+                        DispatchEvent::Switched { provider }
+                    } else {
+                        DispatchEvent::Accepted {
+                            job_id: response.job_id,
+                            provider,
+                            prompt_tokens: accept.prompt_tokens,
+                        }
+                    };
+                    report.accept = Some(accept);
+                    events.send(event).await.ok()?;
+                }
+                JobEvent::Rejected(reject) => {
+                    report.end = Err(SegmentError::Refused {
+                        reason: reject.reason,
+                        detail: reject.detail,
+                    });
+                    break;
+                }
+                JobEvent::Token(chunk) => {
+                    report.first_token.get_or_insert_with(Instant::now);
+                    report.tokens += chunk.token_ids.len() as u64;
+                    let token_id = chunk.token_ids.first().copied().unwrap_or_default();
+                    response.delivered.extend(&chunk.token_ids);
+                    self.maybe_warm_standby(response, job, next);
+                    let text = chunk.text_delta;
+                    events
+                        .send(DispatchEvent::Token { text, token_id })
+                        .await
+                        .ok()?;
+                }
+                JobEvent::Receipted(receipt) => report.last_receipt = Some(receipt),
+                JobEvent::Finished { finish, .. } => {
+                    report.end = Ok(finish);
+                    break;
+                }
+                JobEvent::Failed(why) => {
+                    report.end = Err(why);
+                    break;
+                }
             }
+        }
+        Some(report)
+    }
+
+    /// Every `warm_standby_every` delivered tokens, warms the next provider in line with
+    /// the tokens so far (one warm-up at a time).
+    fn maybe_warm_standby(
+        &self,
+        response: &mut Response,
+        job: &JobRequest,
+        next: Option<&Candidate>,
+    ) {
+        let every = self.defaults.warm_standby_every;
+        let idle = response.warming.as_ref().is_none_or(|t| t.is_finished());
+        let due = every > 0 && response.delivered.len() >= response.warmed_at + every;
+        let Some(next) = next.filter(|_| idle && due) else {
+            return;
+        };
+        let warm_up = JobRequest {
+            job_id: JobId::from_bytes(rand::rng().random()),
+            provider: next.provider(),
+            max_price_per_token: next.price,
+            sampling: sharemesh_protocol::Sampling {
+                max_tokens: response.delivered.len() as u32 + 1,
+                ..job.sampling.clone()
+            },
+            resume: response.delivered.clone(),
+            ..job.clone()
+        };
+        let (segments, entry) = (self.segments.clone(), next.entry.clone());
+        response.warming = Some(tokio::spawn(async move {
+            segments.warm_standby(entry, warm_up).await
+        }));
+        response.warmed_at = response.delivered.len();
+    }
+
+    /// Books what a segment cost: the amount of its last receipt (a segment the node's
+    /// own provider served costs nothing), and a job record in the ledger.
+    fn book(
+        &self,
+        report: &SegmentReport,
+        request: &CompletionRequest,
+        key: Option<&KeyRecord>,
+        response: &mut Response,
+    ) {
+        let Some(accept) = &report.accept else {
+            return; // Never accepted: nothing served, nothing owed.
+        };
+        let amount = report
+            .last_receipt
+            .as_ref()
+            .map_or(NanoUsd::ZERO, |r| r.amount);
+        response.cost = response.cost.checked_add(amount).unwrap_or(response.cost);
+        response.segments.push(Segment {
+            provider: report.provider.to_string(),
+            prompt_tokens: u64::from(accept.prompt_tokens),
+            completion_tokens: report.tokens,
+            amount_nano_usd: amount.0,
+        });
+        let Some(ledger) = &self.ledger else { return };
+        let ttft = report
+            .first_token
+            .map(|t| (t - report.started).as_secs_f64() * 1000.0);
+        let tps = report
+            .first_token
+            .filter(|_| report.tokens > 1)
+            .map(|t| (report.tokens - 1) as f64 / t.elapsed().as_secs_f64().max(1e-9));
+        let record = JobRecord {
+            job_id: response.job_id,
+            provider: report.provider,
+            buyer: self.node_id(),
+            model: request.model.clone(),
+            prompt_tokens: u64::from(accept.prompt_tokens),
+            completion_tokens: report.tokens,
+            price_per_token: accept.price_per_token,
+            started_ms: now_ms(),
+            ttft_ms: ttft,
+            tokens_per_second: tps,
+            api_key: key.map(|k| k.id.clone()),
+            outcome: match report.end {
+                Ok(finish) => JobOutcome::from(finish),
+                Err(_) => JobOutcome::Failed,
+            },
+        };
+        if let Err(err) = ledger.record_job(&record) {
+            tracing::warn!(%err, "could not book the job");
         }
     }
 }

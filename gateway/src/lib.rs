@@ -2,13 +2,15 @@
 //! `/v1/completions`, `/v1/models`, `/health`), each request routed over the mesh by the
 //! [`dispatch::Dispatcher`] and metered by the buyer side of the job stream
 //! ([`buyer`]). It runs no inference and does not link the engine: a node that also
-//! provides hands its in-process provider over as a [`dispatch::LocalRoute`].
+//! provides hands its in-process provider over as a [`segment::LocalRoute`].
 
+pub mod budget;
 pub mod buyer;
 pub mod dispatch;
 pub mod error;
 pub mod keys;
 pub mod openai;
+pub mod plan;
 pub mod quote;
 pub mod segment;
 

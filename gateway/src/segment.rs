@@ -1,36 +1,36 @@
-//! Opening one provider's segment of a response, and racing two (gold's hedged start).
+//! One provider's segment of a response: opening its job stream (or the node's own
+//! provider in-process), warming a standby, and racing two (gold's hedged start).
 
 use std::collections::VecDeque;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use sharemesh_protocol::JobRequest;
+use sharemesh_ledger::Ledger;
+use sharemesh_mesh::orderbook::BookEntry;
+use sharemesh_mesh::MeshHandle;
+use sharemesh_protocol::{JobRequest, Keypair, NodeId};
 use tokio::sync::mpsc;
 
-use super::dispatch::Dispatcher;
 use crate::buyer::{start_job, JobEvent, SegmentError};
-use sharemesh_mesh::orderbook::BookEntry;
 
-impl Dispatcher {
-    /// Warms the next provider in line for a failover: the same job resumed after the
-    /// tokens delivered so far and cut at one new token. Its engine keeps the prompt and
-    /// those tokens in its KV cache, so a real resume there prefills only the tokens
-    /// delivered since (SPEC §10). The token is discarded and dropping the stream
-    /// cancels the job.
-    pub(super) async fn warm_standby(&self, entry: BookEntry, job: JobRequest) {
-        let (provider, resumed) = (job.provider, job.resume.len());
-        let mut opened = match self.open_segment(&entry, job).await {
-            Ok(opened) => opened,
-            Err(error) => {
-                tracing::debug!(%provider, %error, "standby warm-up not opened");
-                return;
-            }
-        };
-        while let Some(event) = opened.next().await {
-            if !matches!(event, JobEvent::Accepted(_)) {
-                break;
-            }
-        }
-        tracing::debug!(%provider, resumed, "standby warmed");
-    }
+/// This process's own provider, as the gateway sees it: a job runs there without a
+/// stream (a node cannot dial itself) and yields the same events a remote provider's
+/// stream does. The node wires its provider in (`Dispatcher::set_local_route`); the
+/// gateway itself does not link the engine.
+pub trait LocalRoute: Send + Sync + 'static {
+    /// Runs `job` (addressed to this node); its events arrive on the returned channel,
+    /// and dropping it cancels the job.
+    fn run(&self, job: JobRequest) -> mpsc::Receiver<JobEvent>;
+}
+
+/// Everything needed to open segments: the mesh, the buyer's key, the ledger that books
+/// its receipts, the stall timeout, and the node's own provider if it has one.
+pub struct Segments {
+    pub mesh: MeshHandle,
+    pub key: Arc<Keypair>,
+    pub ledger: Option<Arc<Ledger>>,
+    pub stall_timeout: Duration,
+    local: OnceLock<Arc<dyn LocalRoute>>,
 }
 
 /// A provider's job stream, with the events already read from it.
@@ -61,40 +61,62 @@ impl Opened {
     }
 }
 
-impl Dispatcher {
+impl Segments {
+    pub fn new(
+        mesh: MeshHandle,
+        key: Arc<Keypair>,
+        ledger: Option<Arc<Ledger>>,
+        stall_timeout: Duration,
+    ) -> Self {
+        Self {
+            mesh,
+            key,
+            ledger,
+            stall_timeout,
+            local: OnceLock::new(),
+        }
+    }
+
+    /// Routes jobs for this node's own provider to it directly (set once).
+    pub fn set_local_route(&self, route: Arc<dyn LocalRoute>) {
+        let _ = self.local.set(route);
+    }
+
+    fn node_id(&self) -> NodeId {
+        self.key.node_id()
+    }
+
     /// Opens `job` on its provider (the in-process one directly). A stream refused or
     /// closed before any answer (a busy provider drops streams it cannot take yet) is
     /// retried briefly; the last reason when it never opened.
-    pub(super) async fn open_segment(
-        &self,
-        entry: &BookEntry,
-        job: JobRequest,
-    ) -> Result<Opened, SegmentError> {
+    pub async fn open(&self, entry: &BookEntry, job: JobRequest) -> Result<Opened, SegmentError> {
         let provider = job.provider;
         let peer = provider
             .peer_id()
             .map_err(|e| SegmentError::Unreachable(format!("provider id {provider}: {e}")))?;
         if provider == self.node_id() {
-            let local = self.local_route().ok_or_else(|| {
+            let local = self.local.get().ok_or_else(|| {
                 SegmentError::Unreachable("this node serves no model itself".into())
             })?;
             let mut stream = local.run(job);
             let pending = stream.recv().await.into_iter().collect();
             return Ok(Opened { stream, pending });
         }
+        self.mesh
+            .dial_advertised(&peer, &entry.advert.addresses)
+            .await;
         let mut last_error = SegmentError::Unreachable("not tried".into());
-        self.dial_advertised(peer, entry).await;
         for attempt in 1..=3u64 {
-            match start_job(
-                self.mesh(),
-                self.key(),
+            let started = start_job(
+                &self.mesh,
+                self.key.clone(),
                 peer,
                 job.clone(),
-                self.ledger().cloned(),
-                self.stall_timeout(),
+                self.ledger.clone(),
+                self.stall_timeout,
             )
-            .await
-            {
+            .await;
+            match started {
                 Ok(mut stream) => match stream.recv().await {
                     Some(JobEvent::Failed(why)) => last_error = why,
                     first => {
@@ -104,9 +126,31 @@ impl Dispatcher {
                 },
                 Err(err) => last_error = err,
             }
-            tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
+            tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
         }
         Err(last_error)
+    }
+
+    /// Warms the next provider in line for a failover: the same job resumed after the
+    /// tokens delivered so far and cut at one new token. Its engine keeps the prompt and
+    /// those tokens in its KV cache, so a real resume there prefills only the tokens
+    /// delivered since (SPEC §10). The token is discarded and dropping the stream
+    /// cancels the job.
+    pub async fn warm_standby(&self, entry: BookEntry, job: JobRequest) {
+        let (provider, resumed) = (job.provider, job.resume.len());
+        let mut opened = match self.open(&entry, job).await {
+            Ok(opened) => opened,
+            Err(error) => {
+                tracing::debug!(%provider, %error, "standby warm-up not opened");
+                return;
+            }
+        };
+        while let Some(event) = opened.next().await {
+            if !matches!(event, JobEvent::Accepted(_)) {
+                break;
+            }
+        }
+        tracing::debug!(%provider, resumed, "standby warmed");
     }
 }
 

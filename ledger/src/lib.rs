@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use sharemesh_protocol::{NodeId, Receipt, SignedEnvelope};
+use sharemesh_protocol::{FinishReason, JobId, NanoUsd, NodeId, Receipt, SignedEnvelope};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -31,20 +31,60 @@ pub enum Recorded {
     AlreadyCounted,
 }
 
-/// One job as a side saw it.
+/// How a job (one provider's part of a response) ended, as a side saw it. Stored as its
+/// snake_case name (the same text earlier ledgers stored).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobOutcome {
+    /// End of text or a stop sequence.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The provider cancelled it (preemption, shutdown).
+    Cancelled,
+    /// The provider's engine failed.
+    Error,
+    /// It broke off on the buyer's side: stalled, stream broke, refused, bad chunk.
+    Failed,
+}
+
+impl JobOutcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            JobOutcome::Stop => "stop",
+            JobOutcome::Length => "length",
+            JobOutcome::Cancelled => "cancelled",
+            JobOutcome::Error => "error",
+            JobOutcome::Failed => "failed",
+        }
+    }
+}
+
+impl From<FinishReason> for JobOutcome {
+    fn from(finish: FinishReason) -> Self {
+        match finish {
+            FinishReason::Stop => JobOutcome::Stop,
+            FinishReason::Length => JobOutcome::Length,
+            FinishReason::Cancelled => JobOutcome::Cancelled,
+            FinishReason::Error => JobOutcome::Error,
+        }
+    }
+}
+
+/// One job as a side saw it: the statistics beside the money (which is the receipts).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
-    pub job_id: String,
-    pub provider: String,
-    pub buyer: String,
+    pub job_id: JobId,
+    pub provider: NodeId,
+    pub buyer: NodeId,
     pub model: String,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
-    pub price_per_token: u64,
+    pub price_per_token: NanoUsd,
     pub started_ms: u64,
     pub ttft_ms: Option<f64>,
     pub tokens_per_second: Option<f64>,
-    pub outcome: String,
+    pub outcome: JobOutcome,
     /// The API key (id) the request came with, on a gateway that uses keys.
     #[serde(default)]
     pub api_key: Option<String>,
@@ -133,8 +173,9 @@ impl Ledger {
     }
 
     pub fn record_job(&self, job: &JobRecord) -> Result<(), LedgerError> {
-        let mut key = job.job_id.clone().into_bytes();
-        key.extend_from_slice(job.provider.as_bytes());
+        // Text ids in the key, as earlier ledgers wrote them.
+        let mut key = job.job_id.to_string().into_bytes();
+        key.extend_from_slice(job.provider.to_string().as_bytes());
         let value = serde_json::to_vec(job).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
         self.jobs.insert(key, value)?;
         self.db.flush()?;
@@ -191,16 +232,20 @@ impl Ledger {
         Ok(total as f64 / 1000.0)
     }
 
-    /// What requests made with API key `key_id` cost since `since_ms` (from job records).
+    /// What requests made with API key `key_id` cost since `since_ms`: the amounts of the
+    /// receipts of the jobs recorded with that key (money is read from receipts only).
     pub fn spent_by_key(&self, key_id: &str, since_ms: u64) -> Result<u64, LedgerError> {
-        Ok(self
+        let keyed: std::collections::BTreeSet<(JobId, NodeId)> = self
             .jobs()?
-            .iter()
+            .into_iter()
             .filter(|j| j.api_key.as_deref() == Some(key_id) && j.started_ms >= since_ms)
-            .map(|j| {
-                j.price_per_token
-                    .saturating_mul(j.prompt_tokens + j.completion_tokens)
-            })
+            .map(|j| (j.job_id, j.provider))
+            .collect();
+        Ok(self
+            .receipts()?
+            .iter()
+            .filter(|(r, _)| keyed.contains(&(r.job_id, r.provider)))
+            .map(|(r, _)| r.amount.0)
             .sum())
     }
 
@@ -310,9 +355,9 @@ pub fn report(
     since_ms: u64,
 ) -> Result<Report, LedgerError> {
     let jobs = ledger.jobs()?;
-    let model_of = |job_id: &str, provider: &str| {
+    let model_of = |job_id: &JobId, provider: &NodeId| {
         jobs.iter()
-            .find(|j| j.job_id == job_id && j.provider == provider)
+            .find(|j| &j.job_id == job_id && &j.provider == provider)
             .map_or_else(|| "unknown".to_owned(), |j| j.model.clone())
     };
     let mut report = Report::default();
@@ -336,10 +381,7 @@ pub fn report(
             .add(&receipt);
         report
             .per_model
-            .entry(model_of(
-                &receipt.job_id.to_string(),
-                &receipt.provider.to_string(),
-            ))
+            .entry(model_of(&receipt.job_id, &receipt.provider))
             .or_default()
             .add(&receipt);
         report
@@ -355,7 +397,7 @@ pub fn report(
     for job in recent {
         *report
             .jobs_by_outcome
-            .entry(job.outcome.clone())
+            .entry(job.outcome.name().to_owned())
             .or_default() += 1;
     }
     Ok(report)

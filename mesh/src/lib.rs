@@ -30,6 +30,9 @@ pub use behaviour::{INFER_PROTOCOL, QUOTE_PROTOCOL};
 pub use book::AddressBook;
 use orderbook::OrderBook;
 
+/// How long [`MeshHandle::dial_advertised`] waits for a new connection.
+pub const DIAL_WAIT: Duration = Duration::from_secs(1);
+
 /// How a node joins the mesh.
 #[derive(Clone, Debug)]
 pub struct MeshConfig {
@@ -200,6 +203,25 @@ impl MeshHandle {
     }
 
     /// Whether `peer` is connected now (no round trip to the event loop).
+    /// Dials `peer` at the addresses it advertised, unless already connected (a
+    /// provider's advert may reach us before any connection to it), and waits up to
+    /// [`DIAL_WAIT`] for the connection, so a stream opened next does not race the dial
+    /// (it would fail, and the provider would lose its turn for nothing).
+    pub async fn dial_advertised(&self, peer: &PeerId, addresses: &[String]) {
+        if self.is_connected(peer) {
+            return;
+        }
+        for address in addresses {
+            if let Ok(address) = address.parse() {
+                let _ = self.dial(address).await;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + DIAL_WAIT;
+        while !self.is_connected(peer) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     pub fn is_connected(&self, peer: &PeerId) -> bool {
         self.live
             .read()

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use sharemesh_gateway::dispatch::{Dispatcher, RoutingDefaults};
+use sharemesh_gateway::dispatch::Dispatcher;
+use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_mesh as mesh;
 use sharemesh_protocol::{NanoUsd, Tier};
 
@@ -101,7 +102,7 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             warm_standby_every: args.warm_standby_every,
             ..RoutingDefaults::default()
         };
-        let budget = sharemesh_gateway::dispatch::Budget {
+        let budget = sharemesh_gateway::budget::Budget {
             daily: usd(args.daily_budget, "--daily-budget")?,
             monthly: usd(args.monthly_budget, "--monthly-budget")?,
         };

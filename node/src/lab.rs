@@ -17,9 +17,11 @@ use anyhow::{bail, Context, Result};
 use libp2p::Multiaddr;
 use sharemesh_engine::scripted::{Script, ScriptedEngine};
 use sharemesh_engine::GenerateRequest;
-use sharemesh_gateway::dispatch::{Budget, DispatchEvent, Dispatcher, RoutingDefaults, Segment};
+use sharemesh_gateway::budget::Budget;
+use sharemesh_gateway::dispatch::{DispatchEvent, Dispatcher, Segment};
 use sharemesh_gateway::error::ApiError;
 use sharemesh_gateway::openai::{CompletionRequest, RoutingOptions};
+use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_ledger::Ledger;
 use sharemesh_mesh::link::LinkProfile;
 use sharemesh_mesh::{MeshConfig, MeshHandle, MeshTransport};
@@ -53,15 +55,33 @@ pub struct ProviderSpec {
 
 impl Default for ProviderSpec {
     fn default() -> Self {
+        let script = Script::default();
         Self {
             policy: ProviderPolicy {
                 advert_interval: Duration::from_millis(200),
+                measured_milli_tps: milli_tps(&script),
                 ..ProviderPolicy::default()
             },
-            script: Script::default(),
+            script,
             models: vec![ScriptedEngine::model(LAB_MODEL)],
         }
     }
+}
+
+impl ProviderSpec {
+    /// A provider whose engine takes `token_delay` per token, and says so in its adverts
+    /// and quotes (as a real provider advertises what it measured).
+    pub fn with_token_delay(mut self, token_delay: Duration) -> Self {
+        self.script.token_delay = token_delay;
+        self.policy.measured_milli_tps = milli_tps(&self.script);
+        self
+    }
+}
+
+/// The speed a script generates at, in thousandths of tokens per second.
+fn milli_tps(script: &Script) -> u32 {
+    let seconds = script.token_delay.as_secs_f64().max(1e-6);
+    (1000.0 / seconds).min(f64::from(u32::MAX)) as u32
 }
 
 /// What the lab's gateway is like.

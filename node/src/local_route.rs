@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use sharemesh_engine::EngineEvent;
 use sharemesh_gateway::buyer::{JobEvent, SegmentError};
-use sharemesh_gateway::dispatch::LocalRoute;
+use sharemesh_gateway::segment::LocalRoute;
 use sharemesh_protocol::{JobRequest, TokenChunk};
 use sharemesh_provider::{LocalJob, Provider};
 use tokio::sync::mpsc;
@@ -44,7 +44,6 @@ impl LocalRoute for LocalProvider {
                     EngineEvent::Finished(generation) => JobEvent::Finished {
                         finish: generation.finish,
                         commitment: None,
-                        last_receipt: None,
                     },
                     EngineEvent::Failed(err) => {
                         JobEvent::Failed(SegmentError::EngineFailed(err.to_string()))

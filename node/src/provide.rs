@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use sharemesh_engine::{self as engine, Engine, LoadedModel};
-use sharemesh_gateway::dispatch::{Dispatcher, RoutingDefaults};
+use sharemesh_gateway::dispatch::Dispatcher;
+use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_mesh as mesh;
 use sharemesh_protocol::{NanoUsd, Tier};
 use sharemesh_provider::{Provider, ProviderPolicy};
@@ -153,7 +154,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
                         crate::identity::load_or_create(data_dir)?,
                         RoutingDefaults::default(),
                         Some(ledger.clone()),
-                        sharemesh_gateway::dispatch::Budget::default(),
+                        sharemesh_gateway::budget::Budget::default(),
                     );
                     dispatcher.set_local_route(Arc::new(crate::local_route::LocalProvider(
                         provider.clone(),

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use sharemesh_engine::scripted::Script;
-use sharemesh_gateway::dispatch::{Budget, RoutingDefaults};
+use sharemesh_gateway::budget::Budget;
 use sharemesh_gateway::openai::RoutingOptions;
+use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_node::lab::{GatewaySpec, Lab, ProviderSpec};
 use sharemesh_protocol::{FinishReason, NanoUsd, Tier};
 
@@ -18,12 +18,19 @@ fn provider(price: u64) -> ProviderSpec {
     spec
 }
 
-fn slow(mut spec: ProviderSpec, token_ms: u64) -> ProviderSpec {
-    spec.script = Script {
-        token_delay: Duration::from_millis(token_ms),
-        ..spec.script
-    };
-    spec
+/// A gateway that replaces a provider after `timeout` of silence.
+fn stall_timeout(timeout: Duration) -> GatewaySpec {
+    GatewaySpec {
+        defaults: RoutingDefaults {
+            stall_timeout: timeout,
+            ..RoutingDefaults::default()
+        },
+        ..GatewaySpec::default()
+    }
+}
+
+fn slow(spec: ProviderSpec, token_ms: u64) -> ProviderSpec {
+    spec.with_token_delay(Duration::from_millis(token_ms))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,7 +51,8 @@ async fn a_request_is_served_by_the_cheapest_and_billed_from_its_receipts() {
     assert_eq!(done.token_ids, ids);
     assert_eq!(done.text, text);
     assert_eq!(done.finish, FinishReason::Length);
-    assert_eq!(done.providers, vec![lab.providers[1].node_id], "cheapest");
+    let ids: Vec<_> = lab.providers.iter().map(|p| p.node_id).collect();
+    assert_eq!(done.providers, vec![ids[1]], "cheapest of {ids:?}");
     // Three words and a start token: 4 prompt tokens, 20 completion tokens, 100 each.
     assert_eq!(done.segments.len(), 1);
     assert_eq!(done.segments[0].prompt_tokens, 4);
@@ -99,13 +107,7 @@ async fn a_stalling_provider_is_replaced_and_marked_down() {
     staller.policy.stall_after = Some(5);
     let lab = Lab::start(
         vec![staller, provider(100)],
-        GatewaySpec {
-            defaults: RoutingDefaults {
-                stall_timeout: Duration::from_millis(300),
-                ..RoutingDefaults::default()
-            },
-            ..GatewaySpec::default()
-        },
+        stall_timeout(Duration::from_millis(300)),
     )
     .await
     .unwrap();
@@ -123,16 +125,24 @@ async fn a_stalling_provider_is_replaced_and_marked_down() {
     );
 }
 
+/// Gold's hedged start: the same job starts on the two best providers and the first to
+/// answer serves it. The cheaper one (ranked first) never sends a token; the stall
+/// timeout is two minutes, so without the hedge the request would wait that long.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hedged_gold_request_bills_only_the_provider_that_served() {
+async fn a_hedged_gold_request_is_served_by_the_first_to_answer_and_only_it_is_billed() {
     let gold = |price| {
         let mut spec = provider(price);
         spec.policy.tiers = vec![Tier::Reserved, Tier::OnDemand];
         spec
     };
-    let lab = Lab::start(vec![gold(100), gold(100)], GatewaySpec::default())
-        .await
-        .unwrap();
+    let mut silent = gold(50);
+    silent.policy.stall_after = Some(0);
+    let lab = Lab::start(
+        vec![silent, gold(100)],
+        stall_timeout(Duration::from_secs(120)),
+    )
+    .await
+    .unwrap();
     let routing = RoutingOptions {
         tier: Some(Tier::Reserved),
         hedge: Some(true),
@@ -140,9 +150,12 @@ async fn a_hedged_gold_request_bills_only_the_provider_that_served() {
     };
     let request = Lab::request("gold work", 12, routing);
     let (ids, _) = lab.expected(&request).unwrap();
-    let done = lab.complete(request).await.unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(30), lab.complete(request))
+        .await
+        .expect("the silent provider was waited for")
+        .unwrap();
     assert_eq!(done.token_ids, ids);
-    assert_eq!(done.providers.len(), 1);
+    assert_eq!(done.providers, vec![lab.providers[1].node_id]);
     assert_eq!(done.segments.len(), 1, "the cancelled twin is not billed");
     assert_eq!(done.cost, NanoUsd(100 * (3 + 12)));
 }
@@ -265,4 +278,62 @@ async fn a_bronze_job_preempted_by_gold_work_finishes_elsewhere() {
     assert_eq!(bronze_done.text, text);
     assert_eq!(bronze_done.providers[0], cheap);
     assert!(bronze_done.switches >= 1, "resumed after the preemption");
+}
+
+/// The reverse auction's quote round: the cheap provider is busy with a long job (its
+/// advert still says it has a free slot), so its quote names a long queue wait and the
+/// next request goes to the dearer, idle provider. With `quote_k = 0` (adverts alone)
+/// the cheap provider wins and the request waits in its queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quoted_queue_wait_moves_work_to_a_free_provider() {
+    for quote_k in [4, 0] {
+        let busy_cheap = |price| {
+            let mut spec = slow(provider(price), 20);
+            spec.policy.max_concurrent = 2;
+            spec
+        };
+        let lab = Lab::start(
+            vec![busy_cheap(100), busy_cheap(130)],
+            GatewaySpec {
+                defaults: RoutingDefaults {
+                    quote_k,
+                    stall_timeout: Duration::from_secs(120),
+                    ..RoutingDefaults::default()
+                },
+                ..GatewaySpec::default()
+            },
+        )
+        .await
+        .unwrap();
+        let (cheap, dear) = (lab.providers[0].node_id, lab.providers[1].node_id);
+        let long_started = tokio::sync::Notify::new();
+        let long = lab.complete_with(
+            Lab::request("a long job", 100, RoutingOptions::default()),
+            |delivered, _| {
+                let long_started = &long_started;
+                async move {
+                    if delivered == 1 {
+                        long_started.notify_one();
+                    }
+                }
+            },
+        );
+        let second = async {
+            long_started.notified().await;
+            // Let the cheap provider's next advert show the running job.
+            lab.wait_for_adverts(&[cheap], Duration::from_secs(5))
+                .await
+                .unwrap();
+            lab.complete(Lab::request("hi", 8, RoutingOptions::default()))
+                .await
+        };
+        let (long, second) = tokio::join!(long, second);
+        assert_eq!(long.unwrap().providers, vec![cheap]);
+        let expected = if quote_k > 0 { dear } else { cheap };
+        assert_eq!(
+            second.unwrap().providers,
+            vec![expected],
+            "quote_k = {quote_k}"
+        );
+    }
 }

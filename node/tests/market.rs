@@ -2,8 +2,10 @@
 //! Provider selection on a real order book: eligibility (model, price ceiling, region,
 //! VRAM, tier, availability window, capacity) and ranking (cheapest first).
 
-use sharemesh_gateway::dispatch::{Budget, Dispatcher, RoutingDefaults};
+use sharemesh_gateway::budget::Budget;
+use sharemesh_gateway::dispatch::Dispatcher;
 use sharemesh_gateway::openai::{CompletionRequest, RoutingOptions};
+use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_mesh::{self as mesh, MeshConfig};
 use sharemesh_protocol::*;

@@ -140,6 +140,7 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
     let mut tokens = Vec::new();
     let mut text = String::new();
     let mut finished = None;
+    let mut receipt = None;
     while let Some(event) = tokio::time::timeout(Duration::from_secs(60), events.recv())
         .await
         .unwrap()
@@ -151,18 +152,15 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
                 tokens.extend(chunk.token_ids);
                 text.push_str(&chunk.text_delta);
             }
-            JobEvent::Finished {
-                finish,
-                commitment,
-                last_receipt,
-            } => {
-                finished = Some((finish, commitment, last_receipt));
+            JobEvent::Receipted(last) => receipt = Some(last),
+            JobEvent::Finished { finish, commitment } => {
+                finished = Some((finish, commitment));
                 break;
             }
             other => panic!("unexpected {other:?}"),
         }
     }
-    let (finish, commitment, receipt) = finished.expect("the job finished");
+    let (finish, commitment) = finished.expect("the job finished");
     assert_eq!(
         tokens, expected.token_ids,
         "mesh tokens equal local generation"

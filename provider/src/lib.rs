@@ -12,15 +12,15 @@ use std::time::Duration;
 use futures::{AsyncReadExt, StreamExt};
 use libp2p::PeerId;
 use sharemesh_protocol::{
-    Accept, Advert, AvailabilityWindow, FinishReason, JobRequest, Keypair, Load, MessageKind,
-    ModelOffer, NanoUsd, OutputCommitment, Reject, RejectReason, ReplayGuard, SignedEnvelope, Tier,
-    TierPrice, TokenChunk, WireMessage,
+    Accept, Advert, AvailabilityWindow, JobRequest, Keypair, Load, MessageKind, ModelOffer,
+    NanoUsd, Reject, RejectReason, ReplayGuard, SignedEnvelope, Tier, TierPrice, WireMessage,
 };
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::hardware::Hardware;
-use sharemesh_engine::{EngineError, EngineEvent, GenerateRequest, TokenEngine};
-use sharemesh_ledger::{JobRecord, Ledger};
+use sharemesh_engine::{EngineError, EngineEvent, GenerateRequest, Generation, TokenEngine};
+use sharemesh_ledger::{JobOutcome, JobRecord, Ledger};
 use sharemesh_mesh::clock::{now_ms, SeqCounter};
 use sharemesh_mesh::framing::{read_frame, write_frame, FrameError};
 use sharemesh_mesh::{MeshHandle, INFER_PROTOCOL};
@@ -31,6 +31,7 @@ pub use local::LocalJob;
 pub mod policy;
 mod quote;
 mod receipts;
+mod stream;
 use receipts::read_receipts;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -416,6 +417,30 @@ impl Provider {
         write_frame(writer, &self.seal(&reject)?).await
     }
 
+    /// Books a finished job's statistics (its money is the buyer's receipts, booked as
+    /// they arrive).
+    fn book_job(&self, request: &JobRequest, prompt_tokens: u32, generation: &Generation) {
+        let Some(ledger) = &self.ledger else { return };
+        let model = self.engine.models().iter().find(|m| m.id == request.model);
+        let record = JobRecord {
+            job_id: request.job_id,
+            provider: self.key.node_id(),
+            buyer: request.buyer,
+            model: model.map_or_else(|| request.model.to_string(), |m| m.name.clone()),
+            prompt_tokens: u64::from(prompt_tokens),
+            completion_tokens: u64::from(generation.generated_tokens),
+            price_per_token: self.policy.price(request.tier),
+            started_ms: now_ms(),
+            ttft_ms: None,
+            tokens_per_second: Some(generation.generation_tokens_per_second()),
+            outcome: JobOutcome::from(generation.finish),
+            api_key: None,
+        };
+        if let Err(err) = ledger.record_job(&record) {
+            tracing::warn!(%err, "could not book the job");
+        }
+    }
+
     async fn handle(
         self: Arc<Self>,
         peer: PeerId,
@@ -435,9 +460,20 @@ impl Provider {
                 return Ok(());
             }
         };
-        let span = tracing::info_span!("job", job = %request.job_id, peer = %peer);
-        let _entered = span.enter();
-        let (prompt_tokens, mut events) = match self.start(&request).await {
+        let span = tracing::info_span!("job", job = %request.job_id, %peer);
+        self.serve_job(request, writer, reader)
+            .instrument(span)
+            .await
+    }
+
+    /// Runs an admitted job: start, accept, stream under the credit window, finish.
+    async fn serve_job(
+        &self,
+        request: JobRequest,
+        mut writer: futures::io::WriteHalf<libp2p::Stream>,
+        reader: futures::io::ReadHalf<libp2p::Stream>,
+    ) -> Result<(), FrameError> {
+        let (prompt_tokens, events) = match self.start(&request).await {
             Ok(started) => started,
             Err((reason, detail)) => {
                 return self.reject(&mut writer, &request, reason, detail).await;
@@ -463,137 +499,29 @@ impl Provider {
             acked_tx,
             self.ledger.clone(),
         ));
-        let window = u64::from(self.policy.credit_window_tokens);
-        let mut sent = 0u64;
-        let mut tokens = Vec::new();
         let preempt = Arc::new(tokio::sync::Notify::new());
         if request.tier == Tier::Interruptible {
             if let Ok(mut jobs) = self.interruptible.lock() {
                 jobs.push((request.job_id, preempt.clone()));
             }
         }
-        let result = loop {
-            let next = tokio::select! {
-                event = events.recv() => event,
-                () = preempt.notified() => {
-                    let chunk = TokenChunk {
-                        job_id: request.job_id,
-                        provider: self.key.node_id(),
-                        first_index: (request.resume.len() as u64 + sent) as u32,
-                        token_ids: vec![],
-                        text_delta: String::new(),
-                        finish: Some(FinishReason::Cancelled),
-                    };
-                    // Dropping `events` when we return cancels the engine job.
-                    break write_frame(&mut writer, &self.seal(&chunk)?).await;
-                }
-            };
-            let Some(event) = next else {
-                break Ok(());
-            };
-            match event {
-                EngineEvent::Token(token) => {
-                    if self.policy.stall_after.is_some_and(|n| sent >= n) {
-                        // Adversary: go silent but hold the stream until the buyer leaves.
-                        tracing::warn!("adversary: stalling");
-                        while acked.changed().await.is_ok() {}
-                        return Ok(());
-                    }
-                    // Credit window: wait for receipts before running further ahead.
-                    while sent.saturating_sub(*acked.borrow()) >= window {
-                        if acked.changed().await.is_err() {
-                            tracing::info!("buyer stopped acknowledging; cancelling");
-                            return Ok(());
-                        }
-                    }
-                    tokens.push(token.token_id);
-                    let chunk = TokenChunk {
-                        job_id: request.job_id,
-                        provider: self.key.node_id(),
-                        first_index: token.index,
-                        token_ids: vec![token.token_id],
-                        text_delta: token.text_delta,
-                        finish: None,
-                    };
-                    // A write error means the buyer closed the stream: dropping `events`
-                    // cancels the engine within one token.
-                    write_frame(&mut writer, &self.seal(&chunk)?).await?;
-                    sent += 1;
-                }
-                EngineEvent::Finished(generation) => {
-                    let chunk = TokenChunk {
-                        job_id: request.job_id,
-                        provider: self.key.node_id(),
-                        first_index: generation.token_ids.len() as u32,
-                        token_ids: vec![],
-                        text_delta: String::new(),
-                        finish: Some(generation.finish),
-                    };
-                    write_frame(&mut writer, &self.seal(&chunk)?).await?;
-                    let commitment = OutputCommitment {
-                        job_id: request.job_id,
-                        provider: self.key.node_id(),
-                        request_hash: sharemesh_protocol::envelope::body_digest(&request)?,
-                        output_hash: sharemesh_protocol::envelope::tokens_digest(
-                            &generation.token_ids,
-                        ),
-                        output_tokens: generation.token_ids.len() as u32,
-                    };
-                    write_frame(&mut writer, &self.seal(&commitment)?).await?;
-                    tracing::info!(
-                        tokens = generation.generated_tokens,
-                        prefilled = generation.prefilled_tokens,
-                        reused = generation.reused_tokens,
-                        finish = ?generation.finish,
-                        "job done"
-                    );
-                    if let Some(ledger) = &self.ledger {
-                        let record = JobRecord {
-                            job_id: request.job_id.to_string(),
-                            provider: self.key.node_id().to_string(),
-                            buyer: request.buyer.to_string(),
-                            model: self
-                                .engine
-                                .models()
-                                .iter()
-                                .find(|m| m.id == request.model)
-                                .map_or_else(|| request.model.to_string(), |m| m.name.clone()),
-                            prompt_tokens: u64::from(prompt_tokens),
-                            completion_tokens: u64::from(generation.generated_tokens),
-                            price_per_token: self.policy.price(request.tier).0,
-                            started_ms: now_ms(),
-                            ttft_ms: None,
-                            tokens_per_second: Some(generation.generation_tokens_per_second()),
-                            outcome: format!("{:?}", generation.finish).to_lowercase(),
-                            api_key: None,
-                        };
-                        if let Err(err) = ledger.record_job(&record) {
-                            tracing::warn!(%err, "could not book the job");
-                        }
-                    }
-                    break Ok(());
-                }
-                EngineEvent::Failed(err) => {
-                    tracing::warn!(%err, "generation failed");
-                    let chunk = TokenChunk {
-                        job_id: request.job_id,
-                        provider: self.key.node_id(),
-                        first_index: sent as u32,
-                        token_ids: vec![],
-                        text_delta: String::new(),
-                        finish: Some(FinishReason::Error),
-                    };
-                    break write_frame(&mut writer, &self.seal(&chunk)?).await;
-                }
-                EngineEvent::Started { .. } => {}
-            }
+        let mut job = stream::JobStream {
+            request: &request,
+            prompt_tokens,
+            writer,
+            acked: acked.clone(),
+            sent: 0,
         };
+        let result = self.stream_job(&mut job, events, &preempt).await;
+        let sent = job.sent;
         if let Ok(mut jobs) = self.interruptible.lock() {
             jobs.retain(|(job, _)| *job != request.job_id);
         }
         // Give the buyer a moment to send its final receipt, then close.
-        let _ = tokio::time::timeout(FINAL_RECEIPT_WAIT, acked.wait_for(|&a| a >= sent)).await;
+        if matches!(result, Ok(stream::Streamed::Ended)) {
+            let _ = tokio::time::timeout(FINAL_RECEIPT_WAIT, acked.wait_for(|&a| a >= sent)).await;
+        }
         receipts.abort();
-        result
+        result.map(|_| ())
     }
 }

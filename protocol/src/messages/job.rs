@@ -271,6 +271,29 @@ pub struct Receipt {
 }
 
 impl Receipt {
+    /// A cumulative receipt for `prompt_tokens + completion_tokens` at `price`: the one
+    /// place a bill is priced (`None` if the amount overflows).
+    pub fn new(
+        job_id: JobId,
+        provider: NodeId,
+        buyer: NodeId,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        price_per_token: NanoUsd,
+    ) -> Option<Self> {
+        let mut receipt = Self {
+            job_id,
+            provider,
+            buyer,
+            prompt_tokens,
+            completion_tokens,
+            price_per_token,
+            amount: NanoUsd::ZERO,
+        };
+        receipt.amount = receipt.expected_amount()?;
+        Some(receipt)
+    }
+
     pub fn expected_amount(&self) -> Option<NanoUsd> {
         self.prompt_tokens
             .checked_add(self.completion_tokens)

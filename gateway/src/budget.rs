@@ -1,0 +1,129 @@
+//! Spend limits: a request is refused (402) unless its worst-case cost fits what is left
+//! of the gateway's and its API key's daily and monthly budgets, counting what the
+//! requests in flight hold.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use sharemesh_ledger::{Ledger, LedgerError};
+use sharemesh_protocol::{NanoUsd, NodeId};
+
+use crate::error::ApiError;
+use crate::keys::KeyRecord;
+
+/// Spend limits of the gateway, in nano-USD.
+#[derive(Clone, Debug, Default)]
+pub struct Budget {
+    pub daily: Option<NanoUsd>,
+    pub monthly: Option<NanoUsd>,
+}
+
+/// Worst-case costs held by requests in flight.
+#[derive(Default)]
+struct Held {
+    total: u64,
+    per_key: HashMap<String, u64>,
+}
+
+/// The gateway's budgets and what requests in flight hold against them.
+pub struct Budgets {
+    budget: Budget,
+    held: Mutex<Held>,
+}
+
+/// Releases a request's reservation however it ends.
+pub struct Reservation<'a> {
+    held: &'a Mutex<Held>,
+    amount: u64,
+    key: Option<String>,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut held) = self.held.lock() {
+            held.total = held.total.saturating_sub(self.amount);
+            if let Some(key) = &self.key {
+                if let Some(by_key) = held.per_key.get_mut(key) {
+                    *by_key = by_key.saturating_sub(self.amount);
+                }
+            }
+        }
+    }
+}
+
+/// One limit to check: (limit, spent so far, its name, held by requests in flight).
+type Limit = (u64, u64, String, u64);
+
+impl Budgets {
+    pub fn new(budget: Budget) -> Self {
+        Self {
+            budget,
+            held: Mutex::new(Held::default()),
+        }
+    }
+
+    /// Refuses the request (402) if `worst_case` does not fit what is left of each
+    /// budget that applies, as `buyer`'s ledger counts spend; else holds it until the
+    /// returned reservation is dropped.
+    pub fn reserve(
+        &self,
+        ledger: Option<&Ledger>,
+        buyer: &NodeId,
+        worst_case: u64,
+        key: Option<&KeyRecord>,
+        now_ms: u64,
+    ) -> Result<Reservation<'_>, ApiError> {
+        let mut held = self
+            .held
+            .lock()
+            .map_err(|_| ApiError::upstream("budget lock poisoned"))?;
+        let today = sharemesh_ledger::day(now_ms);
+        let day = sharemesh_ledger::parse_day(&today).unwrap_or(0);
+        let month = sharemesh_ledger::parse_day(&format!("{}-01", &today[..7])).unwrap_or(0);
+        let ledger_error = |e: LedgerError| ApiError::upstream(e.to_string());
+        let mut limits: Vec<Limit> = Vec::new();
+        for (limit, since, name) in [
+            (self.budget.daily, day, "daily"),
+            (self.budget.monthly, month, "monthly"),
+        ] {
+            let Some(limit) = limit else { continue };
+            let spent = match ledger {
+                Some(ledger) => ledger.spent_since(buyer, since).map_err(ledger_error)?,
+                None => 0,
+            };
+            limits.push((limit.0, spent, format!("gateway's {name}"), held.total));
+        }
+        if let Some(key) = key {
+            for (limit, since, name) in [
+                (key.daily_budget_nano_usd, day, "daily"),
+                (key.monthly_budget_nano_usd, month, "monthly"),
+            ] {
+                let Some(limit) = limit else { continue };
+                let spent = match ledger {
+                    Some(ledger) => ledger.spent_by_key(&key.id, since).map_err(ledger_error)?,
+                    None => 0,
+                };
+                let in_flight = held.per_key.get(&key.id).copied().unwrap_or(0);
+                let name = format!("API key {}'s {name}", key.name);
+                limits.push((limit, spent, name, in_flight));
+            }
+        }
+        for (limit, spent, name, in_flight) in limits {
+            let left = limit.saturating_sub(spent).saturating_sub(in_flight);
+            if worst_case > left {
+                return Err(ApiError::insufficient_balance(format!(
+                    "the worst-case cost of this request is {worst_case} nano-USD but only {left} of the {name} budget of {limit} nano-USD is left"
+                )));
+            }
+        }
+        held.total += worst_case;
+        if let Some(key) = key {
+            *held.per_key.entry(key.id.clone()).or_default() += worst_case;
+        }
+        Ok(Reservation {
+            held: &self.held,
+            amount: worst_case,
+            key: key.map(|k| k.id.clone()),
+        })
+    }
+}

@@ -1,0 +1,238 @@
+//! Planning a request before any provider runs it: which model and tier, which providers
+//! in which order (the order book filtered to eligible offers, ranked by
+//! `sharemesh_market::rank`, then re-ranked with live quotes), and what the request may
+//! cost at worst (held against the budgets).
+
+use std::collections::HashMap;
+
+use libp2p::PeerId;
+use sharemesh_market::{OfferView, ScoreWeights};
+use sharemesh_mesh::orderbook::BookEntry;
+use sharemesh_mesh::MeshHandle;
+use sharemesh_protocol::{JobId, Keypair, ModelId, NanoUsd, NodeId, Prompt, QuoteRequest, Tier};
+
+use crate::error::ApiError;
+use crate::openai::CompletionRequest;
+use crate::quote::{self, Candidate, QuoteAnswer};
+
+/// Gateway-wide defaults for routing options a request leaves out.
+#[derive(Clone, Debug)]
+pub struct RoutingDefaults {
+    pub max_price_per_token: NanoUsd,
+    pub tier: Tier,
+    pub region: Option<String>,
+    /// Providers tried (first plus failovers) before giving up.
+    pub max_attempts: usize,
+    /// A provider silent this long mid-job is replaced.
+    pub stall_timeout: std::time::Duration,
+    /// Weights of the ranking score (SPEC §10).
+    pub score: ScoreWeights,
+    /// Candidates asked for a quote before the choice (0: rank by adverts alone).
+    pub quote_k: usize,
+    /// Start gold work on two providers and keep the first to answer, unless the
+    /// request says otherwise (`sharemesh.hedge`).
+    pub hedge_gold: bool,
+    /// Every this many delivered tokens, warm the next provider in line so a failover
+    /// there prefills only what came since (0: never). See `Segments::warm_standby`.
+    pub warm_standby_every: usize,
+}
+
+impl Default for RoutingDefaults {
+    fn default() -> Self {
+        Self {
+            max_price_per_token: NanoUsd(1_000_000),
+            tier: Tier::OnDemand,
+            region: None,
+            max_attempts: 4,
+            stall_timeout: crate::buyer::DEFAULT_STALL_TIMEOUT,
+            score: ScoreWeights::default(),
+            quote_k: 4,
+            hedge_gold: false,
+            warm_standby_every: 64,
+        }
+    }
+}
+
+/// Round trip assumed for a provider the gateway has not pinged yet.
+const UNKNOWN_RTT_MS: f64 = 200.0;
+
+/// What a planned request will run with.
+pub struct Plan {
+    pub job_id: JobId,
+    pub model: ModelId,
+    pub tier: Tier,
+    /// Providers to try, best first (the first `max_attempts`).
+    pub candidates: Vec<Candidate>,
+    /// Every prompt byte a token, every completion token produced, at the highest
+    /// price among the candidates the request may fail over to.
+    pub worst_case: u64,
+}
+
+/// What the planner needs to know beyond the request.
+pub struct Context<'a> {
+    pub live: Vec<BookEntry>,
+    pub defaults: &'a RoutingDefaults,
+    pub rtt_ms: HashMap<PeerId, f64>,
+    /// Observed success rate of a provider, in [0, 1].
+    pub reliability: &'a dyn Fn(&NodeId) -> f64,
+    pub now_ms: u64,
+}
+
+/// A catalog name or model id → the model id, if anyone offers it now.
+pub fn resolve_model(live: &[BookEntry], name: &str) -> Result<ModelId, ApiError> {
+    live.iter()
+        .flat_map(|e| e.advert.models.iter())
+        .find(|o| o.model.name == name || o.model.id.to_string() == name)
+        .map(|o| o.model.id)
+        .ok_or_else(|| ApiError::model_not_found(name))
+}
+
+/// The tier a request runs in: interruptible if it says so, else its tier or the
+/// gateway's default.
+pub fn tier_of(request: &CompletionRequest, defaults: &RoutingDefaults) -> Tier {
+    if request.routing.interruptible {
+        Tier::Interruptible
+    } else {
+        request.routing.tier.unwrap_or(defaults.tier)
+    }
+}
+
+/// The highest price per token the request accepts.
+pub fn ceiling_of(request: &CompletionRequest, defaults: &RoutingDefaults) -> NanoUsd {
+    request
+        .routing
+        .max_price_per_token
+        .unwrap_or(defaults.max_price_per_token)
+}
+
+/// Eligible providers for `model`, best first by `sharemesh_market::rank`: expected
+/// cost of the request from price, latency (measured round trip, plus the advertised
+/// queue at the advertised speed), throughput and observed success rate.
+pub fn candidates(
+    model: &ModelId,
+    request: &CompletionRequest,
+    context: &Context<'_>,
+) -> (Vec<Candidate>, Tier) {
+    let defaults = context.defaults;
+    let routing = &request.routing;
+    let tier = tier_of(request, defaults);
+    let ceiling = ceiling_of(request, defaults);
+    let region = routing.region.clone().or_else(|| defaults.region.clone());
+    let tokens = request.sampling.max_tokens;
+    let eligible: Vec<Candidate> = context
+        .live
+        .iter()
+        .filter_map(|entry| {
+            let advert = &entry.advert;
+            let offer = advert.offer(model)?;
+            let price = offer.price_for(tier)?;
+            let load = advert.load;
+            let ok = price <= ceiling
+                && advert.tiers.contains(&tier)
+                && region.as_ref().is_none_or(|r| &advert.region == r)
+                && routing
+                    .min_vram_bytes
+                    .is_none_or(|min| advert.hardware.vram_total_bytes() >= min)
+                && advert.available_at(context.now_ms)
+                && (load.max_concurrent == 0
+                    || load.active_jobs + load.queue_depth < load.max_concurrent);
+            if !ok {
+                return None;
+            }
+            let speed = f64::from(offer.generation_milli_tokens_per_second) / 1000.0;
+            let rtt = advert
+                .provider
+                .peer_id()
+                .ok()
+                .and_then(|peer| context.rtt_ms.get(&peer).copied())
+                .unwrap_or(UNKNOWN_RTT_MS);
+            // A job ahead in the queue takes about as long as this one will.
+            let queue_ms = if speed > 0.0 {
+                f64::from(load.queue_depth) * f64::from(tokens) / speed * 1000.0
+            } else {
+                0.0
+            };
+            let view = OfferView {
+                price_per_token: price.0,
+                latency_ms: rtt + queue_ms,
+                tokens_per_second: speed,
+                reliability: (context.reliability)(&advert.provider),
+            };
+            Some(Candidate {
+                entry: entry.clone(),
+                price,
+                rtt_ms: rtt,
+                view,
+            })
+        })
+        .collect();
+    let views: Vec<OfferView> = eligible.iter().map(|c| c.view).collect();
+    let order = sharemesh_market::rank(&views, tokens, &defaults.score);
+    let mut slots: Vec<Option<Candidate>> = eligible.into_iter().map(Some).collect();
+    (
+        order.into_iter().filter_map(|i| slots[i].take()).collect(),
+        tier,
+    )
+}
+
+/// The most the request can cost: every prompt byte a token (no tokenizer here), every
+/// completion token produced, at the highest price among `candidates`.
+pub fn worst_case(request: &CompletionRequest, candidates: &[Candidate]) -> u64 {
+    let prompt_bytes = match &request.prompt {
+        Prompt::Text(t) => t.len() as u64,
+        Prompt::Chat(m) => m.iter().map(|m| m.content.len() as u64 + 16).sum::<u64>() + 64,
+        Prompt::Tokens(t) => t.len() as u64,
+    };
+    let highest = candidates.iter().map(|c| c.price.0).max().unwrap_or(0);
+    highest.saturating_mul(prompt_bytes + u64::from(request.sampling.max_tokens))
+}
+
+/// Asks the first `quote_k` candidates for a quote in parallel and ranks again with
+/// their answers (SPEC §10). With `quote_k = 0` the advert-based ranking stands.
+pub async fn quote_round(
+    mesh: &MeshHandle,
+    key: &Keypair,
+    candidates: Vec<Candidate>,
+    plan: (JobId, ModelId, Tier),
+    request: &CompletionRequest,
+    defaults: &RoutingDefaults,
+) -> Vec<Candidate> {
+    let (job_id, model, tier) = plan;
+    let k = defaults.quote_k.min(candidates.len());
+    if k == 0 {
+        return candidates;
+    }
+    let ceiling = ceiling_of(request, defaults);
+    let asks = candidates[..k].iter().map(|candidate| async move {
+        let provider = candidate.provider();
+        let Ok(peer) = provider.peer_id() else {
+            return QuoteAnswer::Silent;
+        };
+        if provider == key.node_id() {
+            return QuoteAnswer::Local;
+        }
+        mesh.dial_advertised(&peer, &candidate.entry.advert.addresses)
+            .await;
+        let ask = QuoteRequest {
+            job_id,
+            buyer: key.node_id(),
+            provider,
+            model,
+            tier,
+            max_price_per_token: ceiling,
+            max_tokens: request.sampling.max_tokens.max(1),
+        };
+        quote::ask(mesh, key, peer, ask).await
+    });
+    let answers = futures::future::join_all(asks).await;
+    for (candidate, answer) in candidates.iter().zip(&answers) {
+        tracing::debug!(job = %job_id, provider = %candidate.provider(), ?answer, "quote");
+    }
+    quote::rerank(
+        candidates,
+        &answers,
+        ceiling,
+        request.sampling.max_tokens,
+        &defaults.score,
+    )
+}

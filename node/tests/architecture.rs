@@ -1,0 +1,254 @@
+#![allow(clippy::unwrap_used)]
+//! The workspace's layout keeps its promises: the light client (gateway) and the mesh
+//! do not link the engine (no candle), the pure crates stay pure, and no two files of a
+//! crate import each other (a cycle means a responsibility sits in the wrong place).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The packages `package` links (normal dependencies, transitively).
+fn linked(package: &str) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(workspace())
+        .args([
+            "tree",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+            package,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn the_gateway_mesh_and_testnet_do_not_link_the_engine() {
+    for package in ["sharemesh-gateway", "sharemesh-mesh", "sharemesh-testnet"] {
+        let linked = linked(package);
+        for heavy in [
+            "candle-core",
+            "sharemesh-engine",
+            "tokenizers",
+            "sharemesh-provider",
+        ] {
+            assert!(
+                !linked.contains(heavy),
+                "{package} links {heavy}: a gateway-only build must not carry inference"
+            );
+        }
+    }
+    for pure in [
+        "sharemesh-protocol",
+        "sharemesh-reputation",
+        "sharemesh-market",
+    ] {
+        let links = linked(pure);
+        for io in ["tokio", "sled", "libp2p", "reqwest"] {
+            assert!(!links.contains(io), "{pure} is pure, but links {io}");
+        }
+    }
+}
+
+/// A crate's modules: path (`["dispatch"]`, `["a", "b"]`) → file.
+fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
+    let mut found = BTreeMap::new();
+    let root = if src.join("lib.rs").exists() {
+        src.join("lib.rs")
+    } else {
+        src.join("main.rs")
+    };
+    let mut todo = vec![(Vec::<String>::new(), root)];
+    while let Some((path, file)) = todo.pop() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        // `foo.rs` keeps its children in `foo/`, `lib.rs` and `mod.rs` beside them.
+        let dir = match file.file_name().and_then(|n| n.to_str()) {
+            Some("lib.rs" | "main.rs" | "mod.rs") => file.parent().unwrap().to_owned(),
+            _ => file.with_extension(""),
+        };
+        for line in non_test_code(&text).lines() {
+            let line = line.trim();
+            let declaration = line
+                .strip_prefix("pub mod ")
+                .or_else(|| line.strip_prefix("pub(crate) mod "))
+                .or_else(|| line.strip_prefix("mod "));
+            let Some(name) = declaration.and_then(|rest| rest.strip_suffix(';')) else {
+                continue;
+            };
+            let child = [
+                dir.join(format!("{name}.rs")),
+                dir.join(name).join("mod.rs"),
+            ]
+            .into_iter()
+            .find(|p| p.exists());
+            if let Some(child) = child {
+                let mut child_path = path.clone();
+                child_path.push(name.to_owned());
+                todo.push((child_path, child));
+            }
+        }
+        found.insert(path, file);
+    }
+    found
+}
+
+/// The file's code before its test-only items (unit tests may import anything of their
+/// parent), without comments (a doc link is not an import).
+fn non_test_code(text: &str) -> String {
+    let code = text.find("#[cfg(test)]").map_or(text, |end| &text[..end]);
+    code.lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Module paths a file names through `crate::` or `super::`, resolved to the deepest
+/// module that exists.
+fn references(
+    path: &[String],
+    text: &str,
+    modules: &BTreeMap<Vec<String>, PathBuf>,
+) -> BTreeSet<Vec<String>> {
+    let mut found = BTreeSet::new();
+    let code = &non_test_code(text);
+    let mut words: Vec<(Vec<String>, &str)> = Vec::new();
+    for (anchor, prefix) in [("crate", "crate::"), ("super", "super::")] {
+        for (at, _) in code.match_indices(prefix) {
+            let base: Vec<String> = match anchor {
+                "crate" => Vec::new(),
+                _ => path[..path.len().saturating_sub(1)].to_vec(),
+            };
+            words.push((base, &code[at + prefix.len()..]));
+        }
+    }
+    for (base, rest) in words {
+        // `a::b::C`, or a group `{a::X, b}` (one level).
+        let heads: Vec<&str> = match rest.strip_prefix('{') {
+            Some(group) => group
+                .split('}')
+                .next()
+                .unwrap_or("")
+                .split(',')
+                .map(str::trim)
+                .collect(),
+            None => vec![rest],
+        };
+        for head in heads {
+            let mut target = base.clone();
+            for segment in head.split("::") {
+                let name: String = segment
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                let mut next = target.clone();
+                next.push(name);
+                if modules.contains_key(&next) {
+                    target = next;
+                } else {
+                    break;
+                }
+            }
+            found.insert(target);
+        }
+    }
+    found
+}
+
+/// Edges between files of one crate, leaving out a module naming its own ancestors
+/// (`super::Type` from a child that extends its parent is how Rust nests modules).
+fn import_cycles(src: &Path) -> Vec<String> {
+    let modules = modules(src);
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (path, file) in &modules {
+        let text = std::fs::read_to_string(file).unwrap();
+        for target in references(path, &text, &modules) {
+            let is_ancestor = path.starts_with(&target);
+            if !is_ancestor && &target != path {
+                edges.entry(path.clone()).or_default().insert(target);
+            }
+        }
+    }
+    let mut cycles = Vec::new();
+    for (from, targets) in &edges {
+        for to in targets {
+            // A cycle through `to` back to `from`, or to one of `from`'s descendants?
+            let mut seen = BTreeSet::new();
+            let mut stack = vec![to.clone()];
+            while let Some(at) = stack.pop() {
+                if !seen.insert(at.clone()) {
+                    continue;
+                }
+                for next in edges.get(&at).into_iter().flatten() {
+                    if next == from {
+                        cycles.push(format!(
+                            "{} -> {} -> … -> {}",
+                            from.join("::"),
+                            to.join("::"),
+                            from.join("::")
+                        ));
+                    }
+                    stack.push(next.clone());
+                }
+            }
+        }
+    }
+    cycles
+}
+
+#[test]
+fn no_two_files_of_a_crate_import_each_other() {
+    let mut all = Vec::new();
+    for krate in [
+        "protocol",
+        "reputation",
+        "market",
+        "kernels",
+        "engine",
+        "mesh",
+        "ledger",
+        "gateway",
+        "provider",
+        "node",
+        "testnet",
+    ] {
+        for cycle in import_cycles(&workspace().join(krate).join("src")) {
+            all.push(format!("{krate}: {cycle}"));
+        }
+    }
+    assert!(
+        all.is_empty(),
+        "import cycles between files:\n{}",
+        all.join("\n")
+    );
+}
+
+#[test]
+fn the_cycle_finder_finds_a_cycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::write(src.join("lib.rs"), "mod a;\nmod b;\nmod c;\n").unwrap();
+    std::fs::write(src.join("a.rs"), "use crate::b::B;\npub struct A;\n").unwrap();
+    std::fs::write(src.join("b.rs"), "use crate::{a::A, c};\npub struct B;\n").unwrap();
+    std::fs::write(src.join("c.rs"), "use super::a::A;\n").unwrap();
+    let cycles = import_cycles(src);
+    assert!(cycles.iter().any(|c| c.starts_with("a -> b")), "{cycles:?}");
+    std::fs::write(src.join("b.rs"), "pub struct B;\n").unwrap();
+    assert!(import_cycles(src).is_empty());
+}

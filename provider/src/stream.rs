@@ -1,0 +1,166 @@
+//! One accepted job's stream on the provider side: a signed chunk per token while the
+//! buyer's receipts keep within the credit window, then the final chunk and the output
+//! commitment; or a `Cancelled` chunk when gold work preempts it.
+
+use std::sync::Arc;
+
+use futures::io::WriteHalf;
+use sharemesh_engine::{EngineEvent, Generation};
+use sharemesh_mesh::framing::{write_frame, FrameError};
+use sharemesh_protocol::{FinishReason, JobRequest, OutputCommitment, TokenChunk};
+use tokio::sync::{mpsc, watch, Notify};
+
+use crate::Provider;
+
+/// The state of one job's stream after `Accept`.
+pub(crate) struct JobStream<'a> {
+    pub request: &'a JobRequest,
+    pub prompt_tokens: u32,
+    pub writer: WriteHalf<libp2p::Stream>,
+    /// Completion tokens the buyer's receipts cover.
+    pub acked: watch::Receiver<u64>,
+    /// Tokens this provider sent (resumed ones not included).
+    pub sent: u64,
+}
+
+/// How a stream ended on the provider's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Streamed {
+    /// The final chunk went out (finished, failed, or preempted).
+    Ended,
+    /// The buyer stopped acknowledging or closed its side: the job is cancelled.
+    BuyerLeft,
+    /// Testnet adversary: went silent on purpose.
+    Stalled,
+}
+
+impl JobStream<'_> {
+    /// Index of the next completion token (a resumed prefix counts).
+    fn next_index(&self) -> u32 {
+        (self.request.resume.len() as u64 + self.sent) as u32
+    }
+
+    /// A chunk of this job: tokens with their text, or none with the finish.
+    fn chunk(
+        &self,
+        provider: &Provider,
+        first_index: u32,
+        token: Option<(u32, String)>,
+        finish: Option<FinishReason>,
+    ) -> TokenChunk {
+        let (token_ids, text_delta) = match token {
+            Some((id, text)) => (vec![id], text),
+            None => (Vec::new(), String::new()),
+        };
+        TokenChunk {
+            job_id: self.request.job_id,
+            provider: provider.key.node_id(),
+            first_index,
+            token_ids,
+            text_delta,
+            finish,
+        }
+    }
+
+    async fn write(&mut self, provider: &Provider, chunk: &TokenChunk) -> Result<(), FrameError> {
+        let envelope = provider.seal(chunk)?;
+        write_frame(&mut self.writer, &envelope).await
+    }
+
+    /// Waits until the buyer's receipts leave room in the credit window; `false` when
+    /// the buyer went away instead.
+    async fn wait_for_credit(&mut self, window: u64) -> bool {
+        while self.sent.saturating_sub(*self.acked.borrow()) >= window {
+            if self.acked.changed().await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl Provider {
+    /// Streams the engine's events for an accepted job until it ends. A write error
+    /// means the buyer closed the stream: returning drops `events`, which cancels the
+    /// engine job within one token.
+    pub(crate) async fn stream_job(
+        &self,
+        job: &mut JobStream<'_>,
+        mut events: mpsc::Receiver<EngineEvent>,
+        preempt: &Arc<Notify>,
+    ) -> Result<Streamed, FrameError> {
+        let window = u64::from(self.policy.credit_window_tokens);
+        loop {
+            let event = tokio::select! {
+                event = events.recv() => event,
+                () = preempt.notified() => {
+                    let chunk = job.chunk(self, job.next_index(), None, Some(FinishReason::Cancelled));
+                    job.write(self, &chunk).await?;
+                    return Ok(Streamed::Ended);
+                }
+            };
+            match event {
+                None => return Ok(Streamed::Ended),
+                Some(EngineEvent::Token(token)) => {
+                    if self.policy.stall_after.is_some_and(|n| job.sent >= n) {
+                        // Adversary: go silent but hold the stream until the buyer leaves.
+                        tracing::warn!("adversary: stalling");
+                        while job.acked.changed().await.is_ok() {}
+                        return Ok(Streamed::Stalled);
+                    }
+                    if !job.wait_for_credit(window).await {
+                        tracing::info!("buyer stopped acknowledging; cancelling");
+                        return Ok(Streamed::BuyerLeft);
+                    }
+                    let chunk = job.chunk(
+                        self,
+                        token.index,
+                        Some((token.token_id, token.text_delta)),
+                        None,
+                    );
+                    job.write(self, &chunk).await?;
+                    job.sent += 1;
+                }
+                Some(EngineEvent::Finished(generation)) => {
+                    self.finish(job, &generation).await?;
+                    return Ok(Streamed::Ended);
+                }
+                Some(EngineEvent::Failed(err)) => {
+                    tracing::warn!(%err, "generation failed");
+                    let chunk = job.chunk(self, job.next_index(), None, Some(FinishReason::Error));
+                    job.write(self, &chunk).await?;
+                    return Ok(Streamed::Ended);
+                }
+                Some(EngineEvent::Started { .. }) => {}
+            }
+        }
+    }
+
+    /// The final chunk, the output commitment, and the job's record.
+    async fn finish(
+        &self,
+        job: &mut JobStream<'_>,
+        generation: &Generation,
+    ) -> Result<(), FrameError> {
+        let end = generation.token_ids.len() as u32;
+        let chunk = job.chunk(self, end, None, Some(generation.finish));
+        job.write(self, &chunk).await?;
+        let commitment = OutputCommitment {
+            job_id: job.request.job_id,
+            provider: self.key.node_id(),
+            request_hash: sharemesh_protocol::envelope::body_digest(job.request)?,
+            output_hash: sharemesh_protocol::envelope::tokens_digest(&generation.token_ids),
+            output_tokens: end,
+        };
+        write_frame(&mut job.writer, &self.seal(&commitment)?).await?;
+        tracing::info!(
+            tokens = generation.generated_tokens,
+            prefilled = generation.prefilled_tokens,
+            reused = generation.reused_tokens,
+            finish = ?generation.finish,
+            "job done"
+        );
+        self.book_job(job.request, job.prompt_tokens, generation);
+        Ok(())
+    }
+}
