@@ -12,6 +12,7 @@ use sharemesh_protocol::{
     Accept, FinishReason, JobRequest, Keypair, NanoUsd, OutputCommitment, Receipt, Reject,
     SignedEnvelope, TokenChunk,
 };
+use sharemesh_reputation::Outcome;
 use tokio::sync::mpsc;
 
 use sharemesh_ledger::Ledger;
@@ -79,11 +80,20 @@ pub enum SegmentError {
 }
 
 impl SegmentError {
-    /// What the reputation book records for this ending.
-    pub fn outcome(&self) -> sharemesh_reputation::Outcome {
+    /// What the reputation book records about the provider for this ending; `None`
+    /// when the fault is this node's own (its ledger could not book a receipt).
+    pub fn outcome(&self) -> Option<Outcome> {
         match self {
-            SegmentError::Stalled(_) => sharemesh_reputation::Outcome::Stalled,
-            _ => sharemesh_reputation::Outcome::Failed,
+            SegmentError::Stalled(_) => Some(Outcome::Stalled),
+            SegmentError::Refused { .. } => Some(Outcome::Refused),
+            SegmentError::BadChunk(_) | SegmentError::TermsMismatch(_) => Some(Outcome::Misbehaved),
+            SegmentError::Booking(_) => None,
+            SegmentError::Unreachable(_)
+            | SegmentError::SendFailed(_)
+            | SegmentError::NoAnswer(_)
+            | SegmentError::BadAnswer(_)
+            | SegmentError::StreamBroke(_)
+            | SegmentError::EngineFailed(_) => Some(Outcome::Failed),
         }
     }
 }

@@ -185,7 +185,10 @@ impl Dispatcher {
             .map_or(0.5, |book| book.score(provider, now_ms()))
     }
 
-    fn record(&self, provider: NodeId, outcome: Outcome) {
+    fn record(&self, provider: NodeId, outcome: impl Into<Option<Outcome>>) {
+        let Some(outcome) = outcome.into() else {
+            return;
+        };
         if let Ok(mut book) = self.reliability.lock() {
             book.record(&provider, outcome, now_ms());
         }

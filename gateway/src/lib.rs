@@ -12,22 +12,21 @@ pub mod keys;
 pub mod openai;
 pub mod plan;
 pub mod quote;
+mod respond;
 pub mod segment;
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use sharemesh_protocol::{FinishReason, NodeId};
+use tracing::Instrument;
 
 use crate::keys::KeyCheck;
 use dispatch::{DispatchEvent, Dispatcher};
@@ -41,28 +40,6 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub struct GatewayState {
     pub dispatcher: Arc<Dispatcher>,
     pub keys: KeyCheck,
-}
-
-fn unix_seconds() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-fn finish_name(finish: FinishReason) -> &'static str {
-    match finish {
-        FinishReason::Stop | FinishReason::Cancelled => "stop",
-        FinishReason::Length => "length",
-        FinishReason::Error => "error",
-    }
-}
-
-fn provider_list(providers: &[NodeId]) -> String {
-    providers
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 async fn require_key(
@@ -128,33 +105,6 @@ async fn completions(
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-struct Shape {
-    id: String,
-    model: String,
-    created: u64,
-    chat: bool,
-}
-
-impl Shape {
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
-        if self.chat {
-            json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                   "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
-        } else {
-            let text = delta
-                .get("content")
-                .cloned()
-                .unwrap_or(Value::String(String::new()));
-            json!({"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
-                   "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]})
-        }
-    }
-}
-
-fn usage(prompt: u32, completion: u32) -> Value {
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
-}
-
 async fn complete(
     state: GatewayState,
     key: Option<crate::keys::KeyRecord>,
@@ -166,12 +116,17 @@ async fn complete(
     let request = openai::parse(&body, chat, &headers)?;
     let started = Instant::now();
     let mut events = state.dispatcher.run(request.clone(), key);
-    let (job_id, first_provider, prompt_tokens) = match events.recv().await {
+    let accepted = match events.recv().await {
         Some(DispatchEvent::Accepted {
             job_id,
             provider,
             prompt_tokens,
-        }) => (job_id, provider, prompt_tokens),
+        }) => respond::Accepted {
+            job_id,
+            provider,
+            prompt_tokens,
+            started,
+        },
         Some(DispatchEvent::Failed(err)) => return Err(err),
         _ => {
             return Err(ApiError::upstream(
@@ -179,144 +134,16 @@ async fn complete(
             ))
         }
     };
-    let span = tracing::info_span!("request", job = %job_id, provider = %first_provider);
-    let _entered = span.enter();
-    let shape = Shape {
-        id: format!("{}-{job_id}", if chat { "chatcmpl" } else { "cmpl" }),
-        model: request.model.clone(),
-        created: unix_seconds(),
-        chat,
-    };
-    let job_header = HeaderValue::from_str(&job_id.to_string())
-        .map_err(|e| ApiError::upstream(e.to_string()))?;
+    let span =
+        tracing::info_span!("request", job = %accepted.job_id, provider = %accepted.provider);
+    let shape = respond::Shape::new(&accepted, &request.model, chat);
     if request.stream {
-        let provider_header = HeaderValue::from_str(&first_provider.to_string())
-            .map_err(|e| ApiError::upstream(e.to_string()))?;
-        let include_usage = request.include_usage;
-        let first = shape.chunk(
-            if chat {
-                json!({"role": "assistant", "content": ""})
-            } else {
-                json!({"content": ""})
-            },
-            None,
-        );
-        let state = (Some(first), events, shape, false);
-        let stream = futures::stream::unfold(
-            state,
-            move |(pending, mut events, shape, done)| async move {
-                if let Some(value) = pending {
-                    return Some((vec![value], (None, events, shape, done)));
-                }
-                if done {
-                    return None;
-                }
-                loop {
-                    match events.recv().await {
-                        Some(DispatchEvent::Token { text, .. }) => {
-                            if text.is_empty() {
-                                continue;
-                            }
-                            return Some((
-                                vec![shape.chunk(json!({"content": text}), None)],
-                                (None, events, shape, false),
-                            ));
-                        }
-                        Some(DispatchEvent::Switched { .. })
-                        | Some(DispatchEvent::Accepted { .. }) => continue,
-                        Some(DispatchEvent::Done {
-                            finish,
-                            completion_tokens,
-                            providers,
-                            cost,
-                            segments,
-                        }) => {
-                            let mut last = shape.chunk(json!({}), Some(finish_name(finish)));
-                            last["sharemesh"] = json!({"providers": providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                                                   "cost_nano_usd": cost.0, "segments": segments});
-                            let mut out = vec![last];
-                            if include_usage {
-                                let mut tail = shape.chunk(json!({}), None);
-                                tail["choices"] = json!([]);
-                                tail["usage"] = usage(prompt_tokens, completion_tokens);
-                                out.push(tail);
-                            }
-                            return Some((out, (None, events, shape, true)));
-                        }
-                        Some(DispatchEvent::Failed(err)) => {
-                            return Some((vec![err.body()], (None, events, shape, true)));
-                        }
-                        None => return None,
-                    }
-                }
-            },
-        );
-        let frames = futures::StreamExt::flat_map(stream, |values| {
-            futures::stream::iter(
-                values
-                    .into_iter()
-                    .map(|v| Ok::<_, Infallible>(Event::default().data(v.to_string()))),
-            )
-        });
-        let done =
-            futures::stream::once(async { Ok::<_, Infallible>(Event::default().data("[DONE]")) });
-        let mut response = Sse::new(futures::StreamExt::chain(frames, done))
-            .keep_alive(KeepAlive::default())
-            .into_response();
-        response
-            .headers_mut()
-            .insert("x-sharemesh-provider", provider_header);
-        response.headers_mut().insert("x-sharemesh-job", job_header);
-        return Ok(response);
-    }
-    let mut text = String::new();
-    let mut providers = vec![first_provider];
-    loop {
-        match events.recv().await {
-            Some(DispatchEvent::Token { text: delta, .. }) => text.push_str(&delta),
-            Some(DispatchEvent::Switched { provider }) => providers.push(provider),
-            Some(DispatchEvent::Accepted { .. }) => {}
-            Some(DispatchEvent::Done {
-                finish,
-                completion_tokens,
-                providers: all,
-                cost,
-                segments,
-            }) => {
-                let finish = finish_name(finish);
-                let choice = if chat {
-                    json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish})
-                } else {
-                    json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
-                };
-                let body = json!({
-                    "id": shape.id,
-                    "object": if chat { "chat.completion" } else { "text_completion" },
-                    "created": shape.created,
-                    "model": shape.model,
-                    "choices": [choice],
-                    "usage": usage(prompt_tokens, completion_tokens),
-                    "sharemesh": {"providers": all.iter().map(ToString::to_string).collect::<Vec<_>>(), "cost_nano_usd": cost.0,
-                                  "segments": segments,
-                                  "seconds": started.elapsed().as_secs_f64()},
-                });
-                let mut response = Json(body).into_response();
-                let header = HeaderValue::from_str(&provider_list(&all))
-                    .map_err(|e| ApiError::upstream(e.to_string()))?;
-                response
-                    .headers_mut()
-                    .insert("x-sharemesh-provider", header);
-                response.headers_mut().insert("x-sharemesh-job", job_header);
-                return Ok(response);
-            }
-            Some(DispatchEvent::Failed(err)) => return Err(err),
-            None => {
-                return Err(ApiError::upstream(format!(
-                    "the job ended unexpectedly (providers {})",
-                    provider_list(&providers)
-                )))
-            }
-        }
+        let _entered = span.enter(); // Only while the response is built: no await here.
+        respond::stream(events, shape, accepted, request.include_usage)
+    } else {
+        respond::whole(events, shape, accepted)
+            .instrument(span)
+            .await
     }
 }
 

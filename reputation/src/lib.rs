@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub enum Outcome {
     /// A job finished and its tokens were received.
     Completed { tokens: u64 },
-    /// The provider refused, errored or broke the stream.
+    /// The provider errored, broke the stream or could not be reached.
     Failed,
     /// The provider stopped sending tokens past the stall timeout.
     Stalled,
@@ -22,6 +22,12 @@ pub enum Outcome {
     VerifiedOk,
     /// A verification replay found substituted or garbage output.
     VerifiedMismatch,
+    /// The provider refused a job its advert said it would take (busy, paused, outside
+    /// its window): a small mark, since honest load changes between adverts.
+    Refused,
+    /// The provider signed something a correct provider never signs: a chunk of another
+    /// job or out of order, or an acceptance on terms not asked for.
+    Misbehaved,
 }
 
 /// Weights of each outcome and the decay half-life.
@@ -33,6 +39,8 @@ pub struct ScoreParams {
     pub stalled: f64,
     pub verified_ok: f64,
     pub verified_mismatch: f64,
+    pub refused: f64,
+    pub misbehaved: f64,
     /// Completed jobs earn `completed_per_log2_tokens × log2(1 + tokens)`.
     pub completed_per_log2_tokens: f64,
     /// Scores are clamped to ±`bound`.
@@ -47,6 +55,8 @@ impl Default for ScoreParams {
             stalled: -2.0,
             verified_ok: 1.0,
             verified_mismatch: -8.0,
+            refused: -0.5,
+            misbehaved: -8.0,
             completed_per_log2_tokens: 0.1,
             bound: 100.0,
         }
@@ -63,6 +73,8 @@ impl ScoreParams {
             Outcome::Stalled => self.stalled,
             Outcome::VerifiedOk => self.verified_ok,
             Outcome::VerifiedMismatch => self.verified_mismatch,
+            Outcome::Refused => self.refused,
+            Outcome::Misbehaved => self.misbehaved,
         }
     }
 }
@@ -233,9 +245,24 @@ mod tests {
         assert_eq!(b.score(&2, 0), 0.0);
     }
 
+    #[test]
+    fn a_refusal_costs_less_than_a_failure_and_misbehaving_as_much_as_a_mismatch() {
+        let mut b = book();
+        b.record(&1, Outcome::Refused, 0);
+        b.record(&2, Outcome::Failed, 0);
+        b.record(&3, Outcome::Misbehaved, 0);
+        b.record(&4, Outcome::VerifiedMismatch, 0);
+        assert!(b.score(&1, 0) < 0.0);
+        assert!(b.score(&1, 0) > b.score(&2, 0));
+        assert_eq!(b.score(&3, 0), b.score(&4, 0));
+        // Both count as attempts that did not succeed.
+        assert!((b.success_rate(&1, 0) - 1.0 / 3.0).abs() < 1e-9);
+        assert!((b.success_rate(&3, 0) - 1.0 / 3.0).abs() < 1e-9);
+    }
+
     proptest! {
         #[test]
-        fn scores_stay_bounded(outcomes in prop::collection::vec(0u8..5, 0..500), gaps in prop::collection::vec(0u64..DAY, 500)) {
+        fn scores_stay_bounded(outcomes in prop::collection::vec(0u8..7, 0..500), gaps in prop::collection::vec(0u64..DAY, 500)) {
             let mut b = book();
             let mut now = 0;
             for (o, gap) in outcomes.iter().zip(gaps) {
@@ -245,6 +272,8 @@ mod tests {
                     1 => Outcome::Failed,
                     2 => Outcome::Stalled,
                     3 => Outcome::VerifiedOk,
+                    4 => Outcome::Refused,
+                    5 => Outcome::Misbehaved,
                     _ => Outcome::VerifiedMismatch,
                 };
                 b.record(&7, outcome, now);
