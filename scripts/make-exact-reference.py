@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerates node/tests/fixtures/exact_reference.json: greedy ids from an exact forward pass.
+"""Regenerates engine/tests/fixtures/exact_reference.json: greedy ids from an exact forward pass.
 
 The model's Q4_1 weights are dequantized once (the `gguf` package's reference
 dequantizer) and the llama forward pass is run in float64 numpy with no activation
@@ -99,7 +99,7 @@ def greedy(prompt_ids):
     return out, margins
 
 
-llama_cpp = json.load(open("node/tests/fixtures/llama_cpp_reference.json"))
+llama_cpp = json.load(open("engine/tests/fixtures/llama_cpp_reference.json"))
 cases = []
 for case in llama_cpp["generation"]:
     out, margins = greedy(case["prompt_ids"])
@@ -112,5 +112,5 @@ json.dump({
                  "scripts/make-exact-reference.py",
     "model_sha256": llama_cpp["model_sha256"],
     "generation": cases,
-}, open("node/tests/fixtures/exact_reference.json", "w"), indent=1, ensure_ascii=False)
-print("wrote node/tests/fixtures/exact_reference.json")
+}, open("engine/tests/fixtures/exact_reference.json", "w"), indent=1, ensure_ascii=False)
+print("wrote engine/tests/fixtures/exact_reference.json")

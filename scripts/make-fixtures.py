@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerates node/tests/fixtures/llama_cpp_reference.json from llama.cpp.
+"""Regenerates engine/tests/fixtures/llama_cpp_reference.json from llama.cpp.
 
 Reference token ids come from llama-cpp-python (llama.cpp) on the same GGUF file the
 tests use, so the engine's tokenizer and greedy decoding can be compared with the
@@ -91,5 +91,5 @@ json.dump({
     "model_sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     "tokenizer": tokenizer_cases,
     "generation": generation_cases,
-}, open("node/tests/fixtures/llama_cpp_reference.json", "w"), indent=1, ensure_ascii=False)
-print("wrote node/tests/fixtures/llama_cpp_reference.json")
+}, open("engine/tests/fixtures/llama_cpp_reference.json", "w"), indent=1, ensure_ascii=False)
+print("wrote engine/tests/fixtures/llama_cpp_reference.json")

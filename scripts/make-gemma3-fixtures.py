@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerates node/tests/fixtures/gemma3_reference.json from llama.cpp: tokenizer ids
+"""Regenerates engine/tests/fixtures/gemma3_reference.json from llama.cpp: tokenizer ids
 (SentencePiece vocabulary) and greedy continuations with llama.cpp's top-2 margins,
 for Gemma 3 270M Q4_K_M (the catalog's `gemma3-270m`).
 
@@ -67,5 +67,5 @@ json.dump({
     "model_sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     "tokenizer": tokenizer_cases,
     "generation": generation_cases,
-}, open("node/tests/fixtures/gemma3_reference.json", "w"), indent=1, ensure_ascii=False)
-print("wrote node/tests/fixtures/gemma3_reference.json")
+}, open("engine/tests/fixtures/gemma3_reference.json", "w"), indent=1, ensure_ascii=False)
+print("wrote engine/tests/fixtures/gemma3_reference.json")

@@ -25,9 +25,10 @@ use std::io::BufReader;
 use std::path::Path;
 use std::time::Instant;
 
-use candle_core::Device;
 use sharemesh_protocol::{ModelDescriptor, ModelId, Prompt, Sampling};
 
+/// Where a model runs (candle's device), so callers need not depend on candle.
+pub use candle_core::Device;
 pub use generate::{GenerateRequest, Generation, TokenEvent};
 pub use seam::{EngineEvent, TokenEngine, EVENT_BUFFER};
 use tokenizer::GgufTokenizer;

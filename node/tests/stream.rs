@@ -25,7 +25,7 @@ fn load() -> LoadedModel {
         &common::default_model_path(),
         id,
         "smollm2-135m-instruct",
-        candle_core::Device::Cpu,
+        sharemesh_engine::Device::Cpu,
     )
     .unwrap()
 }

@@ -178,35 +178,3 @@ pub fn provider_of(
     args.extend_from_slice(extra);
     start(&args, data_dir)
 }
-
-pub const GEMMA3_MODEL_SHA256: &str =
-    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
-
-/// Token ids from a JSON fixture array.
-pub fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-/// A greedy job of `max_tokens` on `model`, continuing after `resume`.
-pub fn greedy_job(
-    model: &mut sharemesh_engine::LoadedModel,
-    prompt: &sharemesh_protocol::Prompt,
-    max_tokens: u32,
-    resume: Vec<u32>,
-) -> sharemesh_engine::Generation {
-    let request = sharemesh_engine::GenerateRequest {
-        model: model.descriptor.id,
-        prompt: prompt.clone(),
-        sampling: sharemesh_protocol::Sampling {
-            max_tokens,
-            ..sharemesh_protocol::Sampling::default()
-        },
-        resume,
-        ignore_eos: false,
-    };
-    model.generate(&request, |_| true).unwrap()
-}

@@ -7,9 +7,9 @@
 //! The same weights must then give the same answers through candle's qwen2 as through
 //! the llama path.
 
-mod common;
+mod support;
 
-use common::greedy_job as run;
+use support::greedy_job as run;
 
 use std::fs::File;
 use std::io::BufReader;
@@ -112,12 +112,12 @@ fn qwen2_on_smollm2_weights_answers_like_the_llama_path() {
     // The llama side through candle too, so both sides round the same way (the
     // default kernels quantise activations differently).
     std::env::set_var("SHAREMESH_KERNELS", "candle");
-    let llama_path = common::default_model_path();
+    let llama_path = support::default_model_path();
     let dir = tempfile::tempdir().unwrap();
     let qwen2_path = dir.path().join("smollm2-as-qwen2.gguf");
     write_qwen2_from_llama(&llama_path, &qwen2_path);
 
-    let id: ModelId = common::DEFAULT_MODEL_SHA256.parse().unwrap();
+    let id: ModelId = support::DEFAULT_MODEL_SHA256.parse().unwrap();
     let mut qwen2 = LoadedModel::load(&qwen2_path, id, "smollm2-as-qwen2", Device::Cpu).unwrap();
     assert_eq!(qwen2.descriptor.architecture, "qwen2");
     assert_eq!(qwen2.backend(), "cpu/candle");

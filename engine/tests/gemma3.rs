@@ -3,9 +3,9 @@
 //! vocabulary, K-quants, sliding-window attention), compared with llama.cpp reference
 //! ids stored in tests/fixtures/gemma3_reference.json (scripts/make-gemma3-fixtures.py).
 
-mod common;
+mod support;
 
-use common::{greedy_job as run, ids};
+use support::{greedy_job as run, ids};
 
 use serde_json::Value;
 use sharemesh_engine::LoadedModel;
@@ -13,8 +13,8 @@ use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role};
 
 fn load() -> LoadedModel {
     sharemesh_engine::set_threads(1);
-    let path = common::gemma3_model_path();
-    let id: ModelId = common::GEMMA3_MODEL_SHA256.parse().unwrap();
+    let path = support::gemma3_model_path();
+    let id: ModelId = support::GEMMA3_MODEL_SHA256.parse().unwrap();
     LoadedModel::load(&path, id, "gemma3-270m", candle_core::Device::Cpu).unwrap()
 }
 

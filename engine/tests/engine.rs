@@ -2,11 +2,9 @@
 //! The engine on the real model (SmolLM2-135M-Instruct Q4_1), compared with llama.cpp
 //! reference ids stored in tests/fixtures (see scripts/make-fixtures.py).
 
-mod common;
+mod support;
 
-use common::ids;
-
-use std::process::Command;
+use support::ids;
 
 use serde_json::Value;
 use sharemesh_engine::{GenerateRequest, LoadedModel};
@@ -14,8 +12,8 @@ use sharemesh_protocol::{ChatMessage, FinishReason, ModelId, Prompt, Role, Sampl
 
 fn load() -> LoadedModel {
     sharemesh_engine::set_threads(1);
-    let path = common::default_model_path();
-    let id: ModelId = common::DEFAULT_MODEL_SHA256.parse().unwrap();
+    let path = support::default_model_path();
+    let id: ModelId = support::DEFAULT_MODEL_SHA256.parse().unwrap();
     LoadedModel::load(&path, id, "smollm2-135m-instruct", candle_core::Device::Cpu).unwrap()
 }
 
@@ -483,7 +481,7 @@ fn corrupt_and_truncated_files_are_clear_errors() {
         .err()
         .unwrap();
     assert!(err.to_string().contains("not a readable GGUF"), "{err}");
-    let real = std::fs::read(common::default_model_path()).unwrap();
+    let real = std::fs::read(support::default_model_path()).unwrap();
     let truncated = dir.path().join("truncated.gguf");
     std::fs::write(&truncated, &real[..real.len() / 2]).unwrap();
     let err = LoadedModel::load(&truncated, id, "x", candle_core::Device::Cpu)
@@ -493,99 +491,4 @@ fn corrupt_and_truncated_files_are_clear_errors() {
     let header_only = dir.path().join("header.gguf");
     std::fs::write(&header_only, &real[..4096]).unwrap();
     assert!(LoadedModel::load(&header_only, id, "x", candle_core::Device::Cpu).is_err());
-}
-
-/// Real processes: identical greedy output at 1 and 2 threads, and the JSON shape.
-#[test]
-fn cli_generate_is_identical_across_thread_counts() {
-    let path = common::default_model_path();
-    let data = tempfile::tempdir().unwrap();
-    let run = |threads: &str| -> Value {
-        let out = Command::new(common::sharemesh_bin())
-            .arg("--data-dir")
-            .arg(data.path())
-            .args([
-                "generate",
-                "--chat",
-                "--max-tokens",
-                "24",
-                "--json",
-                "--threads",
-                threads,
-                "--prompt",
-                "What is 2 + 2?",
-                "--model",
-            ])
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
-    let one = run("1");
-    let two = run("2");
-    assert_eq!(one["text"], "The answer to this classic math problem is 4.");
-    assert_eq!(one["token_ids"], two["token_ids"]);
-    for key in [
-        "text",
-        "token_ids",
-        "prompt_tokens",
-        "load_seconds",
-        "prefill_tokens_per_second",
-        "generation_tokens_per_second",
-    ] {
-        assert!(one.get(key).is_some(), "missing {key}");
-    }
-    // A CPU build serves llama on sharemesh's own kernels.
-    assert_eq!(one["backend"], "cpu/sharemesh-kernels");
-}
-
-/// Resume at 2 threads, in real processes: every cut of a 12-token answer continues
-/// exactly as the uninterrupted run.
-#[test]
-fn cli_resume_at_two_threads_is_exact() {
-    let path = common::default_model_path();
-    let data = tempfile::tempdir().unwrap();
-    let run = |resume: &[u64]| -> Vec<u64> {
-        let mut cmd = Command::new(common::sharemesh_bin());
-        cmd.arg("--data-dir").arg(data.path()).args([
-            "generate",
-            "--chat",
-            "--max-tokens",
-            "12",
-            "--json",
-            "--threads",
-            "2",
-            "--prompt",
-            "Explain what a CPU does in two sentences.",
-            "--model",
-        ]);
-        cmd.arg(&path);
-        if !resume.is_empty() {
-            let list: Vec<String> = resume.iter().map(u64::to_string).collect();
-            cmd.arg("--resume").arg(list.join(","));
-        }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
-        json["token_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .collect()
-    };
-    let full = run(&[]);
-    assert_eq!(full.len(), 12);
-    for cut in [1, 4, 7, 11] {
-        assert_eq!(run(&full[..cut]), full, "resume at {cut}");
-    }
 }

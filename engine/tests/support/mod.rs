@@ -1,0 +1,67 @@
+#![allow(clippy::unwrap_used)]
+//! Shared set-up of the engine's real-model tests: the catalog models from the test
+//! cache that `scripts/test` fills once (`sharemesh models fetch` into
+//! `target/test-model-cache`, or `$SHAREMESH_TEST_MODEL_CACHE`), and small helpers.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub const DEFAULT_MODEL_SHA256: &str =
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+pub const GEMMA3_MODEL_SHA256: &str =
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
+
+fn cached(file: &str) -> PathBuf {
+    let dir = std::env::var_os("SHAREMESH_TEST_MODEL_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-model-cache")
+        });
+    let path = dir.join("models").join(file);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/test once (it fetches the catalog models into the test \
+         cache), or set SHAREMESH_TEST_MODEL_CACHE to a folder that has it",
+        path.display()
+    );
+    path
+}
+
+/// SmolLM2-135M-Instruct Q4_1, the catalog's default model.
+pub fn default_model_path() -> PathBuf {
+    cached("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// Gemma 3 270M Q4_K_M (four PyPI wheels joined).
+pub fn gemma3_model_path() -> PathBuf {
+    cached("gemma-3-270m-q4_k_m.gguf")
+}
+
+/// Token ids from a JSON fixture array.
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// A greedy job of `max_tokens` on `model`, continuing after `resume`.
+pub fn greedy_job(
+    model: &mut sharemesh_engine::LoadedModel,
+    prompt: &sharemesh_protocol::Prompt,
+    max_tokens: u32,
+    resume: Vec<u32>,
+) -> sharemesh_engine::Generation {
+    let request = sharemesh_engine::GenerateRequest {
+        model: model.descriptor.id,
+        prompt: prompt.clone(),
+        sampling: sharemesh_protocol::Sampling {
+            max_tokens,
+            ..sharemesh_protocol::Sampling::default()
+        },
+        resume,
+        ignore_eos: false,
+    };
+    model.generate(&request, |_| true).unwrap()
+}
