@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use sharemesh_gateway::buyer::{start_job, JobEvent, DEFAULT_STALL_TIMEOUT};
+use sharemesh_gateway::buyer::{start_job, Billing, JobEvent, StreamTerms, DEFAULT_STALL_TIMEOUT};
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_mesh::{self as mesh, MeshConfig};
 use sharemesh_protocol::{
@@ -76,8 +76,11 @@ async fn main() -> Result<()> {
         std::sync::Arc::new(Keypair::from_secret(key.secret())),
         peer,
         request,
-        None,
-        DEFAULT_STALL_TIMEOUT,
+        StreamTerms {
+            ledger: None,
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
+            billing: Billing::Metered,
+        },
     )
     .await?;
     let mut paid = 0;

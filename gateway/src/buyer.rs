@@ -80,6 +80,18 @@ pub enum SegmentError {
 }
 
 impl SegmentError {
+    /// Whether opening the job again may help: the stream could not be opened or was
+    /// dropped before any answer (a busy provider drops streams it cannot take yet).
+    pub fn worth_retrying(&self) -> bool {
+        matches!(
+            self,
+            SegmentError::Unreachable(_)
+                | SegmentError::SendFailed(_)
+                | SegmentError::NoAnswer(_)
+                | SegmentError::StreamBroke(_)
+        )
+    }
+
     /// What the reputation book records about the provider for this ending; `None`
     /// when the fault is this node's own (its ledger could not book a receipt).
     pub fn outcome(&self) -> Option<Outcome> {
@@ -98,14 +110,34 @@ impl SegmentError {
     }
 }
 
+/// What the buyer signs receipts for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Billing {
+    /// Cumulative receipts for what this provider delivered (every job a client asked
+    /// for).
+    Metered,
+    /// No receipts at all: a standby warm-up, which SPEC §10 leaves unbilled (it is the
+    /// provider's bid to be next in line), or a test's buyer that never pays.
+    Unbilled,
+}
+
+/// How the buyer side runs a job stream.
+#[derive(Clone)]
+pub struct StreamTerms {
+    /// Books each receipt before it is sent (`None`: not booked).
+    pub ledger: Option<Arc<Ledger>>,
+    /// A provider silent this long counts as stalled.
+    pub stall_timeout: Duration,
+    pub billing: Billing,
+}
+
 /// Starts a job on `provider`; events arrive on the returned channel.
 pub async fn start_job(
     mesh: &MeshHandle,
     key: Arc<Keypair>,
     provider: PeerId,
     request: JobRequest,
-    ledger: Option<Arc<Ledger>>,
-    stall_timeout: Duration,
+    terms: StreamTerms,
 ) -> Result<mpsc::Receiver<JobEvent>, SegmentError> {
     let seq = SeqCounter::default();
     let envelope = key
@@ -121,20 +153,12 @@ pub async fn start_job(
     .map_err(|e| SegmentError::Unreachable(format!("{provider}: {e}")))?;
     let (events_tx, events) = mpsc::channel(64);
     tokio::spawn(run_job(
-        stream,
-        key,
-        seq,
-        envelope,
-        request,
-        events_tx,
-        ledger,
-        stall_timeout,
+        stream, key, seq, envelope, request, events_tx, terms,
     ));
     Ok(events)
 }
 
 // The job's whole context travels into its task.
-#[allow(clippy::too_many_arguments)]
 async fn run_job(
     stream: libp2p::Stream,
     key: Arc<Keypair>,
@@ -142,9 +166,13 @@ async fn run_job(
     envelope: SignedEnvelope,
     request: JobRequest,
     events: mpsc::Sender<JobEvent>,
-    ledger: Option<Arc<Ledger>>,
-    stall_timeout: Duration,
+    terms: StreamTerms,
 ) {
+    let StreamTerms {
+        ledger,
+        stall_timeout,
+        billing,
+    } = terms;
     let (mut reader, mut writer) = stream.split();
     let fail = |events: &mpsc::Sender<JobEvent>, why: SegmentError| {
         let events = events.clone();
@@ -181,6 +209,19 @@ async fn run_job(
         )
         .await;
     }
+    // The provider's prompt count is a claim we pay for: no tokenizer makes more tokens
+    // of this prompt than its bound.
+    let bound = request.prompt.token_bound();
+    if u64::from(accept.prompt_tokens) > bound {
+        let claim = accept.prompt_tokens;
+        return fail(
+            &events,
+            SegmentError::TermsMismatch(format!(
+                "a prompt of at most {bound} tokens billed as {claim}"
+            )),
+        )
+        .await;
+    }
     let price: NanoUsd = accept.price_per_token;
     let prompt_tokens = u64::from(accept.prompt_tokens);
     if events
@@ -194,7 +235,6 @@ async fn run_job(
     let every = RECEIPT_EVERY.min((u64::from(accept.credit_window_tokens) / 2).max(1));
     let mut received = 0u64;
     let mut acknowledged = 0u64;
-    let mut receipted = false;
     let receipt = |tokens: u64| -> Option<(Receipt, SignedEnvelope)> {
         let body = Receipt::new(
             request.job_id,
@@ -236,16 +276,20 @@ async fn run_job(
             }
             Err(err) => return fail(&events, SegmentError::BadChunk(err.to_string())).await,
         };
+        if let Err(why) = check_chunk(&chunk, &request, received) {
+            // Nothing more is paid: the bad chunk is neither relayed nor receipted.
+            return fail(&events, SegmentError::BadChunk(why)).await;
+        }
         received += chunk.token_ids.len() as u64;
         timeout = stall_timeout;
         let finish = chunk.finish;
         if !chunk.token_ids.is_empty() && events.send(JobEvent::Token(chunk)).await.is_err() {
             return;
         }
-        if received - acknowledged >= every
-            || (finish.is_some() && received > acknowledged)
-            || (finish.is_some() && !receipted)
-        {
+        // Nothing delivered, nothing receipted (a job that ends before its first token
+        // is not paid for its prompt either).
+        let due = received - acknowledged >= every || (finish.is_some() && received > acknowledged);
+        if due && billing == Billing::Metered {
             if let Some((body, envelope)) = receipt(received) {
                 // Booked before it is sent: whatever the provider holds, we hold too.
                 if let Some(ledger) = &ledger {
@@ -255,7 +299,6 @@ async fn run_job(
                 }
                 if write_frame(&mut writer, &envelope).await.is_ok() {
                     acknowledged = received;
-                    receipted = true;
                 }
                 // Booked, so owed whether or not the provider got it.
                 if events.send(JobEvent::Receipted(body)).await.is_err() {
@@ -274,5 +317,92 @@ async fn run_job(
             let _ = events.send(JobEvent::Finished { finish, commitment }).await;
             return;
         }
+    }
+}
+
+/// What a chunk claims, checked against what the buyer can count itself: it continues
+/// exactly where the last one ended (after the resumed prefix), stays within
+/// `max_tokens`, and carries text only with tokens (a chunk with neither tokens nor an
+/// end would only reset the stall timer).
+fn check_chunk(chunk: &TokenChunk, request: &JobRequest, received: u64) -> Result<(), String> {
+    let next = request.resume.len() as u64 + received;
+    if u64::from(chunk.first_index) != next {
+        return Err(format!(
+            "a chunk at index {} where {next} was next",
+            chunk.first_index
+        ));
+    }
+    let total = next + chunk.token_ids.len() as u64;
+    if total > u64::from(request.sampling.max_tokens) {
+        return Err(format!(
+            "{total} completion tokens, more than max_tokens {}",
+            request.sampling.max_tokens
+        ));
+    }
+    if chunk.token_ids.is_empty() && !chunk.text_delta.is_empty() {
+        return Err("text without tokens".into());
+    }
+    if chunk.token_ids.is_empty() && chunk.finish.is_none() {
+        return Err("a chunk with neither tokens nor an end".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use sharemesh_protocol::{JobId, ModelId, Prompt, Sampling, Tier};
+
+    fn request(resume: usize, max_tokens: u32) -> JobRequest {
+        let key = Keypair::from_secret([3; 32]);
+        JobRequest {
+            job_id: JobId::from_bytes([1; 16]),
+            buyer: key.node_id(),
+            provider: key.node_id(),
+            model: ModelId::from_bytes([2; 32]),
+            prompt: Prompt::Text("hi".into()),
+            sampling: Sampling {
+                max_tokens,
+                ..Sampling::default()
+            },
+            max_price_per_token: NanoUsd(1),
+            tier: Tier::OnDemand,
+            deadline_ms: 0,
+            resume: vec![7; resume],
+        }
+    }
+
+    fn chunk(
+        first_index: u32,
+        ids: &[u32],
+        text: &str,
+        finish: Option<FinishReason>,
+    ) -> TokenChunk {
+        let request = request(0, 1);
+        TokenChunk {
+            job_id: request.job_id,
+            provider: request.provider,
+            first_index,
+            token_ids: ids.to_vec(),
+            text_delta: text.into(),
+            finish,
+        }
+    }
+
+    #[test]
+    fn chunks_must_continue_where_the_last_ended_and_stay_within_max_tokens() {
+        let job = request(3, 6);
+        assert!(check_chunk(&chunk(3, &[1], "a", None), &job, 0).is_ok());
+        assert!(check_chunk(&chunk(5, &[1], "a", None), &job, 2).is_ok());
+        assert!(check_chunk(&chunk(6, &[], "", Some(FinishReason::Length)), &job, 3).is_ok());
+        let skipped = check_chunk(&chunk(4, &[1], "a", None), &job, 0).unwrap_err();
+        assert!(skipped.contains("index 4 where 3"), "{skipped}");
+        let repeated = check_chunk(&chunk(3, &[1], "a", None), &job, 1).unwrap_err();
+        assert!(repeated.contains("where 4"), "{repeated}");
+        let beyond = check_chunk(&chunk(5, &[1, 2], "ab", None), &job, 2).unwrap_err();
+        assert!(beyond.contains("more than max_tokens 6"), "{beyond}");
+        assert!(check_chunk(&chunk(3, &[], "free text", None), &job, 0).is_err());
+        assert!(check_chunk(&chunk(3, &[], "", None), &job, 0).is_err());
     }
 }

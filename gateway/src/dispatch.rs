@@ -20,7 +20,7 @@ use sharemesh_reputation::{Outcome, ReputationBook, ScoreParams};
 use tokio::sync::mpsc;
 
 use crate::budget::{Budget, Budgets};
-use crate::buyer::{JobEvent, SegmentError};
+use crate::buyer::{Billing, JobEvent, SegmentError};
 use crate::error::ApiError;
 use crate::keys::KeyRecord;
 use crate::openai::CompletionRequest;
@@ -294,7 +294,10 @@ impl Dispatcher {
             let (candidate, opened) = if std::mem::take(&mut hedge) {
                 self.open_hedged(candidate, job.clone(), &mut queue).await
             } else {
-                let opened = self.segments.open(&candidate.entry, job.clone()).await;
+                let opened = self
+                    .segments
+                    .open(&candidate.entry, job.clone(), Billing::Metered)
+                    .await;
                 (candidate, opened)
             };
             let provider = candidate.provider();
@@ -371,7 +374,10 @@ impl Dispatcher {
         queue: &mut VecDeque<Candidate>,
     ) -> (Candidate, Result<Opened, SegmentError>) {
         let Some(partner) = queue.pop_front() else {
-            let opened = self.segments.open(&candidate.entry, job).await;
+            let opened = self
+                .segments
+                .open(&candidate.entry, job, Billing::Metered)
+                .await;
             return (candidate, opened);
         };
         let partner_job = JobRequest {
@@ -380,8 +386,9 @@ impl Dispatcher {
             ..job.clone()
         };
         let (mine, theirs) = futures::future::join(
-            self.segments.open(&candidate.entry, job),
-            self.segments.open(&partner.entry, partner_job),
+            self.segments.open(&candidate.entry, job, Billing::Metered),
+            self.segments
+                .open(&partner.entry, partner_job, Billing::Metered),
         )
         .await;
         let (winner, loser, opened) = match (mine, theirs) {

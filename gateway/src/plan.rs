@@ -9,7 +9,7 @@ use libp2p::PeerId;
 use sharemesh_market::{OfferView, ScoreWeights};
 use sharemesh_mesh::orderbook::BookEntry;
 use sharemesh_mesh::MeshHandle;
-use sharemesh_protocol::{JobId, Keypair, ModelId, NanoUsd, NodeId, Prompt, QuoteRequest, Tier};
+use sharemesh_protocol::{JobId, Keypair, ModelId, NanoUsd, NodeId, QuoteRequest, Tier};
 
 use crate::error::ApiError;
 use crate::openai::CompletionRequest;
@@ -175,16 +175,12 @@ pub fn candidates(
     )
 }
 
-/// The most the request can cost: every prompt byte a token (no tokenizer here), every
-/// completion token produced, at the highest price among `candidates`.
+/// The most the request can cost: the prompt's token bound (`Prompt::token_bound`, the
+/// most a provider may bill for it), every completion token produced, at the highest
+/// price among `candidates`.
 pub fn worst_case(request: &CompletionRequest, candidates: &[Candidate]) -> u64 {
-    let prompt_bytes = match &request.prompt {
-        Prompt::Text(t) => t.len() as u64,
-        Prompt::Chat(m) => m.iter().map(|m| m.content.len() as u64 + 16).sum::<u64>() + 64,
-        Prompt::Tokens(t) => t.len() as u64,
-    };
     let highest = candidates.iter().map(|c| c.price.0).max().unwrap_or(0);
-    highest.saturating_mul(prompt_bytes + u64::from(request.sampling.max_tokens))
+    highest.saturating_mul(request.prompt.token_bound() + u64::from(request.sampling.max_tokens))
 }
 
 /// Asks the first `quote_k` candidates for a quote in parallel and ranks again with

@@ -11,7 +11,7 @@ use sharemesh_mesh::MeshHandle;
 use sharemesh_protocol::{JobRequest, Keypair, NodeId};
 use tokio::sync::mpsc;
 
-use crate::buyer::{start_job, JobEvent, SegmentError};
+use crate::buyer::{start_job, Billing, JobEvent, SegmentError, StreamTerms};
 
 /// This process's own provider, as the gateway sees it: a job runs there without a
 /// stream (a node cannot dial itself) and yields the same events a remote provider's
@@ -89,7 +89,12 @@ impl Segments {
     /// Opens `job` on its provider (the in-process one directly). A stream refused or
     /// closed before any answer (a busy provider drops streams it cannot take yet) is
     /// retried briefly; the last reason when it never opened.
-    pub async fn open(&self, entry: &BookEntry, job: JobRequest) -> Result<Opened, SegmentError> {
+    pub async fn open(
+        &self,
+        entry: &BookEntry,
+        job: JobRequest,
+        billing: Billing,
+    ) -> Result<Opened, SegmentError> {
         let provider = job.provider;
         let peer = provider
             .peer_id()
@@ -107,17 +112,16 @@ impl Segments {
             .await;
         let mut last_error = SegmentError::Unreachable("not tried".into());
         for attempt in 1..=3u64 {
-            let started = start_job(
-                &self.mesh,
-                self.key.clone(),
-                peer,
-                job.clone(),
-                self.ledger.clone(),
-                self.stall_timeout,
-            )
-            .await;
+            let terms = StreamTerms {
+                ledger: self.ledger.clone(),
+                stall_timeout: self.stall_timeout,
+                billing,
+            };
+            let started = start_job(&self.mesh, self.key.clone(), peer, job.clone(), terms).await;
             match started {
                 Ok(mut stream) => match stream.recv().await {
+                    // A provider that answered wrongly is not asked again.
+                    Some(JobEvent::Failed(why)) if !why.worth_retrying() => return Err(why),
                     Some(JobEvent::Failed(why)) => last_error = why,
                     first => {
                         let pending = first.into_iter().collect();
@@ -134,11 +138,11 @@ impl Segments {
     /// Warms the next provider in line for a failover: the same job resumed after the
     /// tokens delivered so far and cut at one new token. Its engine keeps the prompt and
     /// those tokens in its KV cache, so a real resume there prefills only the tokens
-    /// delivered since (SPEC §10). The token is discarded and dropping the stream
-    /// cancels the job.
+    /// delivered since (SPEC §10). The token is discarded, dropping the stream cancels
+    /// the job, and no receipt is signed for it (unbilled).
     pub async fn warm_standby(&self, entry: BookEntry, job: JobRequest) {
         let (provider, resumed) = (job.provider, job.resume.len());
-        let mut opened = match self.open(&entry, job).await {
+        let mut opened = match self.open(&entry, job, Billing::Unbilled).await {
             Ok(opened) => opened,
             Err(error) => {
                 tracing::debug!(%provider, %error, "standby warm-up not opened");

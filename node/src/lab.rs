@@ -18,6 +18,7 @@ use libp2p::Multiaddr;
 use sharemesh_engine::scripted::{Script, ScriptedEngine};
 use sharemesh_engine::GenerateRequest;
 use sharemesh_gateway::budget::Budget;
+use sharemesh_gateway::buyer::{start_job, Billing, JobEvent, StreamTerms};
 use sharemesh_gateway::dispatch::{DispatchEvent, Dispatcher, Segment};
 use sharemesh_gateway::error::ApiError;
 use sharemesh_gateway::openai::{CompletionRequest, RoutingOptions};
@@ -26,9 +27,11 @@ use sharemesh_ledger::Ledger;
 use sharemesh_mesh::link::LinkProfile;
 use sharemesh_mesh::{MeshConfig, MeshHandle, MeshTransport};
 use sharemesh_protocol::{
-    FinishReason, Keypair, ModelDescriptor, NanoUsd, NodeId, Prompt, Sampling,
+    FinishReason, JobId, JobRequest, Keypair, ModelDescriptor, NanoUsd, NodeId, Prompt, Sampling,
+    Tier,
 };
 use sharemesh_provider::{Provider, ProviderPolicy};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// The model every lab provider serves unless its spec says otherwise.
@@ -122,6 +125,8 @@ pub struct Lab {
     pub providers: Vec<LabProvider>,
     pub gateway: Arc<Dispatcher>,
     pub gateway_mesh: MeshHandle,
+    /// The gateway node's key, for jobs a test opens itself (`open_job`).
+    pub gateway_key: Arc<Keypair>,
     pub ledger: Option<Arc<Ledger>>,
 }
 
@@ -206,7 +211,7 @@ impl Lab {
         };
         let dispatcher = Dispatcher::new(
             gateway_mesh.clone(),
-            gateway_key,
+            Keypair::from_secret(gateway_key.secret()),
             gateway.defaults,
             ledger.clone(),
             gateway.budget,
@@ -215,6 +220,7 @@ impl Lab {
             providers: started,
             gateway: dispatcher,
             gateway_mesh,
+            gateway_key: Arc::new(gateway_key),
             ledger,
         };
         let everyone: Vec<NodeId> = lab.providers.iter().map(|p| p.node_id).collect();
@@ -343,6 +349,52 @@ impl Lab {
     /// Runs a request through the gateway to its end.
     pub async fn complete(&self, request: CompletionRequest) -> Result<Completion, ApiError> {
         self.complete_with(request, |_, _| async {}).await
+    }
+
+    /// Opens a job on `provider` from the gateway's node, bypassing the dispatcher: a
+    /// test plays a buyer that behaves as it likes (e.g. `Billing::Unbilled`: never
+    /// pays).
+    pub async fn open_job(
+        &self,
+        provider: NodeId,
+        prompt: &str,
+        max_tokens: u32,
+        billing: Billing,
+    ) -> Result<mpsc::Receiver<JobEvent>> {
+        let model = self
+            .gateway
+            .resolve_model(LAB_MODEL)
+            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+        let job = JobRequest {
+            job_id: JobId::from_bytes(rand::random()),
+            buyer: self.gateway_key.node_id(),
+            provider,
+            model,
+            prompt: Prompt::Text(prompt.into()),
+            sampling: Sampling {
+                max_tokens,
+                ..Sampling::default()
+            },
+            max_price_per_token: RoutingDefaults::default().max_price_per_token,
+            tier: Tier::OnDemand,
+            deadline_ms: sharemesh_mesh::clock::now_ms() + 60_000,
+            resume: Vec::new(),
+        };
+        let terms = StreamTerms {
+            ledger: None,
+            stall_timeout: Duration::from_secs(60),
+            billing,
+        };
+        let peer = provider.peer_id().context("a provider's peer id")?;
+        start_job(
+            &self.gateway_mesh,
+            self.gateway_key.clone(),
+            peer,
+            job,
+            terms,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
     /// The lab provider with this id.

@@ -37,6 +37,10 @@ pub struct ProvideArgs {
     /// Tokens sent beyond the buyer's last receipt before pausing.
     #[arg(long, default_value_t = 64)]
     pub credit_window: u32,
+    /// Seconds a job may wait on a buyer's receipts (or on a buyer that does not read)
+    /// before it is cancelled and its slot freed.
+    #[arg(long, default_value_t = 10)]
+    pub credit_timeout_secs: u64,
     /// Seconds between advert refreshes.
     #[arg(long, default_value_t = 10)]
     pub advert_interval: u64,
@@ -58,19 +62,11 @@ pub struct ProvideArgs {
     /// Also serve the OpenAI API (as a gateway with default routing) on --http.
     #[arg(long, requires = "http")]
     pub openai: bool,
-    /// Testnet adversary mode, e.g. `stall-after:5` (goes silent after 5 tokens).
+    /// Testnet adversary mode: `stall-after:N` (goes silent after N tokens),
+    /// `overbill:K` (claims K times the prompt's size), `skip-index:N` (after N tokens,
+    /// numbers chunks one further than it sent).
     #[arg(long, hide = true)]
-    pub adversary: Option<String>,
-}
-
-fn parse_adversary(mode: Option<&str>) -> Result<Option<u64>> {
-    match mode {
-        None => Ok(None),
-        Some(mode) => match mode.strip_prefix("stall-after:").map(str::parse::<u64>) {
-            Some(Ok(n)) => Ok(Some(n)),
-            _ => anyhow::bail!("unknown adversary mode `{mode}` (known: stall-after:N)"),
-        },
-    }
+    pub adversary: Option<sharemesh_provider::policy::Adversary>,
 }
 
 pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
@@ -93,6 +89,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         tiers: args.tier.clone(),
         max_concurrent: args.max_concurrent,
         credit_window_tokens: args.credit_window,
+        credit_timeout: Duration::from_secs(args.credit_timeout_secs.max(1)),
         advert_interval: Duration::from_secs(args.advert_interval.max(1)),
         measured_milli_tps: (measured.generation_tokens_per_second * 1000.0) as u32,
         tier_prices: [
@@ -112,7 +109,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             max_temperature_celsius: args.max_temperature,
             max_power_watts: args.max_power,
         },
-        stall_after: parse_adversary(args.adversary.as_deref())?,
+        adversary: args.adversary,
         ..ProviderPolicy::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

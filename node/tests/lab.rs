@@ -7,10 +7,12 @@
 use std::time::Duration;
 
 use sharemesh_gateway::budget::Budget;
+use sharemesh_gateway::buyer::{Billing, JobEvent, SegmentError};
 use sharemesh_gateway::openai::RoutingOptions;
 use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_node::lab::{GatewaySpec, Lab, ProviderSpec};
 use sharemesh_protocol::{FinishReason, NanoUsd, Tier};
+use sharemesh_provider::policy::Adversary;
 
 fn provider(price: u64) -> ProviderSpec {
     let mut spec = ProviderSpec::default();
@@ -104,7 +106,7 @@ async fn killing_the_serving_provider_mid_stream_loses_no_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalling_provider_is_replaced_and_marked_down() {
     let mut staller = provider(50);
-    staller.policy.stall_after = Some(5);
+    staller.policy.adversary = Some(Adversary::StallAfter(5));
     let lab = Lab::start(
         vec![staller, provider(100)],
         stall_timeout(Duration::from_millis(300)),
@@ -136,7 +138,7 @@ async fn a_hedged_gold_request_is_served_by_the_first_to_answer_and_only_it_is_b
         spec
     };
     let mut silent = gold(50);
-    silent.policy.stall_after = Some(0);
+    silent.policy.adversary = Some(Adversary::StallAfter(0));
     let lab = Lab::start(
         vec![silent, gold(100)],
         stall_timeout(Duration::from_secs(120)),
@@ -167,7 +169,7 @@ async fn the_daily_budget_refuses_what_could_exceed_it() {
         vec![provider(100)],
         GatewaySpec {
             budget: Budget {
-                daily: Some(NanoUsd(1_000)),
+                daily: Some(NanoUsd(2_000)),
                 monthly: None,
             },
             ledger_dir: Some(ledger.path().to_owned()),
@@ -176,7 +178,7 @@ async fn the_daily_budget_refuses_what_could_exceed_it() {
     )
     .await
     .unwrap();
-    // Worst case 100 × (19 prompt bytes + 20 tokens) = 3,900 nano-USD > 1,000.
+    // Worst case 100 × (19 prompt bytes + 8 + 20 tokens) = 4,700 nano-USD > 2,000.
     let refused = lab
         .complete(Lab::request(
             "a prompt too costly",
@@ -186,13 +188,13 @@ async fn the_daily_budget_refuses_what_could_exceed_it() {
         .await
         .unwrap_err();
     assert_eq!(refused.code, Some("insufficient_balance"), "{refused:?}");
-    // Worst case 100 × (2 + 5) = 700 fits; it costs 100 × (2 + 5) = 700.
+    // Worst case 100 × (2 + 8 + 5) = 1,500 fits; it costs 100 × (2 + 5) = 700.
     let done = lab
         .complete(Lab::request("hi", 5, RoutingOptions::default()))
         .await
         .unwrap();
     assert_eq!(done.cost, NanoUsd(700));
-    // 700 spent + 700 worst case > 1,000.
+    // 700 spent + 1,500 worst case > 2,000.
     let refused = lab
         .complete(Lab::request("hi", 5, RoutingOptions::default()))
         .await
@@ -336,4 +338,166 @@ async fn a_quoted_queue_wait_moves_work_to_a_free_provider() {
             "quote_k = {quote_k}"
         );
     }
+}
+
+/// A buyer that never pays cannot hold a provider: once its receipts lag the credit
+/// window for the credit timeout, its job is cancelled and the slot freed, and another
+/// buyer's request (queued behind it on a one-slot engine) is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_that_never_pays_cannot_freeze_a_provider() {
+    let mut spec = slow(provider(100), 5);
+    spec.policy.credit_window_tokens = 4;
+    spec.policy.credit_timeout = Duration::from_millis(500);
+    spec.script.slots = 1;
+    let lab = Lab::start(vec![spec], GatewaySpec::default())
+        .await
+        .unwrap();
+    let provider = lab.providers[0].node_id;
+    let mut freeloader = lab
+        .open_job(provider, "a long story for free", 500, Billing::Unbilled)
+        .await
+        .unwrap();
+    let mut tokens = 0;
+    while tokens < 4 {
+        if let Some(JobEvent::Token(_)) = freeloader.recv().await {
+            tokens += 1;
+        }
+    }
+    let honest = tokio::time::timeout(
+        Duration::from_secs(5),
+        lab.complete(Lab::request("hi", 8, RoutingOptions::default())),
+    );
+    let freeloader_end = async {
+        let mut more = 0;
+        loop {
+            match freeloader.recv().await {
+                Some(JobEvent::Token(_)) => more += 1,
+                Some(JobEvent::Failed(why)) => return (more, Some(why)),
+                None => return (more, None),
+                Some(_) => {}
+            }
+        }
+    };
+    let (honest, (more, why)) = tokio::join!(honest, freeloader_end);
+    let honest = honest
+        .expect("the honest buyer waited behind the freeloader")
+        .unwrap();
+    assert_eq!(honest.providers, vec![provider]);
+    assert_eq!(more, 0, "nothing beyond the credit window without receipts");
+    assert!(
+        matches!(why, Some(SegmentError::StreamBroke(_))),
+        "the provider closed the freeloader's stream: {why:?}"
+    );
+}
+
+/// The receipts in the gateway's ledger, per provider: (completion tokens, amount).
+fn booked(lab: &Lab) -> std::collections::HashMap<sharemesh_protocol::NodeId, (u64, u64)> {
+    let ledger = lab.ledger.as_ref().unwrap();
+    ledger
+        .receipts()
+        .unwrap()
+        .into_iter()
+        .map(|(r, _)| (r.provider, (r.completion_tokens, r.amount.0)))
+        .collect()
+}
+
+fn with_ledger(dir: &tempfile::TempDir) -> GatewaySpec {
+    GatewaySpec {
+        ledger_dir: Some(dir.path().to_owned()),
+        ..GatewaySpec::default()
+    }
+}
+
+/// Attack: a provider claims a thousand times the prompt's size in its Accept (a signed
+/// receipt for that would be worth far more than the job). The buyer refuses the terms
+/// before paying anything, the provider is marked as misbehaving, and the honest
+/// provider serves the request at price × counted tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overbilling_provider_gets_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut overbiller = provider(50);
+    overbiller.policy.adversary = Some(Adversary::Overbill(1000));
+    let lab = Lab::start(vec![overbiller, provider(100)], with_ledger(&dir))
+        .await
+        .unwrap();
+    let (cheat, honest) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    let request = Lab::request("what does this cost", 10, RoutingOptions::default());
+    let (ids, _) = lab.expected(&request).unwrap();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids);
+    assert_eq!(done.providers, vec![honest]);
+    // Four words and a start token: 5 prompt tokens + 10 completion tokens at 100.
+    assert_eq!(done.cost, NanoUsd(15 * 100));
+    let books = booked(&lab);
+    assert_eq!(books.get(&honest), Some(&(10, 1_500)));
+    assert!(!books.contains_key(&cheat), "no receipt for the overbiller");
+    assert!(
+        lab.gateway.reputation(&cheat) < -7.9,
+        "marked as misbehaving"
+    );
+}
+
+/// Attack: after three tokens a provider numbers its chunks one further than it sent
+/// (billing a token it never delivered). The buyer stops at the gap, pays nothing more,
+/// and the response continues exactly on the honest provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_skips_an_index_is_cut_off_at_the_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut skipper = provider(50);
+    skipper.policy.adversary = Some(Adversary::SkipIndex(3));
+    let lab = Lab::start(vec![skipper, provider(100)], with_ledger(&dir))
+        .await
+        .unwrap();
+    let (cheat, honest) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    let request = Lab::request("count for me please", 20, RoutingOptions::default());
+    let (ids, text) = lab.expected(&request).unwrap();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids, "every token once, none invented");
+    assert_eq!(done.text, text);
+    assert_eq!(done.providers, vec![cheat, honest]);
+    assert_eq!(done.segments[0].completion_tokens, 3);
+    let books = booked(&lab);
+    // No receipt was due before the gap (one goes out every 8 tokens).
+    assert!(!books.contains_key(&cheat), "{books:?}");
+    assert_eq!(books.get(&honest).map(|b| b.0), Some(17));
+    assert!(
+        lab.gateway.reputation(&cheat) < -7.9,
+        "marked as misbehaving"
+    );
+}
+
+/// Warm-ups are unbilled (SPEC §10): the next provider in line is warmed every 4
+/// tokens, and no receipt for it reaches the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standby_warm_ups_are_not_billed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = with_ledger(&dir);
+    spec.defaults.warm_standby_every = 4;
+    let lab = Lab::start(vec![slow(provider(100), 5), provider(200)], spec)
+        .await
+        .unwrap();
+    let (serving, standby) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    let done = lab
+        .complete(Lab::request(
+            "warm the next one",
+            32,
+            RoutingOptions::default(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(done.providers, vec![serving]);
+    let books = booked(&lab);
+    assert_eq!(books.get(&serving).map(|b| b.0), Some(32));
+    assert!(
+        !books.contains_key(&standby),
+        "a warm-up was billed: {books:?}"
+    );
+    assert_eq!(
+        lab.ledger
+            .as_ref()
+            .unwrap()
+            .spent_since(&lab.gateway.node_id(), 0)
+            .unwrap(),
+        done.cost.0
+    );
 }

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sharemesh_engine::{Engine, GenerateRequest, LoadedModel, TokenEngine};
-use sharemesh_gateway::buyer::{start_job, JobEvent};
+use sharemesh_gateway::buyer::{start_job, Billing, JobEvent, StreamTerms};
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_mesh::{self as mesh, MeshConfig};
 use sharemesh_protocol::{
@@ -132,8 +132,11 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
         std::sync::Arc::new(Keypair::from_secret(buyer_key.secret())),
         provider_mesh.peer_id,
         job,
-        None,
-        sharemesh_gateway::buyer::DEFAULT_STALL_TIMEOUT,
+        StreamTerms {
+            ledger: None,
+            stall_timeout: sharemesh_gateway::buyer::DEFAULT_STALL_TIMEOUT,
+            billing: Billing::Metered,
+        },
     )
     .await
     .unwrap();
@@ -188,8 +191,11 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
         std::sync::Arc::new(Keypair::from_secret(buyer_key.secret())),
         provider_mesh.peer_id,
         job,
-        None,
-        sharemesh_gateway::buyer::DEFAULT_STALL_TIMEOUT,
+        StreamTerms {
+            ledger: None,
+            stall_timeout: sharemesh_gateway::buyer::DEFAULT_STALL_TIMEOUT,
+            billing: Billing::Metered,
+        },
     )
     .await
     .unwrap();

@@ -60,6 +60,9 @@ pub struct ProviderPolicy {
     pub max_concurrent: u32,
     /// Tokens sent beyond the last receipt before pausing.
     pub credit_window_tokens: u32,
+    /// A job paused on the credit window (or on a buyer that does not read) longer than
+    /// this is cancelled and its slot freed: one buyer cannot hold the engine.
+    pub credit_timeout: Duration,
     pub advert_interval: Duration,
     pub advert_lifetime: Duration,
     /// Measured generation speed per model, thousandths of tokens/s.
@@ -67,8 +70,8 @@ pub struct ProviderPolicy {
     /// Prices that differ from `price_per_token` for a tier.
     pub tier_prices: Vec<(Tier, NanoUsd)>,
     pub thermal: crate::policy::ThermalGuard,
-    /// Testnet adversary: stop sending (but keep the stream open) after this many tokens.
-    pub stall_after: Option<u64>,
+    /// Testnet adversary: the attack this provider plays (`None`: honest).
+    pub adversary: Option<crate::policy::Adversary>,
 }
 
 impl ProviderPolicy {
@@ -89,12 +92,13 @@ impl Default for ProviderPolicy {
             windows: Vec::new(),
             max_concurrent: 4,
             credit_window_tokens: 64,
+            credit_timeout: Duration::from_secs(10),
             advert_interval: Duration::from_secs(10),
             advert_lifetime: Duration::from_secs(60),
             measured_milli_tps: 0,
             tier_prices: Vec::new(),
             thermal: crate::policy::ThermalGuard::default(),
-            stall_after: None,
+            adversary: None,
         }
     }
 }
@@ -483,7 +487,12 @@ impl Provider {
             job_id: request.job_id,
             provider: self.key.node_id(),
             price_per_token: self.policy.price(request.tier),
-            prompt_tokens,
+            prompt_tokens: match self.policy.adversary {
+                Some(crate::policy::Adversary::Overbill(factor)) => {
+                    prompt_tokens.saturating_mul(factor)
+                }
+                _ => prompt_tokens,
+            },
             credit_window_tokens: self.policy.credit_window_tokens,
         };
         write_frame(&mut writer, &self.seal(&accept)?).await?;

@@ -115,9 +115,57 @@ impl ThermalGuard {
     }
 }
 
+/// A provider running modified code, for the testnet's adversary kit and the lab's
+/// attack tests: each mode plays one attack on buyers, and the tests show what it gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Adversary {
+    /// Goes silent (holding the stream open) after this many tokens.
+    StallAfter(u64),
+    /// Claims this many times the prompt's real size in its `Accept`.
+    Overbill(u32),
+    /// After this many tokens, numbers its chunks one further than it sent (claims a
+    /// token it never delivered).
+    SkipIndex(u64),
+}
+
+impl std::str::FromStr for Adversary {
+    type Err = String;
+
+    fn from_str(mode: &str) -> Result<Self, Self::Err> {
+        let (name, value) = mode.split_once(':').unwrap_or((mode, ""));
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| format!("adversary mode `{mode}` needs a whole number after `:`"))
+        };
+        match name {
+            "stall-after" => Ok(Adversary::StallAfter(number()?)),
+            "overbill" => {
+                let factor = u32::try_from(number()?).map_err(|_| "overbill factor too large")?;
+                Ok(Adversary::Overbill(factor))
+            }
+            "skip-index" => Ok(Adversary::SkipIndex(number()?)),
+            _ => Err(format!(
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N)"
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adversary_modes_parse_and_name_the_problem() {
+        assert_eq!("stall-after:5".parse(), Ok(Adversary::StallAfter(5)));
+        assert_eq!("overbill:1000".parse(), Ok(Adversary::Overbill(1000)));
+        assert_eq!("skip-index:3".parse(), Ok(Adversary::SkipIndex(3)));
+        let err = "overbill".parse::<Adversary>().unwrap_err();
+        assert!(err.contains("whole number"), "{err}");
+        let err = "steal:1".parse::<Adversary>().unwrap_err();
+        assert!(err.contains("unknown adversary mode `steal:1`"), "{err}");
+    }
 
     #[test]
     fn windows_parse() {

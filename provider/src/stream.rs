@@ -3,6 +3,7 @@
 //! commitment; or a `Cancelled` chunk when gold work preempts it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::io::WriteHalf;
 use sharemesh_engine::{EngineEvent, Generation};
@@ -10,6 +11,7 @@ use sharemesh_mesh::framing::{write_frame, FrameError};
 use sharemesh_protocol::{FinishReason, JobRequest, OutputCommitment, TokenChunk};
 use tokio::sync::{mpsc, watch, Notify};
 
+use crate::policy::Adversary;
 use crate::Provider;
 
 /// The state of one job's stream after `Accept`.
@@ -28,8 +30,11 @@ pub(crate) struct JobStream<'a> {
 pub(crate) enum Streamed {
     /// The final chunk went out (finished, failed, or preempted).
     Ended,
-    /// The buyer stopped acknowledging or closed its side: the job is cancelled.
+    /// The buyer closed its side: the job is cancelled.
     BuyerLeft,
+    /// The buyer's receipts lagged the credit window (or it stopped reading) longer
+    /// than the credit timeout: the job is cancelled and its slot freed.
+    Unpaid,
     /// Testnet adversary: went silent on purpose.
     Stalled,
 }
@@ -62,20 +67,33 @@ impl JobStream<'_> {
         }
     }
 
-    async fn write(&mut self, provider: &Provider, chunk: &TokenChunk) -> Result<(), FrameError> {
+    /// Writes a chunk; a buyer that does not read it within `limit` times out.
+    async fn write(
+        &mut self,
+        provider: &Provider,
+        chunk: &TokenChunk,
+        limit: Duration,
+    ) -> Result<(), FrameError> {
         let envelope = provider.seal(chunk)?;
-        write_frame(&mut self.writer, &envelope).await
+        tokio::time::timeout(limit, write_frame(&mut self.writer, &envelope))
+            .await
+            .map_err(|_| FrameError::Timeout(limit))?
     }
 
-    /// Waits until the buyer's receipts leave room in the credit window; `false` when
-    /// the buyer went away instead.
-    async fn wait_for_credit(&mut self, window: u64) -> bool {
-        while self.sent.saturating_sub(*self.acked.borrow()) >= window {
-            if self.acked.changed().await.is_err() {
-                return false;
+    /// Waits until the buyer's receipts leave room in the credit window, at most
+    /// `limit` in all (receipts that do not raise the count do not extend it).
+    async fn wait_for_credit(&mut self, window: u64, limit: Duration) -> Option<Streamed> {
+        let wait = async {
+            while self.sent.saturating_sub(*self.acked.borrow()) >= window {
+                if self.acked.changed().await.is_err() {
+                    return Some(Streamed::BuyerLeft);
+                }
             }
-        }
-        true
+            None
+        };
+        tokio::time::timeout(limit, wait)
+            .await
+            .unwrap_or(Some(Streamed::Unpaid))
     }
 }
 
@@ -90,35 +108,36 @@ impl Provider {
         preempt: &Arc<Notify>,
     ) -> Result<Streamed, FrameError> {
         let window = u64::from(self.policy.credit_window_tokens);
+        let limit = self.policy.credit_timeout;
         loop {
             let event = tokio::select! {
                 event = events.recv() => event,
                 () = preempt.notified() => {
                     let chunk = job.chunk(self, job.next_index(), None, Some(FinishReason::Cancelled));
-                    job.write(self, &chunk).await?;
+                    job.write(self, &chunk, limit).await?;
                     return Ok(Streamed::Ended);
                 }
             };
             match event {
                 None => return Ok(Streamed::Ended),
                 Some(EngineEvent::Token(token)) => {
-                    if self.policy.stall_after.is_some_and(|n| job.sent >= n) {
+                    if matches!(self.policy.adversary, Some(Adversary::StallAfter(n)) if job.sent >= n)
+                    {
                         // Adversary: go silent but hold the stream until the buyer leaves.
                         tracing::warn!("adversary: stalling");
                         while job.acked.changed().await.is_ok() {}
                         return Ok(Streamed::Stalled);
                     }
-                    if !job.wait_for_credit(window).await {
-                        tracing::info!("buyer stopped acknowledging; cancelling");
-                        return Ok(Streamed::BuyerLeft);
+                    if let Some(ended) = job.wait_for_credit(window, limit).await {
+                        tracing::info!(?ended, "the buyer stopped paying; cancelling the job");
+                        return Ok(ended);
                     }
-                    let chunk = job.chunk(
-                        self,
-                        token.index,
-                        Some((token.token_id, token.text_delta)),
-                        None,
-                    );
-                    job.write(self, &chunk).await?;
+                    // Adversary: claim a token it never sent.
+                    let skip = matches!(self.policy.adversary, Some(Adversary::SkipIndex(n)) if job.sent >= n);
+                    let index = token.index + u32::from(skip);
+                    let chunk =
+                        job.chunk(self, index, Some((token.token_id, token.text_delta)), None);
+                    job.write(self, &chunk, limit).await?;
                     job.sent += 1;
                 }
                 Some(EngineEvent::Finished(generation)) => {
@@ -128,7 +147,7 @@ impl Provider {
                 Some(EngineEvent::Failed(err)) => {
                     tracing::warn!(%err, "generation failed");
                     let chunk = job.chunk(self, job.next_index(), None, Some(FinishReason::Error));
-                    job.write(self, &chunk).await?;
+                    job.write(self, &chunk, limit).await?;
                     return Ok(Streamed::Ended);
                 }
                 Some(EngineEvent::Started { .. }) => {}
@@ -144,7 +163,8 @@ impl Provider {
     ) -> Result<(), FrameError> {
         let end = generation.token_ids.len() as u32;
         let chunk = job.chunk(self, end, None, Some(generation.finish));
-        job.write(self, &chunk).await?;
+        let limit = self.policy.credit_timeout;
+        job.write(self, &chunk, limit).await?;
         let commitment = OutputCommitment {
             job_id: job.request.job_id,
             provider: self.key.node_id(),
@@ -152,7 +172,10 @@ impl Provider {
             output_hash: sharemesh_protocol::envelope::tokens_digest(&generation.token_ids),
             output_tokens: end,
         };
-        write_frame(&mut job.writer, &self.seal(&commitment)?).await?;
+        let envelope = self.seal(&commitment)?;
+        tokio::time::timeout(limit, write_frame(&mut job.writer, &envelope))
+            .await
+            .map_err(|_| FrameError::Timeout(limit))??;
         tracing::info!(
             tokens = generation.generated_tokens,
             prefilled = generation.prefilled_tokens,

@@ -32,7 +32,33 @@ pub enum Prompt {
     Tokens(Vec<u32>),
 }
 
+/// Tokens a tokenizer may add beyond one per byte of text: start/end markers.
+pub const PROMPT_TOKEN_SLACK: u64 = 8;
+/// Tokens a chat template may add per message (turn markers, role) and per prompt (a
+/// default system message, the assistant's opening).
+pub const CHAT_TOKENS_PER_MESSAGE: u64 = 16;
+pub const CHAT_TOKENS_PER_PROMPT: u64 = 64;
+
 impl Prompt {
+    /// The most tokens any tokenizer of the network makes of this prompt: no token
+    /// covers less than one byte of text (byte-level BPE, SentencePiece with byte
+    /// fallback), plus what markers and chat templates add. A buyer holds a provider's
+    /// claimed prompt size to this bound (it pays for prompt tokens) and reserves its
+    /// budget with it.
+    pub fn token_bound(&self) -> u64 {
+        match self {
+            Prompt::Text(text) => text.len() as u64 + PROMPT_TOKEN_SLACK,
+            Prompt::Tokens(ids) => ids.len() as u64 + PROMPT_TOKEN_SLACK,
+            Prompt::Chat(messages) => {
+                messages
+                    .iter()
+                    .map(|m| m.content.len() as u64 + CHAT_TOKENS_PER_MESSAGE)
+                    .sum::<u64>()
+                    + CHAT_TOKENS_PER_PROMPT
+            }
+        }
+    }
+
     fn validate(&self) -> Result<(), ValidationError> {
         match self {
             Prompt::Text(text) if text.len() > MAX_TEXT_BYTES => Err(ValidationError::field(
