@@ -205,6 +205,16 @@ impl Catalog {
                 .map(|s| s.to_string_lossy().to_lowercase())
                 .unwrap_or_else(|| sha[..12].to_owned())
         });
+        // A catalog name names one file network-wide (adverts offering another under it
+        // do not validate): refuse it here, with the reason, rather than at every peer.
+        if let Some(bound) = sharemesh_protocol::catalog::catalog_id(&name) {
+            if bound != id {
+                bail!(
+                    "`{name}` is the catalog name of model {bound}, but {} is {id}: register it under another name (--name)",
+                    path.display()
+                );
+            }
+        }
         let entry = CatalogEntry {
             id,
             name,
@@ -437,4 +447,20 @@ pub async fn download_resumable(
     }
     fs::rename(&partial, target)?;
     Ok(sha)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn known_models_are_the_protocols_catalog() {
+        let known: Vec<(&str, &str)> = super::KNOWN_MODELS
+            .iter()
+            .map(|m| (m.name, m.sha256))
+            .collect();
+        let catalog: Vec<(&str, &str)> = sharemesh_protocol::catalog::CATALOG
+            .iter()
+            .map(|m| (m.name, m.id_hex))
+            .collect();
+        assert_eq!(known, catalog);
+    }
 }

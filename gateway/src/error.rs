@@ -38,7 +38,7 @@ impl ApiError {
         Self {
             status: StatusCode::NOT_FOUND,
             message: format!(
-                "The model `{model}` does not exist on the network (see GET /v1/models)"
+                "The model `{model}` is not offered on the network now: use a catalog name or a model id (see GET /v1/models)"
             ),
             kind: "invalid_request_error",
             param: Some("model".into()),

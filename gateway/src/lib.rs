@@ -156,14 +156,15 @@ fn model_objects(state: &GatewayState) -> Vec<Value> {
         .read()
         .map(|b| b.live(now_ms()))
         .unwrap_or_default();
-    let mut by_name: BTreeMap<String, (String, Vec<u64>, f64)> = BTreeMap::new();
+    // Grouped by content id, never by the name a provider declares: a catalog model is
+    // listed under its catalog name, any other under its id (with the declared name).
+    let mut by_id: BTreeMap<sharemesh_protocol::ModelId, (String, Vec<u64>, f64)> = BTreeMap::new();
     for entry in &live {
         for offer in &entry.advert.models {
-            let slot = by_name.entry(offer.model.name.clone()).or_insert((
-                offer.model.id.to_string(),
-                Vec::new(),
-                0.0,
-            ));
+            let slot =
+                by_id
+                    .entry(offer.model.id)
+                    .or_insert((offer.model.name.clone(), Vec::new(), 0.0));
             if let Some(price) = offer.prices.iter().map(|p| p.price_per_token.0).min() {
                 slot.1.push(price);
             }
@@ -172,13 +173,20 @@ fn model_objects(state: &GatewayState) -> Vec<Value> {
                 .max(f64::from(offer.generation_milli_tokens_per_second) / 1000.0);
         }
     }
-    by_name
+    by_id
         .into_iter()
-        .map(|(name, (id, mut prices, best))| {
+        .map(|(id, (declared, mut prices, best))| {
             prices.sort_unstable();
             let per_mtok = |p: u64| sharemesh_protocol::NanoUsd(p).as_usd_per_mtok();
+            let in_catalog = sharemesh_protocol::catalog::catalog_id(&declared) == Some(id);
+            let name = if in_catalog {
+                declared.clone()
+            } else {
+                id.to_string()
+            };
             json!({
                 "id": name,
+                "name": declared,
                 "object": "model",
                 "created": 0,
                 "owned_by": "sharemesh",

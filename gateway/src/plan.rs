@@ -78,13 +78,22 @@ pub struct Context<'a> {
     pub now_ms: u64,
 }
 
-/// A catalog name or model id → the model id, if anyone offers it now.
+/// A catalog name → the id the catalog binds it to; a model id (hex) → itself; if
+/// anyone offers that model now. A name outside the catalog resolves to nothing: such a
+/// model is addressed by its id (`GET /v1/models` lists it), so no provider can capture
+/// a name by declaring it.
 pub fn resolve_model(live: &[BookEntry], name: &str) -> Result<ModelId, ApiError> {
-    live.iter()
-        .flat_map(|e| e.advert.models.iter())
-        .find(|o| o.model.name == name || o.model.id.to_string() == name)
-        .map(|o| o.model.id)
-        .ok_or_else(|| ApiError::model_not_found(name))
+    let id = match sharemesh_protocol::catalog::catalog_id(name) {
+        Some(id) => id,
+        None => name
+            .parse::<ModelId>()
+            .map_err(|_| ApiError::model_not_found(name))?,
+    };
+    if live.iter().any(|e| e.advert.offer(&id).is_some()) {
+        Ok(id)
+    } else {
+        Err(ApiError::model_not_found(name))
+    }
 }
 
 /// The tier a request runs in: interruptible if it says so, else its tier or the

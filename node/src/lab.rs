@@ -54,6 +54,8 @@ pub struct ProviderSpec {
     pub policy: ProviderPolicy,
     pub script: Script,
     pub models: Vec<ModelDescriptor>,
+    /// Wait for this provider's advert at start (an attacker's may never validate).
+    pub expect_advert: bool,
 }
 
 impl Default for ProviderSpec {
@@ -67,6 +69,7 @@ impl Default for ProviderSpec {
             },
             script,
             models: vec![ScriptedEngine::model(LAB_MODEL)],
+            expect_advert: true,
         }
     }
 }
@@ -172,6 +175,7 @@ impl Lab {
     pub async fn start(providers: Vec<ProviderSpec>, gateway: GatewaySpec) -> Result<Self> {
         let mut started: Vec<LabProvider> = Vec::new();
         let mut bootstrap = Vec::new();
+        let mut expected = Vec::new();
         for (index, spec) in providers.into_iter().enumerate() {
             let key = key(index as u64 + 1);
             let address = next_address()?;
@@ -179,6 +183,9 @@ impl Lab {
             let mesh = sharemesh_mesh::spawn(key.secret(), config).await?;
             if bootstrap.is_empty() {
                 bootstrap.push(address.with(libp2p::multiaddr::Protocol::P2p(mesh.peer_id)));
+            }
+            if spec.expect_advert {
+                expected.push(mesh.node_id);
             }
             let engine = ScriptedEngine::new(spec.models, spec.script);
             let provider = Provider::new(
@@ -223,8 +230,7 @@ impl Lab {
             gateway_key: Arc::new(gateway_key),
             ledger,
         };
-        let everyone: Vec<NodeId> = lab.providers.iter().map(|p| p.node_id).collect();
-        lab.wait_for_adverts(&everyone, Duration::from_secs(20))
+        lab.wait_for_adverts(&expected, Duration::from_secs(20))
             .await?;
         Ok(lab)
     }
@@ -252,10 +258,26 @@ impl Lab {
         }
     }
 
-    /// A chat-less text request for the lab model.
+    /// A chat-less text request for the lab model (by its id: it is not a catalog
+    /// model).
     pub fn request(prompt: &str, max_tokens: u32, routing: RoutingOptions) -> CompletionRequest {
+        Self::request_for(
+            &ScriptedEngine::model(LAB_MODEL).id.to_string(),
+            prompt,
+            max_tokens,
+            routing,
+        )
+    }
+
+    /// A chat-less text request for `model` (a catalog name or a model id).
+    pub fn request_for(
+        model: &str,
+        prompt: &str,
+        max_tokens: u32,
+        routing: RoutingOptions,
+    ) -> CompletionRequest {
         CompletionRequest {
-            model: LAB_MODEL.into(),
+            model: model.into(),
             prompt: Prompt::Text(prompt.into()),
             sampling: Sampling {
                 max_tokens,
@@ -361,10 +383,7 @@ impl Lab {
         max_tokens: u32,
         billing: Billing,
     ) -> Result<mpsc::Receiver<JobEvent>> {
-        let model = self
-            .gateway
-            .resolve_model(LAB_MODEL)
-            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+        let model = ScriptedEngine::model(LAB_MODEL).id;
         let job = JobRequest {
             job_id: JobId::from_bytes(rand::random()),
             buyer: self.gateway_key.node_id(),

@@ -501,3 +501,48 @@ async fn standby_warm_ups_are_not_billed() {
         done.cost.0
     );
 }
+
+/// Attack: a provider offers its own (cheaper) model under a catalog name. Its adverts
+/// do not validate anywhere, so the name resolves only to the catalog's model and the
+/// honest provider serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_name_cannot_be_hijacked() {
+    let name = "smollm2-135m-instruct";
+    let catalog_model = sharemesh_protocol::ModelDescriptor {
+        id: sharemesh_protocol::catalog::catalog_id(name).unwrap(),
+        ..sharemesh_engine::scripted::ScriptedEngine::model(name)
+    };
+    let mut honest = provider(100);
+    honest.models = vec![catalog_model];
+    let mut hijacker = provider(1);
+    hijacker.models = vec![sharemesh_engine::scripted::ScriptedEngine::model(name)];
+    hijacker.expect_advert = false;
+    let lab = Lab::start(vec![hijacker, honest], GatewaySpec::default())
+        .await
+        .unwrap();
+    let (hijacker, honest) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    for _ in 0..3 {
+        let done = lab
+            .complete(Lab::request_for(name, "hi", 4, RoutingOptions::default()))
+            .await
+            .unwrap();
+        assert_eq!(done.providers, vec![honest]);
+    }
+    let book = lab.gateway_mesh.book.read().unwrap();
+    assert!(book
+        .get(&hijacker, sharemesh_mesh::clock::now_ms())
+        .is_none());
+    drop(book);
+    // Its model, addressed by its own id, is not offered by anyone either.
+    let own = sharemesh_engine::scripted::ScriptedEngine::model(name).id;
+    let err = lab
+        .complete(Lab::request_for(
+            &own.to_string(),
+            "hi",
+            4,
+            RoutingOptions::default(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Some("model_not_found"));
+}

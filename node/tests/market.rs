@@ -205,6 +205,8 @@ async fn eligibility_and_ranking() {
         }),
         Vec::<NodeId>::new()
     );
-    assert_eq!(dispatcher.resolve_model("test-model").unwrap(), MODEL);
+    // Outside the catalog a model is addressed by its id, never by a declared name.
+    assert_eq!(dispatcher.resolve_model(&MODEL.to_string()).unwrap(), MODEL);
+    assert!(dispatcher.resolve_model("test-model").is_err());
     assert!(dispatcher.resolve_model("other").is_err());
 }

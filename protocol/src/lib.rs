@@ -4,6 +4,7 @@
 //!
 //! `SPEC.md` at the repository root describes exactly what this crate does.
 
+pub mod catalog;
 pub mod codec;
 pub mod envelope;
 pub mod error;

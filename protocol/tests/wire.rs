@@ -459,3 +459,45 @@ fn a_quote_request_for_no_tokens_is_refused_by_name() {
         .to_string();
     assert!(err.contains("max_tokens"), "{err}");
 }
+
+#[test]
+fn a_catalog_name_offers_only_its_own_file() {
+    let provider = keypair(1);
+    let advert = |id: ModelId| Advert {
+        provider: provider.node_id(),
+        region: "eu".into(),
+        hardware: HardwareSummary::Cpu {
+            cores: 2,
+            ram_bytes: 1 << 30,
+        },
+        models: vec![ModelOffer {
+            model: ModelDescriptor {
+                id,
+                name: "smollm2-135m-instruct".into(),
+                architecture: "llama".into(),
+                quantization: "Q4_1".into(),
+                context_length: 8192,
+            },
+            generation_milli_tokens_per_second: 1000,
+            prices: vec![TierPrice {
+                tier: Tier::OnDemand,
+                price_per_token: NanoUsd(100),
+            }],
+        }],
+        tiers: vec![Tier::OnDemand],
+        windows: vec![AvailabilityWindow::ALWAYS],
+        load: Load::default(),
+        addresses: vec![],
+    };
+    let catalog = sharemesh_protocol::catalog::catalog_id("smollm2-135m-instruct").unwrap();
+    let honest = provider.seal(&advert(catalog), 1, NOW, 60_000).unwrap();
+    assert!(honest.open::<Advert>(NOW + 1).is_ok());
+    let hijack = provider
+        .seal(&advert(ModelId::from_bytes([9; 32])), 2, NOW, 60_000)
+        .unwrap();
+    let err = hijack.open::<Advert>(NOW + 1).unwrap_err().to_string();
+    assert!(
+        err.contains("`smollm2-135m-instruct` is the catalog name of model b179c952"),
+        "{err}"
+    );
+}

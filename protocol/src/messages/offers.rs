@@ -24,6 +24,18 @@ pub struct ModelDescriptor {
 impl ModelDescriptor {
     fn validate(&self) -> Result<(), ValidationError> {
         short("model.name", &self.name)?;
+        // A catalog name names one file: offering another under it is a hijack.
+        if let Some(bound) = crate::catalog::catalog_id(&self.name) {
+            if bound != self.id {
+                return Err(ValidationError::field(
+                    "model.name",
+                    format!(
+                        "`{}` is the catalog name of model {bound}, not of {}",
+                        self.name, self.id
+                    ),
+                ));
+            }
+        }
         short("model.architecture", &self.architecture)?;
         short("model.quantization", &self.quantization)
     }
