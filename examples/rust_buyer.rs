@@ -84,7 +84,7 @@ async fn main() -> Result<()> {
     )
     .await?;
     let mut paid = 0;
-    while let Some(event) = events.recv().await {
+    while let Some(event) = events.next().await {
         match event {
             JobEvent::Accepted(accept) => {
                 println!("accepted: {} prompt tokens", accept.prompt_tokens)

@@ -1,23 +1,25 @@
 //! The buyer side of `/sharemesh/infer/1`: opens a stream to a provider, sends a
 //! signed job request, yields the provider's answer and tokens, and acknowledges them
-//! with signed cumulative receipts (every `RECEIPT_EVERY` tokens and at the end).
-//! Dropping the returned stream closes the libp2p stream, which cancels the job.
+//! with signed cumulative receipts (every `RECEIPT_EVERY` tokens and at the end). The
+//! stream is a state machine its owner polls ([`BuyerStream::next`]): no task or
+//! channel sits between the wire and the dispatcher. Dropping it closes the libp2p
+//! stream, which cancels the job.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::io::{ReadHalf, WriteHalf};
 use futures::AsyncReadExt;
 use libp2p::PeerId;
 use sharemesh_protocol::{
-    Accept, FinishReason, JobRequest, Keypair, NanoUsd, OutputCommitment, Receipt, Reject,
-    SignedEnvelope, TokenChunk,
+    Accept, FinishReason, JobRequest, Keypair, OutputCommitment, Receipt, Reject, TokenChunk,
 };
 use sharemesh_reputation::Outcome;
-use tokio::sync::mpsc;
 
 use sharemesh_ledger::Ledger;
 use sharemesh_mesh::clock::{now_ms, SeqCounter};
-use sharemesh_mesh::framing::{read_frame, write_frame, FrameError};
+use sharemesh_mesh::framing::{write_frame, FrameError, FrameReader};
 use sharemesh_mesh::{MeshHandle, INFER_PROTOCOL};
 
 /// Receipts go out at least this often (in tokens); the provider's credit window is
@@ -131,14 +133,15 @@ pub struct StreamTerms {
     pub billing: Billing,
 }
 
-/// Starts a job on `provider`; events arrive on the returned channel.
+/// Starts a job on `provider`: opens the stream and sends the signed request. The
+/// returned [`BuyerStream`] yields the job's events as it is polled.
 pub async fn start_job(
     mesh: &MeshHandle,
     key: Arc<Keypair>,
     provider: PeerId,
     request: JobRequest,
     terms: StreamTerms,
-) -> Result<mpsc::Receiver<JobEvent>, SegmentError> {
+) -> Result<BuyerStream, SegmentError> {
     let seq = SeqCounter::default();
     let envelope = key
         .seal(&request, seq.next(), now_ms(), 3_600_000)
@@ -151,173 +154,217 @@ pub async fn start_job(
     .await
     .map_err(|_| SegmentError::Unreachable(format!("timed out opening a stream to {provider}")))?
     .map_err(|e| SegmentError::Unreachable(format!("{provider}: {e}")))?;
-    let (events_tx, events) = mpsc::channel(64);
-    tokio::spawn(run_job(
-        stream, key, seq, envelope, request, events_tx, terms,
-    ));
-    Ok(events)
+    let (reader, mut writer) = stream.split();
+    write_frame(&mut writer, &envelope)
+        .await
+        .map_err(|e| SegmentError::SendFailed(e.to_string()))?;
+    Ok(BuyerStream {
+        reader: FrameReader::new(reader),
+        writer,
+        key,
+        seq,
+        request,
+        terms,
+        state: State::AwaitAnswer,
+        pending: VecDeque::new(),
+    })
 }
 
-// The job's whole context travels into its task.
-async fn run_job(
-    stream: libp2p::Stream,
+/// The buyer's side of one job stream, a state machine polled by its owner (no task
+/// of its own): `AwaitAnswer` → (`Rejected` | `Accepted` → `Streaming` → `Finished`),
+/// or `Failed` with a typed reason from any state. Receipts are signed, booked and sent
+/// as tokens arrive. Dropping it closes the stream, which cancels the job.
+pub struct BuyerStream {
+    reader: FrameReader<ReadHalf<libp2p::Stream>>,
+    writer: WriteHalf<libp2p::Stream>,
     key: Arc<Keypair>,
     seq: SeqCounter,
-    envelope: SignedEnvelope,
     request: JobRequest,
-    events: mpsc::Sender<JobEvent>,
     terms: StreamTerms,
-) {
-    let StreamTerms {
-        ledger,
-        stall_timeout,
-        billing,
-    } = terms;
-    let (mut reader, mut writer) = stream.split();
-    let fail = |events: &mpsc::Sender<JobEvent>, why: SegmentError| {
-        let events = events.clone();
-        async move {
-            let _ = events.send(JobEvent::Failed(why)).await;
-        }
-    };
-    if let Err(err) = write_frame(&mut writer, &envelope).await {
-        return fail(&events, SegmentError::SendFailed(err.to_string())).await;
-    }
-    let first = match read_frame(&mut reader, ANSWER_TIMEOUT).await {
-        Ok(frame) => frame,
-        Err(err) => return fail(&events, SegmentError::NoAnswer(err.to_string())).await,
-    };
-    let now = now_ms();
-    let accept = match (first.open::<Accept>(now), first.open::<Reject>(now)) {
-        (Ok(accept), _) => accept.body,
-        (_, Ok(reject)) => {
-            let _ = events.send(JobEvent::Rejected(reject.body)).await;
-            return;
-        }
-        (Err(err), _) => return fail(&events, SegmentError::BadAnswer(err.to_string())).await,
-    };
-    if accept.job_id != request.job_id || accept.price_per_token > request.max_price_per_token {
-        return fail(
-            &events,
-            SegmentError::TermsMismatch(format!(
-                "job {} at {} nano-USD/token (asked: job {}, at most {})",
-                accept.job_id,
-                accept.price_per_token.0,
-                request.job_id,
-                request.max_price_per_token.0
-            )),
-        )
-        .await;
-    }
-    // The provider's prompt count is a claim we pay for: no tokenizer makes more tokens
-    // of this prompt than its bound.
-    let bound = request.prompt.token_bound();
-    if u64::from(accept.prompt_tokens) > bound {
-        let claim = accept.prompt_tokens;
-        return fail(
-            &events,
-            SegmentError::TermsMismatch(format!(
-                "a prompt of at most {bound} tokens billed as {claim}"
-            )),
-        )
-        .await;
-    }
-    let price: NanoUsd = accept.price_per_token;
-    let prompt_tokens = u64::from(accept.prompt_tokens);
-    if events
-        .send(JobEvent::Accepted(accept.clone()))
-        .await
-        .is_err()
-    {
-        return; // The caller went away: closing the stream cancels the job.
-    }
-    // Acknowledge at least twice per credit window so the provider never has to pause.
-    let every = RECEIPT_EVERY.min((u64::from(accept.credit_window_tokens) / 2).max(1));
-    let mut received = 0u64;
-    let mut acknowledged = 0u64;
-    let receipt = |tokens: u64| -> Option<(Receipt, SignedEnvelope)> {
-        let body = Receipt::new(
-            request.job_id,
-            accept.provider,
-            key.node_id(),
-            prompt_tokens,
-            tokens,
-            price,
-        )?;
-        let envelope = key
-            .seal(&body, seq.next(), now_ms(), 365 * 24 * 3_600_000)
-            .ok()?;
-        Some((body, envelope))
-    };
-    // The first token waits for the prefill (and any resumed tokens' replay).
-    let replay = u32::try_from(request.resume.len()).unwrap_or(u32::MAX);
-    let mut timeout =
-        stall_timeout + PREFILL_ALLOWANCE_PER_TOKEN * accept.prompt_tokens.saturating_add(replay);
-    loop {
-        let frame = match read_frame(&mut reader, timeout).await {
-            Ok(frame) => frame,
-            Err(FrameError::Timeout(silence)) => {
-                return fail(&events, SegmentError::Stalled(silence)).await
+    state: State,
+    /// Events decoded from one frame and not yet returned.
+    pending: VecDeque<JobEvent>,
+}
+
+enum State {
+    AwaitAnswer,
+    Streaming(Streaming),
+    Done,
+}
+
+/// What the buyer counts while tokens arrive.
+struct Streaming {
+    accept: Accept,
+    /// Receipts go out every this many tokens.
+    every: u64,
+    received: u64,
+    acknowledged: u64,
+    /// Silence allowed before the next chunk (the first waits for the prefill).
+    timeout: Duration,
+}
+
+impl BuyerStream {
+    /// The next event; `None` once the job ended (after `Finished`, `Rejected` or
+    /// `Failed`).
+    pub async fn next(&mut self) -> Option<JobEvent> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
             }
-            Err(err) => return fail(&events, SegmentError::StreamBroke(err.to_string())).await,
+            match std::mem::replace(&mut self.state, State::Done) {
+                State::Done => return None,
+                State::AwaitAnswer => self.state = self.read_answer().await,
+                State::Streaming(streaming) => self.state = self.read_chunk(streaming).await,
+            }
+        }
+    }
+
+    fn fail(&mut self, why: SegmentError) -> State {
+        self.pending.push_back(JobEvent::Failed(why));
+        State::Done
+    }
+
+    /// `Accept` (checked against the request) or `Reject`.
+    async fn read_answer(&mut self) -> State {
+        let first = match self.reader.next(ANSWER_TIMEOUT).await {
+            Ok(frame) => frame,
+            Err(err) => return self.fail(SegmentError::NoAnswer(err.to_string())),
+        };
+        let now = now_ms();
+        let accept = match (first.open::<Accept>(now), first.open::<Reject>(now)) {
+            (Ok(accept), _) => accept.body,
+            (_, Ok(reject)) => {
+                self.pending.push_back(JobEvent::Rejected(reject.body));
+                return State::Done;
+            }
+            (Err(err), _) => return self.fail(SegmentError::BadAnswer(err.to_string())),
+        };
+        if let Err(why) = check_accept(&accept, &self.request) {
+            return self.fail(SegmentError::TermsMismatch(why));
+        }
+        // Acknowledge at least twice per credit window so the provider never has to
+        // pause. The first token waits for the prefill (and any resumed tokens' replay).
+        let every = RECEIPT_EVERY.min((u64::from(accept.credit_window_tokens) / 2).max(1));
+        let replay = u32::try_from(self.request.resume.len()).unwrap_or(u32::MAX);
+        let prefill = accept.prompt_tokens.saturating_add(replay);
+        let timeout = self.terms.stall_timeout + PREFILL_ALLOWANCE_PER_TOKEN * prefill;
+        self.pending.push_back(JobEvent::Accepted(accept.clone()));
+        State::Streaming(Streaming {
+            accept,
+            every,
+            received: 0,
+            acknowledged: 0,
+            timeout,
+        })
+    }
+
+    /// One chunk: checked, relayed, receipted when due; at the end, the commitment.
+    async fn read_chunk(&mut self, mut at: Streaming) -> State {
+        let frame = match self.reader.next(at.timeout).await {
+            Ok(frame) => frame,
+            Err(FrameError::Timeout(silence)) => return self.fail(SegmentError::Stalled(silence)),
+            Err(err) => return self.fail(SegmentError::StreamBroke(err.to_string())),
         };
         let chunk = match frame.open::<TokenChunk>(now_ms()) {
             Ok(opened)
-                if opened.body.job_id == request.job_id && opened.signer == accept.provider =>
+                if opened.body.job_id == self.request.job_id
+                    && opened.signer == at.accept.provider =>
             {
                 opened.body
             }
             Ok(_) => {
-                return fail(
-                    &events,
-                    SegmentError::BadChunk("a chunk for another job or from another signer".into()),
-                )
-                .await
+                let why = "a chunk for another job or from another signer".into();
+                return self.fail(SegmentError::BadChunk(why));
             }
-            Err(err) => return fail(&events, SegmentError::BadChunk(err.to_string())).await,
+            Err(err) => return self.fail(SegmentError::BadChunk(err.to_string())),
         };
-        if let Err(why) = check_chunk(&chunk, &request, received) {
+        if let Err(why) = check_chunk(&chunk, &self.request, at.received) {
             // Nothing more is paid: the bad chunk is neither relayed nor receipted.
-            return fail(&events, SegmentError::BadChunk(why)).await;
+            return self.fail(SegmentError::BadChunk(why));
         }
-        received += chunk.token_ids.len() as u64;
-        timeout = stall_timeout;
+        at.received += chunk.token_ids.len() as u64;
+        at.timeout = self.terms.stall_timeout;
         let finish = chunk.finish;
-        if !chunk.token_ids.is_empty() && events.send(JobEvent::Token(chunk)).await.is_err() {
-            return;
+        if !chunk.token_ids.is_empty() {
+            self.pending.push_back(JobEvent::Token(chunk));
         }
         // Nothing delivered, nothing receipted (a job that ends before its first token
         // is not paid for its prompt either).
-        let due = received - acknowledged >= every || (finish.is_some() && received > acknowledged);
-        if due && billing == Billing::Metered {
-            if let Some((body, envelope)) = receipt(received) {
-                // Booked before it is sent: whatever the provider holds, we hold too.
-                if let Some(ledger) = &ledger {
-                    if let Err(err) = ledger.record_receipt(&envelope) {
-                        return fail(&events, SegmentError::Booking(err.to_string())).await;
-                    }
-                }
-                if write_frame(&mut writer, &envelope).await.is_ok() {
-                    acknowledged = received;
-                }
-                // Booked, so owed whether or not the provider got it.
-                if events.send(JobEvent::Receipted(body)).await.is_err() {
-                    return;
-                }
+        let due = at.received - at.acknowledged >= at.every
+            || (finish.is_some() && at.received > at.acknowledged);
+        if due && self.terms.billing == Billing::Metered {
+            if let Err(why) = self.pay(&mut at).await {
+                return self.fail(why);
             }
         }
-        if let Some(finish) = finish {
-            let commitment = match read_frame(&mut reader, Duration::from_secs(5)).await {
-                Ok(frame) => frame
-                    .open::<OutputCommitment>(now_ms())
-                    .ok()
-                    .map(|o| o.body),
-                Err(_) => None,
-            };
-            let _ = events.send(JobEvent::Finished { finish, commitment }).await;
-            return;
+        match finish {
+            None => State::Streaming(at),
+            Some(finish) => {
+                let commitment = match self.reader.next(Duration::from_secs(5)).await {
+                    Ok(frame) => frame
+                        .open::<OutputCommitment>(now_ms())
+                        .ok()
+                        .map(|o| o.body),
+                    Err(_) => None,
+                };
+                self.pending
+                    .push_back(JobEvent::Finished { finish, commitment });
+                State::Done
+            }
         }
     }
+
+    /// Signs a cumulative receipt for what arrived, books it, then sends it.
+    async fn pay(&mut self, at: &mut Streaming) -> Result<(), SegmentError> {
+        let Some(body) = Receipt::new(
+            self.request.job_id,
+            at.accept.provider,
+            self.key.node_id(),
+            u64::from(at.accept.prompt_tokens),
+            at.received,
+            at.accept.price_per_token,
+        ) else {
+            return Ok(()); // The amount overflows: nothing sensible to sign.
+        };
+        let Ok(envelope) = self
+            .key
+            .seal(&body, self.seq.next(), now_ms(), 365 * 24 * 3_600_000)
+        else {
+            return Ok(());
+        };
+        // Booked before it is sent: whatever the provider holds, we hold too.
+        if let Some(ledger) = &self.terms.ledger {
+            ledger
+                .record_receipt(&envelope)
+                .map_err(|err| SegmentError::Booking(err.to_string()))?;
+        }
+        if write_frame(&mut self.writer, &envelope).await.is_ok() {
+            at.acknowledged = at.received;
+        }
+        // Booked, so owed whether or not the provider got it.
+        self.pending.push_back(JobEvent::Receipted(body));
+        Ok(())
+    }
+}
+
+/// The terms a provider accepted on, checked against the request: the same job, a
+/// price within the ceiling, and a prompt count within the prompt's token bound (no
+/// tokenizer makes more tokens of it; the buyer pays for each).
+fn check_accept(accept: &Accept, request: &JobRequest) -> Result<(), String> {
+    if accept.job_id != request.job_id || accept.price_per_token > request.max_price_per_token {
+        return Err(format!(
+            "job {} at {} nano-USD/token (asked: job {}, at most {})",
+            accept.job_id, accept.price_per_token.0, request.job_id, request.max_price_per_token.0
+        ));
+    }
+    let bound = request.prompt.token_bound();
+    if u64::from(accept.prompt_tokens) > bound {
+        let claim = accept.prompt_tokens;
+        return Err(format!(
+            "a prompt of at most {bound} tokens billed as {claim}"
+        ));
+    }
+    Ok(())
 }
 
 /// What a chunk claims, checked against what the buyer can count itself: it continues
@@ -352,7 +399,7 @@ fn check_chunk(chunk: &TokenChunk, request: &JobRequest, received: u64) -> Resul
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use sharemesh_protocol::{JobId, ModelId, Prompt, Sampling, Tier};
+    use sharemesh_protocol::{JobId, ModelId, NanoUsd, Prompt, Sampling, Tier};
 
     fn request(resume: usize, max_tokens: u32) -> JobRequest {
         let key = Keypair::from_secret([3; 32]);

@@ -11,7 +11,7 @@ use sharemesh_mesh::MeshHandle;
 use sharemesh_protocol::{JobRequest, Keypair, NodeId};
 use tokio::sync::mpsc;
 
-use crate::buyer::{start_job, Billing, JobEvent, SegmentError, StreamTerms};
+use crate::buyer::{start_job, Billing, BuyerStream, JobEvent, SegmentError, StreamTerms};
 
 /// This process's own provider, as the gateway sees it: a job runs there without a
 /// stream (a node cannot dial itself) and yields the same events a remote provider's
@@ -33,18 +33,38 @@ pub struct Segments {
     local: OnceLock<Arc<dyn LocalRoute>>,
 }
 
+/// Where a segment's events come from: a remote provider's job stream, or the node's
+/// own provider in-process.
+enum Source {
+    Remote(Box<BuyerStream>),
+    Local(mpsc::Receiver<JobEvent>),
+    /// Nothing more (a hedged twin whose task failed).
+    Closed,
+}
+
 /// A provider's job stream, with the events already read from it.
 pub struct Opened {
-    pub stream: mpsc::Receiver<JobEvent>,
-    pub pending: VecDeque<JobEvent>,
+    source: Source,
+    pending: VecDeque<JobEvent>,
 }
 
 impl Opened {
+    fn new(source: Source, first: Option<JobEvent>) -> Self {
+        Self {
+            source,
+            pending: first.into_iter().collect(),
+        }
+    }
+
     /// The next event: buffered ones first.
     pub async fn next(&mut self) -> Option<JobEvent> {
-        match self.pending.pop_front() {
-            Some(event) => Some(event),
-            None => self.stream.recv().await,
+        if let Some(event) = self.pending.pop_front() {
+            return Some(event);
+        }
+        match &mut self.source {
+            Source::Remote(stream) => stream.next().await,
+            Source::Local(events) => events.recv().await,
+            Source::Closed => None,
         }
     }
 
@@ -55,9 +75,27 @@ impl Opened {
     }
 
     fn dead(&self) -> bool {
-        self.pending
-            .iter()
-            .any(|e| matches!(e, JobEvent::Failed(_) | JobEvent::Rejected(_)))
+        matches!(self.source, Source::Closed)
+            || self
+                .pending
+                .iter()
+                .any(|e| matches!(e, JobEvent::Failed(_) | JobEvent::Rejected(_)))
+    }
+
+    /// Reads (buffering) until the provider answers with a token or an end, or fails.
+    async fn until_answer(mut self) -> Self {
+        while !self.answered() && !self.dead() {
+            let event = match &mut self.source {
+                Source::Remote(stream) => stream.next().await,
+                Source::Local(events) => events.recv().await,
+                Source::Closed => None,
+            };
+            match event {
+                Some(event) => self.pending.push_back(event),
+                None => self.source = Source::Closed,
+            }
+        }
+        self
     }
 }
 
@@ -104,8 +142,8 @@ impl Segments {
                 SegmentError::Unreachable("this node serves no model itself".into())
             })?;
             let mut stream = local.run(job);
-            let pending = stream.recv().await.into_iter().collect();
-            return Ok(Opened { stream, pending });
+            let first = stream.recv().await;
+            return Ok(Opened::new(Source::Local(stream), first));
         }
         self.mesh
             .dial_advertised(&peer, &entry.advert.addresses)
@@ -119,14 +157,11 @@ impl Segments {
             };
             let started = start_job(&self.mesh, self.key.clone(), peer, job.clone(), terms).await;
             match started {
-                Ok(mut stream) => match stream.recv().await {
+                Ok(mut stream) => match stream.next().await {
                     // A provider that answered wrongly is not asked again.
                     Some(JobEvent::Failed(why)) if !why.worth_retrying() => return Err(why),
                     Some(JobEvent::Failed(why)) => last_error = why,
-                    first => {
-                        let pending = first.into_iter().collect();
-                        return Ok(Opened { stream, pending });
-                    }
+                    first => return Ok(Opened::new(Source::Remote(Box::new(stream)), first)),
                 },
                 Err(err) => last_error = err,
             }
@@ -161,24 +196,22 @@ impl Segments {
 /// Reads both segments until one delivers its first token (or finishes); returns which
 /// (0 or 1) with its events so far buffered. The other is dropped, which closes its
 /// stream and cancels its job. A segment that fails or is rejected first leaves the
-/// race to the other, which is returned as soon as that happens.
-pub async fn race(mut a: Opened, mut b: Opened) -> (usize, Opened) {
-    loop {
-        if a.answered() || b.dead() {
-            return (0, a);
-        }
-        if b.answered() || a.dead() {
-            return (1, b);
-        }
-        tokio::select! {
-            event = a.stream.recv() => match event {
-                Some(event) => a.pending.push_back(event),
-                None => return (1, b),
-            },
-            event = b.stream.recv() => match event {
-                Some(event) => b.pending.push_back(event),
-                None => return (0, a),
-            },
+/// race to the other. Each side reads in a task of its own, so the loser is stopped
+/// between reads and the winner is never interrupted half-way through one (a job
+/// stream also writes receipts as it reads).
+pub async fn race(a: Opened, b: Opened) -> (usize, Opened) {
+    let mut a = tokio::spawn(a.until_answer());
+    let mut b = tokio::spawn(b.until_answer());
+    let (first, done, other) = tokio::select! {
+        done = &mut a => (0, done, b),
+        done = &mut b => (1, done, a),
+    };
+    if let Ok(opened) = done {
+        if opened.answered() {
+            other.abort();
+            return (first, opened);
         }
     }
+    let closed = || Opened::new(Source::Closed, None);
+    (1 - first, other.await.unwrap_or_else(|_| closed()))
 }

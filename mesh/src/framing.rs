@@ -61,6 +61,62 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         .map_err(|_| FrameError::Timeout(timeout))?
 }
 
+/// Reads frames from one stream, cancel-safely: the bytes of a frame read so far stay in
+/// its buffer if a `next` is dropped part-way (a `select!` may drop a read), so the next
+/// call continues the same frame.
+pub struct FrameReader<R> {
+    reader: R,
+    buffer: Vec<u8>,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(reader: R) -> Self {
+        Self {
+            reader,
+            buffer: Vec::new(),
+        }
+    }
+
+    /// The next frame, waiting at most `timeout` for it.
+    pub async fn next(&mut self, timeout: Duration) -> Result<SignedEnvelope, FrameError> {
+        tokio::time::timeout(timeout, self.next_frame())
+            .await
+            .map_err(|_| FrameError::Timeout(timeout))?
+    }
+
+    async fn next_frame(&mut self) -> Result<SignedEnvelope, FrameError> {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            if let Some(frame) = self.take_frame()? {
+                return Ok(frame);
+            }
+            // A read either completes (its bytes are kept) or, dropped, consumes nothing.
+            let read = self.reader.read(&mut chunk).await?;
+            if read == 0 {
+                return Err(FrameError::Closed);
+            }
+            self.buffer.extend_from_slice(&chunk[..read]);
+        }
+    }
+
+    /// A whole frame off the front of the buffer, if one is there.
+    fn take_frame(&mut self) -> Result<Option<SignedEnvelope>, FrameError> {
+        let Some(prefix) = self.buffer.get(..4) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+        if len > MAX_ENVELOPE_BYTES {
+            return Err(FrameError::TooLarge(len));
+        }
+        let Some(body) = self.buffer.get(4..4 + len) else {
+            return Ok(None);
+        };
+        let frame = SignedEnvelope::from_bytes(body);
+        self.buffer.drain(..4 + len);
+        Ok(Some(frame?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +151,53 @@ mod tests {
         let mut huge = futures::io::Cursor::new(u32::MAX.to_be_bytes().to_vec());
         assert!(matches!(
             read_frame(&mut huge, Duration::from_secs(1)).await,
+            Err(FrameError::TooLarge(_))
+        ));
+    }
+
+    /// Yields its bytes a few at a time, as a network stream may.
+    struct Trickle(Vec<u8>);
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut [u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.0.len()).min(3);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0.drain(..n);
+            std::task::Poll::Ready(Ok(n))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_frame_reader_joins_partial_reads_and_keeps_what_follows() {
+        let key = Keypair::from_secret([4; 32]);
+        let receipt = Receipt::new(
+            sharemesh_protocol::JobId::from_bytes([1; 16]),
+            key.node_id(),
+            key.node_id(),
+            1,
+            1,
+            sharemesh_protocol::NanoUsd(1),
+        )
+        .unwrap();
+        let (a, b) = (
+            key.seal(&receipt, 1, 0, 1000).unwrap(),
+            key.seal(&receipt, 2, 0, 1000).unwrap(),
+        );
+        let mut bytes = Vec::new();
+        write_frame(&mut bytes, &a).await.unwrap();
+        write_frame(&mut bytes, &b).await.unwrap();
+        let mut reader = FrameReader::new(Trickle(bytes));
+        let limit = Duration::from_secs(1);
+        assert_eq!(reader.next(limit).await.unwrap(), a);
+        assert_eq!(reader.next(limit).await.unwrap(), b);
+        assert!(matches!(reader.next(limit).await, Err(FrameError::Closed)));
+        let mut huge = FrameReader::new(Trickle(u32::MAX.to_be_bytes().to_vec()));
+        assert!(matches!(
+            huge.next(limit).await,
             Err(FrameError::TooLarge(_))
         ));
     }

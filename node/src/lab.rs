@@ -18,7 +18,7 @@ use libp2p::Multiaddr;
 use sharemesh_engine::scripted::{Script, ScriptedEngine};
 use sharemesh_engine::GenerateRequest;
 use sharemesh_gateway::budget::Budget;
-use sharemesh_gateway::buyer::{start_job, Billing, JobEvent, StreamTerms};
+use sharemesh_gateway::buyer::{start_job, Billing, BuyerStream, StreamTerms};
 use sharemesh_gateway::dispatch::{DispatchEvent, Dispatcher, Segment};
 use sharemesh_gateway::error::ApiError;
 use sharemesh_gateway::openai::{CompletionRequest, RoutingOptions};
@@ -31,7 +31,6 @@ use sharemesh_protocol::{
     Tier,
 };
 use sharemesh_provider::{Provider, ProviderPolicy};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// The model every lab provider serves unless its spec says otherwise.
@@ -382,7 +381,7 @@ impl Lab {
         prompt: &str,
         max_tokens: u32,
         billing: Billing,
-    ) -> Result<mpsc::Receiver<JobEvent>> {
+    ) -> Result<BuyerStream> {
         let model = ScriptedEngine::model(LAB_MODEL).id;
         let job = JobRequest {
             job_id: JobId::from_bytes(rand::random()),

@@ -359,7 +359,7 @@ async fn a_buyer_that_never_pays_cannot_freeze_a_provider() {
         .unwrap();
     let mut tokens = 0;
     while tokens < 4 {
-        if let Some(JobEvent::Token(_)) = freeloader.recv().await {
+        if let Some(JobEvent::Token(_)) = freeloader.next().await {
             tokens += 1;
         }
     }
@@ -370,7 +370,7 @@ async fn a_buyer_that_never_pays_cannot_freeze_a_provider() {
     let freeloader_end = async {
         let mut more = 0;
         loop {
-            match freeloader.recv().await {
+            match freeloader.next().await {
                 Some(JobEvent::Token(_)) => more += 1,
                 Some(JobEvent::Failed(why)) => return (more, Some(why)),
                 None => return (more, None),

@@ -144,7 +144,7 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
     let mut text = String::new();
     let mut finished = None;
     let mut receipt = None;
-    while let Some(event) = tokio::time::timeout(Duration::from_secs(60), events.recv())
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(60), events.next())
         .await
         .unwrap()
     {
@@ -201,7 +201,7 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
     .unwrap();
     let mut seen = 0;
     while seen < 3 {
-        if let JobEvent::Token(_) = tokio::time::timeout(Duration::from_secs(60), events.recv())
+        if let JobEvent::Token(_) = tokio::time::timeout(Duration::from_secs(60), events.next())
             .await
             .unwrap()
             .unwrap()
