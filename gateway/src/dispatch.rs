@@ -213,6 +213,13 @@ impl Dispatcher {
 
     /// Resolves the model, filters and ranks the providers, asks the best for quotes.
     async fn plan(&self, request: &CompletionRequest) -> Result<Plan, ApiError> {
+        // What every provider would refuse is refused here, with the reason, before any
+        // provider work (it was retried on every candidate and reported as a 503).
+        request
+            .prompt
+            .validate()
+            .and_then(|()| request.sampling.validate())
+            .map_err(ApiError::from_validation)?;
         let model = self.resolve_model(&request.model)?;
         let (candidates, tier) = self.candidates(&model, request, &self.mesh.round_trips_ms());
         if candidates.is_empty() {

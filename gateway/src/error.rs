@@ -14,6 +14,17 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// A request the protocol would refuse (sizes, ranges), answered before any
+    /// provider is asked.
+    pub fn from_validation(err: sharemesh_protocol::ValidationError) -> Self {
+        match &err {
+            sharemesh_protocol::ValidationError::Field { field, .. } => {
+                Self::invalid(field, err.to_string())
+            }
+            _ => Self::invalid("request", err.to_string()),
+        }
+    }
+
     pub fn invalid(param: &str, message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,

@@ -547,3 +547,23 @@ async fn a_catalog_name_cannot_be_hijacked() {
         .unwrap_err();
     assert_eq!(err.code, Some("model_not_found"));
 }
+
+/// What every provider would refuse is refused by the gateway, with the reason, before
+/// any provider work: a 400 naming the field, not retries ending in a 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_no_provider_may_take_is_a_clear_400() {
+    let lab = Lab::start(vec![provider(100)], GatewaySpec::default())
+        .await
+        .unwrap();
+    let huge = "word ".repeat(200_000);
+    let err = lab
+        .complete(Lab::request(&huge, 5, RoutingOptions::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status.as_u16(), 400, "{err:?}");
+    assert_eq!(err.param.as_deref(), Some("prompt"));
+    assert!(err.message.contains("limit 524288"), "{}", err.message);
+    let served = sharemesh_engine::TokenEngine::active_jobs(&lab.providers[0].engine)
+        + sharemesh_engine::TokenEngine::queue_depth(&lab.providers[0].engine);
+    assert_eq!(served, 0, "no provider work");
+}

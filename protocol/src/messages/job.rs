@@ -59,7 +59,8 @@ impl Prompt {
         }
     }
 
-    fn validate(&self) -> Result<(), ValidationError> {
+    /// Size limits a provider enforces; a gateway checks them before any provider work.
+    pub fn validate(&self) -> Result<(), ValidationError> {
         match self {
             Prompt::Text(text) if text.len() > MAX_TEXT_BYTES => Err(ValidationError::field(
                 "prompt",
