@@ -11,10 +11,12 @@ use sharemesh_engine::{GenerateRequest, LoadedModel};
 use sharemesh_protocol::{ChatMessage, FinishReason, ModelId, Prompt, Role, Sampling};
 
 fn load() -> LoadedModel {
-    sharemesh_engine::set_threads(1);
     let path = support::default_model_path();
-    let id: ModelId = support::DEFAULT_MODEL_SHA256.parse().unwrap();
-    LoadedModel::load(&path, id, "smollm2-135m-instruct", candle_core::Device::Cpu).unwrap()
+    support::load(
+        &path,
+        support::DEFAULT_MODEL_SHA256,
+        "smollm2-135m-instruct",
+    )
 }
 
 fn fixture() -> Value {

@@ -9,13 +9,11 @@ use support::{greedy_job as run, ids};
 
 use serde_json::Value;
 use sharemesh_engine::LoadedModel;
-use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role};
+use sharemesh_protocol::{ChatMessage, Prompt, Role};
 
 fn load() -> LoadedModel {
-    sharemesh_engine::set_threads(1);
     let path = support::gemma3_model_path();
-    let id: ModelId = support::GEMMA3_MODEL_SHA256.parse().unwrap();
-    LoadedModel::load(&path, id, "gemma3-270m", candle_core::Device::Cpu).unwrap()
+    support::load(&path, support::GEMMA3_MODEL_SHA256, "gemma3-270m")
 }
 
 fn fixture() -> Value {

@@ -82,8 +82,6 @@ struct Response {
     providers: Vec<NodeId>,
     segments: Vec<Segment>,
     cost: NanoUsd,
-    /// Whether any provider has accepted (the client has been told).
-    accepted: bool,
     /// The standby warm-up in flight, and the delivered count it was started at.
     warming: Option<tokio::task::JoinHandle<()>>,
     warmed_at: usize,
@@ -164,14 +162,25 @@ impl Dispatcher {
         request: &CompletionRequest,
         rtt_ms: &std::collections::HashMap<libp2p::PeerId, f64>,
     ) -> (Vec<Candidate>, Tier) {
+        self.rank(self.live(), model, request, rtt_ms)
+    }
+
+    /// [`Self::candidates`] over a copy of the book the caller already took.
+    fn rank(
+        &self,
+        live: Vec<BookEntry>,
+        model: &ModelId,
+        request: &CompletionRequest,
+        rtt_ms: &std::collections::HashMap<libp2p::PeerId, f64>,
+    ) -> (Vec<Candidate>, Tier) {
         let now = now_ms();
         let book = self.reliability.lock().ok();
         let reliability =
             |provider: &NodeId| book.as_ref().map_or(0.5, |b| b.success_rate(provider, now));
         let context = plan::Context {
-            live: self.live(),
+            live,
             defaults: &self.defaults,
-            rtt_ms: rtt_ms.clone(),
+            rtt_ms,
             reliability: &reliability,
             now_ms: now,
         };
@@ -220,8 +229,11 @@ impl Dispatcher {
             .validate()
             .and_then(|()| request.sampling.validate())
             .map_err(ApiError::from_validation)?;
-        let model = self.resolve_model(&request.model)?;
-        let (candidates, tier) = self.candidates(&model, request, &self.mesh.round_trips_ms());
+        // One copy of the book serves both the model's resolution and the ranking.
+        let live = self.live();
+        let model = plan::resolve_model(&live, &request.model)?;
+        let rtt_ms = self.mesh.round_trips_ms();
+        let (candidates, tier) = self.rank(live, &model, request, &rtt_ms);
         if candidates.is_empty() {
             return Err(ApiError::no_provider(format!(
                 "no provider can serve `{}` now within the price ceiling, tier, region and VRAM constraints",
@@ -275,7 +287,6 @@ impl Dispatcher {
             providers: Vec::new(),
             segments: Vec::new(),
             cost: NanoUsd::ZERO,
-            accepted: false,
             warming: None,
             warmed_at: 0,
         };
@@ -349,7 +360,8 @@ impl Dispatcher {
                 return Self::done(FinishReason::Length, response, events).await;
             }
         }
-        Err(if response.accepted {
+        // A provider that accepted is in `providers`: the client has been told.
+        Err(if !response.providers.is_empty() {
             ApiError::upstream(last_error)
         } else {
             ApiError::no_provider(last_error)
@@ -438,8 +450,9 @@ impl Dispatcher {
         while let Some(event) = stream.next().await {
             match event {
                 JobEvent::Accepted(accept) => {
+                    let first = response.providers.is_empty();
                     response.providers.push(provider);
-                    let event = if std::mem::replace(&mut response.accepted, true) {
+                    let event = if !first {
                         DispatchEvent::Switched { provider }
                     } else {
                         DispatchEvent::Accepted {

@@ -72,7 +72,7 @@ pub struct Plan {
 pub struct Context<'a> {
     pub live: Vec<BookEntry>,
     pub defaults: &'a RoutingDefaults,
-    pub rtt_ms: HashMap<PeerId, f64>,
+    pub rtt_ms: &'a HashMap<PeerId, f64>,
     /// Observed success rate of a provider, in [0, 1].
     pub reliability: &'a dyn Fn(&NodeId) -> f64,
     pub now_ms: u64,

@@ -58,9 +58,14 @@ impl Opened {
 
     /// The next event: buffered ones first.
     pub async fn next(&mut self) -> Option<JobEvent> {
-        if let Some(event) = self.pending.pop_front() {
-            return Some(event);
+        match self.pending.pop_front() {
+            Some(event) => Some(event),
+            None => self.read().await,
         }
+    }
+
+    /// The next event from the source itself.
+    async fn read(&mut self) -> Option<JobEvent> {
         match &mut self.source {
             Source::Remote(stream) => stream.next().await,
             Source::Local(events) => events.recv().await,
@@ -85,12 +90,7 @@ impl Opened {
     /// Reads (buffering) until the provider answers with a token or an end, or fails.
     async fn until_answer(mut self) -> Self {
         while !self.answered() && !self.dead() {
-            let event = match &mut self.source {
-                Source::Remote(stream) => stream.next().await,
-                Source::Local(events) => events.recv().await,
-                Source::Closed => None,
-            };
-            match event {
+            match self.read().await {
                 Some(event) => self.pending.push_back(event),
                 None => self.source = Source::Closed,
             }

@@ -31,6 +31,26 @@ fn stall_timeout(timeout: Duration) -> GatewaySpec {
     }
 }
 
+/// A provider playing `attack`.
+fn adversary(price: u64, attack: Adversary) -> ProviderSpec {
+    let mut spec = provider(price);
+    spec.policy.adversary = Some(attack);
+    spec
+}
+
+/// A cheap provider playing `attack` beside an honest dearer one, behind a gateway with
+/// a ledger in `dir`; returns the lab, the cheat and the honest provider.
+async fn cheat_beside_honest(
+    attack: Adversary,
+    dir: &tempfile::TempDir,
+) -> (Lab, sharemesh_protocol::NodeId, sharemesh_protocol::NodeId) {
+    let lab = Lab::start(vec![adversary(50, attack), provider(100)], with_ledger(dir))
+        .await
+        .unwrap();
+    let (cheat, honest) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    (lab, cheat, honest)
+}
+
 fn slow(spec: ProviderSpec, token_ms: u64) -> ProviderSpec {
     spec.with_token_delay(Duration::from_millis(token_ms))
 }
@@ -105,10 +125,8 @@ async fn killing_the_serving_provider_mid_stream_loses_no_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalling_provider_is_replaced_and_marked_down() {
-    let mut staller = provider(50);
-    staller.policy.adversary = Some(Adversary::StallAfter(5));
     let lab = Lab::start(
-        vec![staller, provider(100)],
+        vec![adversary(50, Adversary::StallAfter(5)), provider(100)],
         stall_timeout(Duration::from_millis(300)),
     )
     .await
@@ -415,12 +433,7 @@ fn with_ledger(dir: &tempfile::TempDir) -> GatewaySpec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overbilling_provider_gets_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut overbiller = provider(50);
-    overbiller.policy.adversary = Some(Adversary::Overbill(1000));
-    let lab = Lab::start(vec![overbiller, provider(100)], with_ledger(&dir))
-        .await
-        .unwrap();
-    let (cheat, honest) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    let (lab, cheat, honest) = cheat_beside_honest(Adversary::Overbill(1000), &dir).await;
     let request = Lab::request("what does this cost", 10, RoutingOptions::default());
     let (ids, _) = lab.expected(&request).unwrap();
     let done = lab.complete(request).await.unwrap();
@@ -443,12 +456,7 @@ async fn an_overbilling_provider_gets_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_that_skips_an_index_is_cut_off_at_the_gap() {
     let dir = tempfile::tempdir().unwrap();
-    let mut skipper = provider(50);
-    skipper.policy.adversary = Some(Adversary::SkipIndex(3));
-    let lab = Lab::start(vec![skipper, provider(100)], with_ledger(&dir))
-        .await
-        .unwrap();
-    let (cheat, honest) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    let (lab, cheat, honest) = cheat_beside_honest(Adversary::SkipIndex(3), &dir).await;
     let request = Lab::request("count for me please", 20, RoutingOptions::default());
     let (ids, text) = lab.expected(&request).unwrap();
     let done = lab.complete(request).await.unwrap();

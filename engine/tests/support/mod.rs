@@ -37,6 +37,13 @@ pub fn gemma3_model_path() -> PathBuf {
     cached("gemma-3-270m-q4_k_m.gguf")
 }
 
+/// Loads a catalog model on the CPU at one thread (the fixtures' setting).
+pub fn load(path: &std::path::Path, sha256: &str, name: &str) -> sharemesh_engine::LoadedModel {
+    sharemesh_engine::set_threads(1);
+    let id: sharemesh_protocol::ModelId = sha256.parse().unwrap();
+    sharemesh_engine::LoadedModel::load(path, id, name, sharemesh_engine::Device::Cpu).unwrap()
+}
+
 /// Token ids from a JSON fixture array.
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
