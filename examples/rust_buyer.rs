@@ -79,7 +79,7 @@ async fn main() -> Result<()> {
         StreamTerms {
             ledger: None,
             stall_timeout: DEFAULT_STALL_TIMEOUT,
-            billing: Billing::Metered,
+            billing: Billing::Metered(None),
         },
     )
     .await?;

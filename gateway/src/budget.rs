@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use sharemesh_ledger::{Ledger, LedgerError};
+use sharemesh_ledger::{Ledger, LedgerError, Period, SpendScope};
 use sharemesh_protocol::{NanoUsd, NodeId};
 
 use crate::error::ApiError;
@@ -77,32 +77,32 @@ impl Budgets {
             .held
             .lock()
             .map_err(|_| ApiError::upstream("budget lock poisoned"))?;
-        let today = sharemesh_ledger::day(now_ms);
-        let day = sharemesh_ledger::parse_day(&today).unwrap_or(0);
-        let month = sharemesh_ledger::parse_day(&format!("{}-01", &today[..7])).unwrap_or(0);
-        let ledger_error = |e: LedgerError| ApiError::upstream(e.to_string());
+        // Running totals: a few reads, however long the history.
+        let spent = |scope: SpendScope<'_>, period: Period| -> Result<u64, ApiError> {
+            match ledger {
+                Some(ledger) => ledger
+                    .spent(scope, period)
+                    .map_err(|e: LedgerError| ApiError::upstream(e.to_string())),
+                None => Ok(0),
+            }
+        };
+        let (day, month) = (Period::Day(now_ms), Period::Month(now_ms));
         let mut limits: Vec<Limit> = Vec::new();
-        for (limit, since, name) in [
+        for (limit, period, name) in [
             (self.budget.daily, day, "daily"),
             (self.budget.monthly, month, "monthly"),
         ] {
             let Some(limit) = limit else { continue };
-            let spent = match ledger {
-                Some(ledger) => ledger.spent_since(buyer, since).map_err(ledger_error)?,
-                None => 0,
-            };
+            let spent = spent(SpendScope::Buyer(buyer), period)?;
             limits.push((limit.0, spent, format!("gateway's {name}"), held.total));
         }
         if let Some(key) = key {
-            for (limit, since, name) in [
+            for (limit, period, name) in [
                 (key.daily_budget_nano_usd, day, "daily"),
                 (key.monthly_budget_nano_usd, month, "monthly"),
             ] {
                 let Some(limit) = limit else { continue };
-                let spent = match ledger {
-                    Some(ledger) => ledger.spent_by_key(&key.id, since).map_err(ledger_error)?,
-                    None => 0,
-                };
+                let spent = spent(SpendScope::ApiKey(&key.id), period)?;
                 let in_flight = held.per_key.get(&key.id).copied().unwrap_or(0);
                 let name = format!("API key {}'s {name}", key.name);
                 limits.push((limit, spent, name, in_flight));

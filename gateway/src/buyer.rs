@@ -113,11 +113,11 @@ impl SegmentError {
 }
 
 /// What the buyer signs receipts for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Billing {
     /// Cumulative receipts for what this provider delivered (every job a client asked
-    /// for).
-    Metered,
+    /// for), booked against the API key (id) the request came with, if any.
+    Metered(Option<String>),
     /// No receipts at all: a standby warm-up, which SPEC §10 leaves unbilled (it is the
     /// provider's bid to be next in line), or a test's buyer that never pays.
     Unbilled,
@@ -292,7 +292,7 @@ impl BuyerStream {
         // is not paid for its prompt either).
         let due = at.received - at.acknowledged >= at.every
             || (finish.is_some() && at.received > at.acknowledged);
-        if due && self.terms.billing == Billing::Metered {
+        if due && matches!(self.terms.billing, Billing::Metered(_)) {
             if let Err(why) = self.pay(&mut at).await {
                 return self.fail(why);
             }
@@ -334,8 +334,15 @@ impl BuyerStream {
         };
         // Booked before it is sent: whatever the provider holds, we hold too.
         if let Some(ledger) = &self.terms.ledger {
-            ledger
-                .record_receipt(&envelope)
+            // sled flushes to disk: off the async runtime's threads.
+            let (ledger, booked) = (ledger.clone(), envelope.clone());
+            let api_key = match &self.terms.billing {
+                Billing::Metered(api_key) => api_key.clone(),
+                Billing::Unbilled => None,
+            };
+            tokio::task::spawn_blocking(move || ledger.record_receipt(&booked, api_key.as_deref()))
+                .await
+                .map_err(|err| SegmentError::Booking(err.to_string()))?
                 .map_err(|err| SegmentError::Booking(err.to_string()))?;
         }
         if write_frame(&mut self.writer, &envelope).await.is_ok() {

@@ -12,12 +12,12 @@ use rand::Rng;
 use sharemesh_ledger::{JobOutcome, JobRecord, Ledger};
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_mesh::orderbook::BookEntry;
-use sharemesh_mesh::MeshHandle;
+use sharemesh_mesh::{MeshEvent, MeshHandle};
 use sharemesh_protocol::{
     Accept, FinishReason, JobId, JobRequest, Keypair, ModelId, NanoUsd, NodeId, Receipt, Tier,
 };
 use sharemesh_reputation::{Outcome, ReputationBook, ScoreParams};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::budget::{Budget, Budgets};
 use crate::buyer::{Billing, JobEvent, SegmentError};
@@ -114,7 +114,7 @@ impl Dispatcher {
             ledger.clone(),
             defaults.stall_timeout,
         );
-        Arc::new(Self {
+        let dispatcher = Arc::new(Self {
             mesh,
             key,
             defaults,
@@ -122,7 +122,33 @@ impl Dispatcher {
             ledger,
             budgets: Budgets::new(budget),
             segments: Arc::new(segments),
-        })
+        });
+        dispatcher.penalise_signed_faults();
+        dispatcher
+    }
+
+    /// A provider that signs an invalid advert (a catalog name on another model's id)
+    /// loses standing here, not only that advert.
+    fn penalise_signed_faults(self: &Arc<Self>) {
+        let mut events = self.mesh.subscribe();
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(MeshEvent::AdvertRejected {
+                        signed_fault: Some(signer),
+                        reason,
+                        ..
+                    }) => {
+                        let Some(this) = this.upgrade() else { return };
+                        tracing::warn!(provider = %signer, %reason, "provider signed an invalid advert");
+                        this.record(signer, Outcome::Misbehaved);
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                    _ => {}
+                }
+            }
+        });
     }
 
     /// Routes jobs for this node's own provider to it directly.
@@ -142,7 +168,7 @@ impl Dispatcher {
         &self.mesh
     }
 
-    fn live(&self) -> Vec<BookEntry> {
+    fn live(&self) -> Vec<Arc<BookEntry>> {
         self.mesh
             .book
             .read()
@@ -168,7 +194,7 @@ impl Dispatcher {
     /// [`Self::candidates`] over a copy of the book the caller already took.
     fn rank(
         &self,
-        live: Vec<BookEntry>,
+        live: Vec<Arc<BookEntry>>,
         model: &ModelId,
         request: &CompletionRequest,
         rtt_ms: &std::collections::HashMap<libp2p::PeerId, f64>,
@@ -185,6 +211,15 @@ impl Dispatcher {
             now_ms: now,
         };
         plan::candidates(model, request, &context)
+    }
+
+    fn limit_unproven(&self, candidates: Vec<Candidate>) -> Vec<Candidate> {
+        let Ok(book) = self.mesh.book.read() else {
+            return candidates;
+        };
+        plan::limit_unproven(candidates, self.defaults.unproven_ahead, |id| {
+            book.is_known_good(id)
+        })
     }
 
     /// This gateway's reputation score of `provider` now (0.5 for one it never used).
@@ -229,7 +264,7 @@ impl Dispatcher {
             .validate()
             .and_then(|()| request.sampling.validate())
             .map_err(ApiError::from_validation)?;
-        // One copy of the book serves both the model's resolution and the ranking.
+        // One read of the book serves both the model's resolution and the ranking.
         let live = self.live();
         let model = plan::resolve_model(&live, &request.model)?;
         let rtt_ms = self.mesh.round_trips_ms();
@@ -241,7 +276,8 @@ impl Dispatcher {
             )));
         }
         let job_id = JobId::from_bytes(rand::rng().random());
-        let mut candidates = plan::quote_round(
+        let candidates = self.limit_unproven(candidates);
+        let candidates = plan::quote_round(
             &self.mesh,
             &self.key,
             candidates,
@@ -250,6 +286,7 @@ impl Dispatcher {
             &self.defaults,
         )
         .await;
+        let mut candidates = self.limit_unproven(candidates);
         if candidates.is_empty() {
             return Err(ApiError::no_provider(format!(
                 "every provider asked for a quote for `{}` declined it",
@@ -295,6 +332,7 @@ impl Dispatcher {
             && request.routing.hedge.unwrap_or(self.defaults.hedge_gold)
             && queue.len() >= 2;
         let mut last_error = String::from("no provider answered");
+        let billing = Billing::Metered(key.as_ref().map(|k| k.id.clone()));
         while let Some(candidate) = queue.pop_front() {
             let job = JobRequest {
                 job_id: plan.job_id,
@@ -310,11 +348,12 @@ impl Dispatcher {
             };
             let started = Instant::now();
             let (candidate, opened) = if std::mem::take(&mut hedge) {
-                self.open_hedged(candidate, job.clone(), &mut queue).await
+                self.open_hedged(candidate, job.clone(), &mut queue, &billing)
+                    .await
             } else {
                 let opened = self
                     .segments
-                    .open(&candidate.entry, job.clone(), Billing::Metered)
+                    .open(&candidate.entry, job.clone(), billing.clone())
                     .await;
                 (candidate, opened)
             };
@@ -344,6 +383,10 @@ impl Dispatcher {
                 Ok(finish @ (FinishReason::Stop | FinishReason::Length)) => {
                     let tokens = report.tokens;
                     self.record(provider, Outcome::Completed { tokens });
+                    if let Ok(mut book) = self.mesh.book.write() {
+                        // It served us: its advert keeps its place in a flooded book.
+                        book.mark_known_good(provider);
+                    }
                     return Self::done(finish, response, events).await;
                 }
                 Ok(finish) => {
@@ -391,11 +434,12 @@ impl Dispatcher {
         candidate: Candidate,
         job: JobRequest,
         queue: &mut VecDeque<Candidate>,
+        billing: &Billing,
     ) -> (Candidate, Result<Opened, SegmentError>) {
         let Some(partner) = queue.pop_front() else {
             let opened = self
                 .segments
-                .open(&candidate.entry, job, Billing::Metered)
+                .open(&candidate.entry, job, billing.clone())
                 .await;
             return (candidate, opened);
         };
@@ -405,9 +449,9 @@ impl Dispatcher {
             ..job.clone()
         };
         let (mine, theirs) = futures::future::join(
-            self.segments.open(&candidate.entry, job, Billing::Metered),
+            self.segments.open(&candidate.entry, job, billing.clone()),
             self.segments
-                .open(&partner.entry, partner_job, Billing::Metered),
+                .open(&partner.entry, partner_job, billing.clone()),
         )
         .await;
         let (winner, loser, opened) = match (mine, theirs) {

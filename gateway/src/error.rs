@@ -97,6 +97,16 @@ impl ApiError {
         }
     }
 
+    pub fn forbidden(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            message: message.into(),
+            kind: "permission_error",
+            param: None,
+            code: Some(code),
+        }
+    }
+
     pub fn too_large(limit: usize) -> Self {
         Self {
             status: StatusCode::PAYLOAD_TOO_LARGE,

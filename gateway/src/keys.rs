@@ -3,6 +3,8 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -20,6 +22,9 @@ pub struct KeyRecord {
     pub daily_budget_nano_usd: Option<u64>,
     #[serde(default)]
     pub monthly_budget_nano_usd: Option<u64>,
+    /// May call the routes that change the node (block/unblock peers).
+    #[serde(default)]
+    pub admin: bool,
 }
 
 pub struct KeyStore {
@@ -77,8 +82,19 @@ impl KeyStore {
             revoked: false,
             daily_budget_nano_usd: daily,
             monthly_budget_nano_usd: monthly,
+            admin: false,
         };
         self.records.push(record.clone());
+        self.save()?;
+        Ok((record, key))
+    }
+
+    /// Creates an admin key: it may also block and unblock peers.
+    pub fn create_admin(&mut self, name: &str) -> Result<(KeyRecord, String)> {
+        let (_, key) = self.create(name)?;
+        let record = self.records.last_mut().context("the key just created")?;
+        record.admin = true;
+        let record = record.clone();
         self.save()?;
         Ok((record, key))
     }
@@ -107,22 +123,82 @@ impl KeyStore {
     }
 }
 
-/// What the gateway checks requests against.
+/// What the API checks keys against: the key file, re-read whenever it changes, so
+/// `keys create` and `keys revoke` take effect on a running node without a restart.
+/// The default requires no key.
 #[derive(Clone, Debug, Default)]
 pub struct KeyCheck {
-    /// Every active key; `None` when keys are not required.
-    pub required: Option<Vec<KeyRecord>>,
+    live: Option<Arc<LiveKeys>>,
+}
+
+#[derive(Debug)]
+struct LiveKeys {
+    path: PathBuf,
+    cache: Mutex<Cached>,
+}
+
+#[derive(Debug, Default)]
+struct Cached {
+    /// The file's modification time and length when `active` was read.
+    stamp: Option<(SystemTime, u64)>,
+    active: Vec<KeyRecord>,
+}
+
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
 }
 
 impl KeyCheck {
+    /// Requires a key from `<data_dir>/api_keys.json` (read now, and again whenever it
+    /// changes).
+    pub fn open(data_dir: &Path) -> Result<Self> {
+        let store = KeyStore::open(data_dir)?;
+        let cached = Cached {
+            stamp: stamp(&store.path),
+            active: store.active(),
+        };
+        Ok(Self {
+            live: Some(Arc::new(LiveKeys {
+                path: store.path,
+                cache: Mutex::new(cached),
+            })),
+        })
+    }
+
+    pub fn is_required(&self) -> bool {
+        self.live.is_some()
+    }
+
+    /// Every active key now (empty when keys are not required).
+    pub fn active(&self) -> Vec<KeyRecord> {
+        let Some(live) = &self.live else {
+            return Vec::new();
+        };
+        let Ok(mut cache) = live.cache.lock() else {
+            return Vec::new();
+        };
+        let now = stamp(&live.path);
+        if now != cache.stamp {
+            cache.stamp = now;
+            match KeyStore::open(live.path.parent().unwrap_or(Path::new("."))) {
+                Ok(store) => cache.active = store.active(),
+                // A half-edited file must not let anyone in nor lock everyone out: the
+                // keys read last stay in force until the file reads again.
+                Err(err) => tracing::warn!(%err, "API keys not reloaded"),
+            }
+        }
+        cache.active.clone()
+    }
+
     /// The active key matching `presented`, if keys are required and it is one.
-    pub fn identify(&self, presented: &str) -> Option<&KeyRecord> {
+    pub fn identify(&self, presented: &str) -> Option<KeyRecord> {
         let digest = hash(presented);
-        self.required.as_ref()?.iter().find(|r| r.sha256 == digest)
+        self.active().into_iter().find(|r| r.sha256 == digest)
     }
 
     pub fn allows(&self, presented: &str) -> bool {
-        self.required.is_none() || self.identify(presented).is_some()
+        !self.is_required() || self.identify(presented).is_some()
     }
 }
 
@@ -137,15 +213,21 @@ mod tests {
         let (record, key) = store.create("ci").unwrap_or_else(|e| panic!("{e}"));
         let text = fs::read_to_string(dir.path().join("api_keys.json")).unwrap_or_default();
         assert!(!text.contains(&key), "the secret must not be stored");
-        let check = KeyCheck {
-            required: Some(store.active()),
-        };
+        let check = KeyCheck::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
         assert!(check.allows(&key));
         assert!(!check.allows("sk-sm-wrong"));
+        // A revocation takes effect on the running check, without reopening it.
         store.revoke(&record.id).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!check.allows(&key));
         assert!(KeyStore::open(dir.path())
             .unwrap_or_else(|e| panic!("{e}"))
             .active()
             .is_empty());
+        // A key created later is taken too; a corrupt file keeps the keys read last.
+        let (_, later) = store.create("later").unwrap_or_else(|e| panic!("{e}"));
+        assert!(check.allows(&later));
+        fs::write(dir.path().join("api_keys.json"), b"{ half-written").unwrap_or_default();
+        assert!(check.allows(&later));
+        assert!(!check.allows(&key));
     }
 }

@@ -4,6 +4,7 @@
 //! ([`buyer`]). It runs no inference and does not link the engine: a node that also
 //! provides hands its in-process provider over as a [`segment::LocalRoute`].
 
+pub mod access;
 pub mod budget;
 pub mod buyer;
 pub mod dispatch;
@@ -19,16 +20,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use tracing::Instrument;
 
-use crate::keys::KeyCheck;
 use dispatch::{DispatchEvent, Dispatcher};
 use error::ApiError;
 use sharemesh_mesh::clock::now_ms;
@@ -39,40 +38,6 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 #[derive(Clone)]
 pub struct GatewayState {
     pub dispatcher: Arc<Dispatcher>,
-    pub keys: KeyCheck,
-}
-
-async fn require_key(
-    State(state): State<GatewayState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    if state.keys.required.is_some() {
-        let presented = request
-            .headers()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .unwrap_or_default()
-            .to_owned();
-        if presented.is_empty() {
-            return ApiError::unauthorized(
-                "missing_api_key",
-                "an API key is required (Authorization: Bearer sk-sm-…)",
-            )
-            .into_response();
-        }
-        let Some(record) = state.keys.identify(&presented).cloned() else {
-            return ApiError::unauthorized(
-                "invalid_api_key",
-                "the API key is not valid or was revoked",
-            )
-            .into_response();
-        };
-        request.extensions_mut().insert(record);
-    }
-    next.run(request).await
 }
 
 async fn read_body(body: Body) -> Result<axum::body::Bytes, ApiError> {
@@ -212,13 +177,12 @@ async fn get_model(State(state): State<GatewayState>, Path(id): Path<String>) ->
         .unwrap_or_else(|| ApiError::model_not_found(&id).into_response())
 }
 
-/// The OpenAI routes, behind the API-key check.
+/// The OpenAI routes (the node puts [`access::guard`] in front of them).
 pub fn router(state: GatewayState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(list_models))
         .route("/v1/models/{id}", get(get_model))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_key))
         .with_state(state)
 }

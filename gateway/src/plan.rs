@@ -4,6 +4,7 @@
 //! cost at worst (held against the budgets).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use libp2p::PeerId;
 use sharemesh_market::{OfferView, ScoreWeights};
@@ -23,6 +24,10 @@ pub struct RoutingDefaults {
     pub region: Option<String>,
     /// Providers tried (first plus failovers) before giving up.
     pub max_attempts: usize,
+    /// Of the providers tried for one request, at most this many ahead of the best
+    /// proven one may be unproven (never served this gateway): fresh keys, however
+    /// cheap, cannot take every attempt.
+    pub unproven_ahead: usize,
     /// A provider silent this long mid-job is replaced.
     pub stall_timeout: std::time::Duration,
     /// Weights of the ranking score (SPEC §10).
@@ -44,6 +49,7 @@ impl Default for RoutingDefaults {
             tier: Tier::OnDemand,
             region: None,
             max_attempts: 4,
+            unproven_ahead: 2,
             stall_timeout: crate::buyer::DEFAULT_STALL_TIMEOUT,
             score: ScoreWeights::default(),
             quote_k: 4,
@@ -70,7 +76,7 @@ pub struct Plan {
 
 /// What the planner needs to know beyond the request.
 pub struct Context<'a> {
-    pub live: Vec<BookEntry>,
+    pub live: Vec<Arc<BookEntry>>,
     pub defaults: &'a RoutingDefaults,
     pub rtt_ms: &'a HashMap<PeerId, f64>,
     /// Observed success rate of a provider, in [0, 1].
@@ -82,7 +88,7 @@ pub struct Context<'a> {
 /// anyone offers that model now. A name outside the catalog resolves to nothing: such a
 /// model is addressed by its id (`GET /v1/models` lists it), so no provider can capture
 /// a name by declaring it.
-pub fn resolve_model(live: &[BookEntry], name: &str) -> Result<ModelId, ApiError> {
+pub fn resolve_model(live: &[Arc<BookEntry>], name: &str) -> Result<ModelId, ApiError> {
     let id = match sharemesh_protocol::catalog::catalog_id(name) {
         Some(id) => id,
         None => name
@@ -192,6 +198,26 @@ pub fn worst_case(request: &CompletionRequest, candidates: &[Candidate]) -> u64 
     highest.saturating_mul(request.prompt.token_bound() + u64::from(request.sampling.max_tokens))
 }
 
+/// Moves the best proven provider (`is_proven`) up so that at most `unproven_ahead`
+/// unproven ones come before it; every other place is kept. A flood of cheap fresh
+/// keys then costs a request at most that many failed attempts before a provider
+/// that has served this gateway.
+pub fn limit_unproven(
+    candidates: Vec<Candidate>,
+    unproven_ahead: usize,
+    is_proven: impl Fn(&NodeId) -> bool,
+) -> Vec<Candidate> {
+    let Some(first_proven) = candidates.iter().position(|c| is_proven(&c.provider())) else {
+        return candidates;
+    };
+    let mut ordered = candidates;
+    if first_proven > unproven_ahead {
+        let proven = ordered.remove(first_proven);
+        ordered.insert(unproven_ahead, proven);
+    }
+    ordered
+}
+
 /// Asks the first `quote_k` candidates for a quote in parallel and ranks again with
 /// their answers (SPEC §10). With `quote_k = 0` the advert-based ranking stands.
 pub async fn quote_round(
@@ -240,4 +266,41 @@ pub async fn quote_round(
         request.sampling.max_tokens,
         &defaults.score,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quote::tests::candidate;
+
+    #[test]
+    fn fresh_keys_take_at_most_their_share_of_the_attempts() {
+        let ranked: Vec<Candidate> = (1..=8).map(|seed| candidate(seed, 1)).collect();
+        let proven: Vec<NodeId> = [ranked[5].provider(), ranked[7].provider()].into();
+        let order = |ahead| -> Vec<NodeId> {
+            limit_unproven(ranked.clone(), ahead, |id| proven.contains(id))
+                .iter()
+                .map(Candidate::provider)
+                .collect()
+        };
+        let ids: Vec<NodeId> = ranked.iter().map(Candidate::provider).collect();
+        assert_eq!(
+            order(2),
+            [ids[0], ids[1], ids[5], ids[2], ids[3], ids[4], ids[6], ids[7]]
+        );
+        assert_eq!(order(0)[..2], [ids[5], ids[0]]);
+        assert_eq!(
+            order(8),
+            ids,
+            "room for every unproven one: ranking unchanged"
+        );
+        // Nobody proven yet: the ranking stands.
+        assert_eq!(
+            limit_unproven(ranked.clone(), 0, |_| false)
+                .iter()
+                .map(Candidate::provider)
+                .collect::<Vec<_>>(),
+            ids
+        );
+    }
 }

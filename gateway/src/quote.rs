@@ -2,6 +2,7 @@
 //! in parallel over `/sharemesh/quote/1`, then rank again with what they answered
 //! (their live queue wait and speed instead of the advert's).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::AsyncReadExt;
@@ -22,7 +23,7 @@ pub const QUOTE_DEADLINE: Duration = Duration::from_millis(2_000);
 /// An eligible provider with what the gateway expects of it.
 #[derive(Clone, Debug)]
 pub struct Candidate {
-    pub entry: BookEntry,
+    pub entry: Arc<BookEntry>,
     pub price: NanoUsd,
     /// Measured ping round trip (or the default for an unmeasured peer).
     pub rtt_ms: f64,
@@ -141,21 +142,23 @@ pub fn rerank(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use sharemesh_protocol::{Advert, JobId, RejectReason};
 
-    fn candidate(seed: u8, price: u64) -> Candidate {
+    pub(crate) fn candidate(seed: u8, price: u64) -> Candidate {
         let key = Keypair::from_secret([seed; 32]);
         let advert: Advert = sharemesh_mesh::orderbook::tests_support::advert(&key);
         Candidate {
-            entry: BookEntry {
+            entry: Arc::new(BookEntry {
                 advert,
                 seq: 1,
                 issued_at_ms: 0,
                 expires_at_ms: u64::MAX,
                 last_seen_ms: 0,
-            },
+                first_seen_ms: 0,
+                bytes: 0,
+            }),
             price: NanoUsd(price),
             rtt_ms: 10.0,
             view: OfferView {

@@ -153,7 +153,7 @@ impl Segments {
             let terms = StreamTerms {
                 ledger: self.ledger.clone(),
                 stall_timeout: self.stall_timeout,
-                billing,
+                billing: billing.clone(),
             };
             let started = start_job(&self.mesh, self.key.clone(), peer, job.clone(), terms).await;
             match started {
@@ -175,7 +175,7 @@ impl Segments {
     /// those tokens in its KV cache, so a real resume there prefills only the tokens
     /// delivered since (SPEC §10). The token is discarded, dropping the stream cancels
     /// the job, and no receipt is signed for it (unbilled).
-    pub async fn warm_standby(&self, entry: BookEntry, job: JobRequest) {
+    pub async fn warm_standby(&self, entry: Arc<BookEntry>, job: JobRequest) {
         let (provider, resumed) = (job.provider, job.resume.len());
         let mut opened = match self.open(&entry, job, Billing::Unbilled).await {
             Ok(opened) => opened,

@@ -4,11 +4,21 @@
 //! each write is flushed before it is acknowledged, so `kill -9` at any moment loses
 //! no recorded receipt and a restart finds consistent books.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sharemesh_protocol::{FinishReason, JobId, NanoUsd, NodeId, Receipt, SignedEnvelope};
+use sled::transaction::{
+    ConflictableTransactionError, TransactionError, Transactional, TransactionalTree,
+};
+
+mod report;
+mod spend;
+
+pub use report::{
+    day, day_start, month_start, parse_day, report, Percentiles, Report, Side, Totals,
+};
+pub use spend::{Period, SpendScope};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -96,6 +106,53 @@ pub struct Ledger {
     jobs: sled::Tree,
     /// Serving sessions: start ms → last-alive ms (big-endian u64s), for uptime.
     sessions: sled::Tree,
+    /// Running spend totals (see `spend`).
+    totals: sled::Tree,
+    /// Receipt key → the API key id its job's money counts against.
+    receipt_api_keys: sled::Tree,
+    /// Entries that did not read back, moved aside: `<tree>/<key>` → the bytes.
+    quarantine: sled::Tree,
+}
+
+/// A stored receipt, read back.
+struct Stored {
+    seq: u64,
+    issued_at_ms: u64,
+    body: Receipt,
+}
+
+fn read_stored(bytes: &[u8]) -> Result<Stored, LedgerError> {
+    let envelope =
+        SignedEnvelope::from_bytes(bytes).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+    let opened = envelope
+        .open_archived::<Receipt>()
+        .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+    Ok(Stored {
+        seq: opened.seq,
+        issued_at_ms: opened.issued_at_ms,
+        body: opened.body,
+    })
+}
+
+type TxResult<T> = Result<T, ConflictableTransactionError<LedgerError>>;
+
+/// Adds `amount` to (or with `sign` false, takes it from) every bucket in `keys`.
+fn move_amount(
+    totals: &TransactionalTree,
+    keys: &[Vec<u8>],
+    amount: u64,
+    add: bool,
+) -> TxResult<()> {
+    for key in keys {
+        let current = spend::read_amount(totals.get(key)?.as_deref());
+        let next = if add {
+            current.saturating_add(amount)
+        } else {
+            current.saturating_sub(amount)
+        };
+        totals.insert(key.as_slice(), &next.to_be_bytes())?;
+    }
+    Ok(())
 }
 
 fn key(receipt: &Receipt) -> Vec<u8> {
@@ -122,17 +179,26 @@ impl Ledger {
             })?;
         let receipts = db.open_tree("receipts")?;
         let jobs = db.open_tree("jobs")?;
-        let sessions = db.open_tree("sessions")?;
-        Ok(Self {
+        let ledger = Self {
+            sessions: db.open_tree("sessions")?,
+            totals: db.open_tree("totals")?,
+            receipt_api_keys: db.open_tree("receipt_api_keys")?,
+            quarantine: db.open_tree("quarantine")?,
             db,
             receipts,
             jobs,
-            sessions,
-        })
+        };
+        ledger.build_totals()?;
+        Ok(ledger)
     }
 
-    /// Verifies and stores a receipt; the newest per (job, provider) is kept.
-    pub fn record_receipt(&self, envelope: &SignedEnvelope) -> Result<Recorded, LedgerError> {
+    /// Verifies and stores a receipt; the newest per (job, provider) is kept, and the
+    /// buyer's (and `api_key`'s) running totals move with it in the same transaction.
+    pub fn record_receipt(
+        &self,
+        envelope: &SignedEnvelope,
+        api_key: Option<&str>,
+    ) -> Result<Recorded, LedgerError> {
         let opened = envelope
             .open_archived::<Receipt>()
             .map_err(|e| LedgerError::Invalid(e.to_string()))?;
@@ -140,36 +206,133 @@ impl Ledger {
         let bytes = envelope
             .to_bytes()
             .map_err(|e| LedgerError::Invalid(e.to_string()))?;
-        loop {
-            let current = self.receipts.get(&key)?;
-            if let Some(stored) = &current {
-                let stored = SignedEnvelope::from_bytes(stored)
-                    .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-                let stored_body = stored
-                    .open_archived::<Receipt>()
-                    .map_err(|e| LedgerError::Corrupt(e.to_string()))?
-                    .body;
-                if stored.seq >= envelope.seq {
-                    return Ok(Recorded::AlreadyCounted);
-                }
-                if stored_body.buyer != opened.body.buyer
-                    || opened.body.completion_tokens < stored_body.completion_tokens
-                {
-                    return Err(LedgerError::Invalid(
-                        "a later receipt may not lower what an earlier one acknowledged".into(),
-                    ));
+        let receipt = &opened.body;
+        let trees = (
+            &self.receipts,
+            &self.totals,
+            &self.receipt_api_keys,
+            &self.quarantine,
+        );
+        let recorded = trees.transaction(|(receipts, totals, api_keys, quarantine)| {
+            let mut superseded = None;
+            if let Some(current) = receipts.get(&key)? {
+                match read_stored(&current) {
+                    Ok(stored) => {
+                        if stored.seq >= envelope.seq {
+                            return Ok(Recorded::AlreadyCounted);
+                        }
+                        if stored.body.buyer != receipt.buyer
+                            || receipt.completion_tokens < stored.body.completion_tokens
+                        {
+                            return Err(ConflictableTransactionError::Abort(LedgerError::Invalid(
+                                "a later receipt may not lower what an earlier one acknowledged"
+                                    .into(),
+                            )));
+                        }
+                        superseded = Some(stored);
+                    }
+                    // Its amount cannot be taken back out of the totals: they may count
+                    // more than was spent, never less.
+                    Err(_) => {
+                        quarantine.insert([b"receipts/".as_slice(), &key].concat(), current)?;
+                    }
                 }
             }
-            match self
-                .receipts
-                .compare_and_swap(&key, current, Some(bytes.clone()))?
-            {
-                Ok(()) => break,
-                Err(_) => continue, // Raced with another writer: look again.
+            let api_key = match api_keys.get(&key)? {
+                Some(id) => Some(String::from_utf8_lossy(&id).into_owned()),
+                None => {
+                    if let Some(id) = api_key {
+                        api_keys.insert(key.as_slice(), id.as_bytes())?;
+                    }
+                    api_key.map(str::to_owned)
+                }
+            };
+            receipts.insert(key.as_slice(), bytes.as_slice())?;
+            if let Some(old) = superseded {
+                let old_keys =
+                    spend::buckets(&old.body.buyer, api_key.as_deref(), old.issued_at_ms);
+                move_amount(totals, &old_keys, old.body.amount.0, false)?;
+            }
+            let new_keys = spend::buckets(&receipt.buyer, api_key.as_deref(), opened.issued_at_ms);
+            move_amount(totals, &new_keys, receipt.amount.0, true)?;
+            Ok(Recorded::New)
+        });
+        let recorded = recorded.map_err(|e| match e {
+            TransactionError::Abort(e) => e,
+            TransactionError::Storage(e) => LedgerError::Storage(e),
+        })?;
+        if recorded == Recorded::New {
+            self.db.flush()?;
+        }
+        Ok(recorded)
+    }
+
+    /// What `scope` spent in `period`: one read of a running total.
+    pub fn spent(&self, scope: SpendScope<'_>, period: Period) -> Result<u64, LedgerError> {
+        let key = spend::total_key(scope, period);
+        Ok(spend::read_amount(self.totals.get(key)?.as_deref()))
+    }
+
+    /// Builds the running totals from the stored receipts once (a ledger written before
+    /// they existed), taking each job's API key from its job record.
+    fn build_totals(&self) -> Result<(), LedgerError> {
+        if self.totals.contains_key(spend::BUILT_MARKER)? {
+            return Ok(());
+        }
+        self.totals.clear()?;
+        let mut key_of = std::collections::HashMap::new();
+        for job in self.jobs()? {
+            if let Some(id) = job.api_key {
+                let mut receipt_key = job.job_id.as_bytes().to_vec();
+                receipt_key.extend_from_slice(job.provider.as_bytes());
+                key_of.insert(receipt_key, id);
             }
         }
+        for entry in self.receipts.iter() {
+            let (key, value) = entry?;
+            let Ok(stored) = read_stored(&value) else {
+                continue; // Quarantined by `receipts()` when next read.
+            };
+            let api_key = key_of.get(key.as_ref());
+            if let Some(id) = api_key {
+                self.receipt_api_keys.insert(&key, id.as_bytes())?;
+            }
+            for bucket in spend::buckets(
+                &stored.body.buyer,
+                api_key.map(String::as_str),
+                stored.issued_at_ms,
+            ) {
+                let current = spend::read_amount(self.totals.get(&bucket)?.as_deref());
+                self.totals.insert(
+                    bucket,
+                    &current.saturating_add(stored.body.amount.0).to_be_bytes(),
+                )?;
+            }
+        }
+        self.totals.insert(spend::BUILT_MARKER, b"")?;
         self.db.flush()?;
-        Ok(Recorded::New)
+        Ok(())
+    }
+
+    /// Moves an entry that does not read back out of `tree` into the quarantine, so one
+    /// bad entry costs its own record and not every later read of the ledger.
+    fn quarantine_entry(&self, tree: &sled::Tree, name: &str, key: &[u8], why: &str) {
+        tracing::error!(tree = name, key = %hex::encode(key), why, "quarantined a corrupt ledger entry");
+        let moved = tree.remove(key).and_then(|value| match value {
+            Some(value) => self
+                .quarantine
+                .insert([name.as_bytes(), b"/", key].concat(), value)
+                .map(|_| ()),
+            None => Ok(()),
+        });
+        if let Err(err) = moved.and_then(|()| self.db.flush().map(|_| ())) {
+            tracing::error!(tree = name, %err, "could not quarantine a corrupt ledger entry");
+        }
+    }
+
+    /// How many entries were quarantined (they are kept, for inspection).
+    pub fn quarantined(&self) -> Result<usize, LedgerError> {
+        Ok(self.quarantine.len())
     }
 
     pub fn record_job(&self, job: &JobRecord) -> Result<(), LedgerError> {
@@ -182,30 +345,33 @@ impl Ledger {
         Ok(())
     }
 
-    /// Every stored (newest) receipt with its issue time, each re-verified.
+    /// Every stored (newest) receipt with its issue time, each re-verified; an entry
+    /// that does not verify is quarantined and left out.
     pub fn receipts(&self) -> Result<Vec<(Receipt, u64)>, LedgerError> {
-        self.receipts
-            .iter()
-            .values()
-            .map(|value| {
-                let envelope = SignedEnvelope::from_bytes(&value?)
-                    .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-                let opened = envelope
-                    .open_archived::<Receipt>()
-                    .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-                Ok((opened.body, opened.issued_at_ms))
-            })
-            .collect()
+        let mut receipts = Vec::new();
+        for entry in self.receipts.iter() {
+            let (key, value) = entry?;
+            match read_stored(&value) {
+                Ok(stored) => receipts.push((stored.body, stored.issued_at_ms)),
+                Err(err) => {
+                    self.quarantine_entry(&self.receipts, "receipts", &key, &err.to_string())
+                }
+            }
+        }
+        Ok(receipts)
     }
 
+    /// Every job record; one that does not parse is quarantined and left out.
     pub fn jobs(&self) -> Result<Vec<JobRecord>, LedgerError> {
-        self.jobs
-            .iter()
-            .values()
-            .map(|value| {
-                serde_json::from_slice(&value?).map_err(|e| LedgerError::Corrupt(e.to_string()))
-            })
-            .collect()
+        let mut jobs = Vec::new();
+        for entry in self.jobs.iter() {
+            let (key, value) = entry?;
+            match serde_json::from_slice(&value) {
+                Ok(job) => jobs.push(job),
+                Err(err) => self.quarantine_entry(&self.jobs, "jobs", &key, &err.to_string()),
+            }
+        }
+        Ok(jobs)
     }
 
     /// Records that a serving session started at `started_ms` is alive at `now_ms`.
@@ -232,24 +398,8 @@ impl Ledger {
         Ok(total as f64 / 1000.0)
     }
 
-    /// What requests made with API key `key_id` cost since `since_ms`: the amounts of the
-    /// receipts of the jobs recorded with that key (money is read from receipts only).
-    pub fn spent_by_key(&self, key_id: &str, since_ms: u64) -> Result<u64, LedgerError> {
-        let keyed: std::collections::BTreeSet<(JobId, NodeId)> = self
-            .jobs()?
-            .into_iter()
-            .filter(|j| j.api_key.as_deref() == Some(key_id) && j.started_ms >= since_ms)
-            .map(|j| (j.job_id, j.provider))
-            .collect();
-        Ok(self
-            .receipts()?
-            .iter()
-            .filter(|(r, _)| keyed.contains(&(r.job_id, r.provider)))
-            .map(|(r, _)| r.amount.0)
-            .sum())
-    }
-
-    /// Amount of receipts signed by `buyer` and issued at or after `since_ms`.
+    /// Amount of receipts signed by `buyer` and issued at or after `since_ms` (a scan,
+    /// for reports and tests; budgets read [`Self::spent`]).
     pub fn spent_since(&self, buyer: &NodeId, since_ms: u64) -> Result<u64, LedgerError> {
         Ok(self
             .receipts()?
@@ -258,149 +408,6 @@ impl Ledger {
             .map(|(r, _)| r.amount.0)
             .sum())
     }
-}
-
-/// Tokens and money.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Totals {
-    pub jobs: u64,
-    pub tokens: u64,
-    pub amount_nano_usd: u64,
-}
-
-impl Totals {
-    fn add(&mut self, receipt: &Receipt) {
-        self.jobs += 1;
-        self.tokens += receipt.prompt_tokens + receipt.completion_tokens;
-        self.amount_nano_usd += receipt.amount.0;
-    }
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Percentiles {
-    pub p50: f64,
-    pub p95: f64,
-}
-
-fn percentiles(mut values: Vec<f64>) -> Option<Percentiles> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
-    Some(Percentiles {
-        p50: at(0.5),
-        p95: at(0.95),
-    })
-}
-
-/// `YYYY-MM-DD` (UTC) of a Unix time in ms.
-pub fn day(unix_ms: u64) -> String {
-    // Howard Hinnant's civil-from-days.
-    let z = (unix_ms / 86_400_000) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// Unix ms of the start of a `YYYY-MM-DD` day (UTC).
-pub fn parse_day(text: &str) -> Option<u64> {
-    let mut parts = text.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, d) = (parts.next()??, parts.next()??, parts.next()??);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return None;
-    }
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400_000).ok()
-}
-
-/// Earnings (provider) or spend (buyer) from one side's ledger.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Report {
-    pub total: Totals,
-    pub per_day: BTreeMap<String, Totals>,
-    pub per_model: BTreeMap<String, Totals>,
-    /// Per buyer (earnings) or per provider (spend).
-    pub per_counterparty: BTreeMap<String, Totals>,
-    pub ttft_ms: Option<Percentiles>,
-    pub tokens_per_second: Option<Percentiles>,
-    pub jobs_by_outcome: BTreeMap<String, u64>,
-    /// Seconds this node served (earnings only).
-    pub uptime_seconds: Option<f64>,
-}
-
-/// Which side's report: `me` as provider (earnings) or as buyer (spend).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Side {
-    Earnings,
-    Spend,
-}
-
-pub fn report(
-    ledger: &Ledger,
-    me: &NodeId,
-    side: Side,
-    since_ms: u64,
-) -> Result<Report, LedgerError> {
-    let jobs = ledger.jobs()?;
-    let model_of = |job_id: &JobId, provider: &NodeId| {
-        jobs.iter()
-            .find(|j| &j.job_id == job_id && &j.provider == provider)
-            .map_or_else(|| "unknown".to_owned(), |j| j.model.clone())
-    };
-    let mut report = Report::default();
-    for (receipt, issued_at) in ledger.receipts()? {
-        let mine = match side {
-            Side::Earnings => &receipt.provider == me,
-            Side::Spend => &receipt.buyer == me,
-        };
-        if !mine || issued_at < since_ms {
-            continue;
-        }
-        let counterparty = match side {
-            Side::Earnings => receipt.buyer.to_string(),
-            Side::Spend => receipt.provider.to_string(),
-        };
-        report.total.add(&receipt);
-        report
-            .per_day
-            .entry(day(issued_at))
-            .or_default()
-            .add(&receipt);
-        report
-            .per_model
-            .entry(model_of(&receipt.job_id, &receipt.provider))
-            .or_default()
-            .add(&receipt);
-        report
-            .per_counterparty
-            .entry(counterparty)
-            .or_default()
-            .add(&receipt);
-    }
-    let recent: Vec<&JobRecord> = jobs.iter().filter(|j| j.started_ms >= since_ms).collect();
-    report.ttft_ms = percentiles(recent.iter().filter_map(|j| j.ttft_ms).collect());
-    report.tokens_per_second =
-        percentiles(recent.iter().filter_map(|j| j.tokens_per_second).collect());
-    for job in recent {
-        *report
-            .jobs_by_outcome
-            .entry(job.outcome.name().to_owned())
-            .or_default() += 1;
-    }
-    Ok(report)
 }
 
 #[cfg(test)]
@@ -431,22 +438,28 @@ mod tests {
         let second = buyer
             .seal(&receipt(&buyer, &provider, 1, 16), 2, 1_000, 60_000)
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(ledger.record_receipt(&first).ok(), Some(Recorded::New));
-        assert_eq!(ledger.record_receipt(&second).ok(), Some(Recorded::New));
+        assert_eq!(
+            ledger.record_receipt(&first, None).ok(),
+            Some(Recorded::New)
+        );
+        assert_eq!(
+            ledger.record_receipt(&second, None).ok(),
+            Some(Recorded::New)
+        );
         // Replays and duplicates change nothing.
         assert_eq!(
-            ledger.record_receipt(&first).ok(),
+            ledger.record_receipt(&first, None).ok(),
             Some(Recorded::AlreadyCounted)
         );
         assert_eq!(
-            ledger.record_receipt(&second).ok(),
+            ledger.record_receipt(&second, None).ok(),
             Some(Recorded::AlreadyCounted)
         );
         // Forged: body altered after signing.
         let mut forged = second.clone();
         forged.seq = 3;
         assert!(matches!(
-            ledger.record_receipt(&forged),
+            ledger.record_receipt(&forged, None),
             Err(LedgerError::Invalid(_))
         ));
         // Signed by someone who is not the buyer named in it.
@@ -454,12 +467,12 @@ mod tests {
         let stolen = impostor
             .seal(&receipt(&buyer, &provider, 2, 8), 5, 1_000, 60_000)
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(ledger.record_receipt(&stolen).is_err());
+        assert!(ledger.record_receipt(&stolen, None).is_err());
         // A later receipt may not lower what was acknowledged.
         let lower = buyer
             .seal(&receipt(&buyer, &provider, 1, 4), 9, 1_000, 60_000)
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(ledger.record_receipt(&lower).is_err());
+        assert!(ledger.record_receipt(&lower, None).is_err());
         let receipts = ledger.receipts().unwrap_or_default();
         assert_eq!(receipts.len(), 1);
         assert_eq!(receipts[0].0.completion_tokens, 16);
@@ -481,6 +494,94 @@ mod tests {
     }
 
     #[test]
+    fn running_totals_follow_the_newest_receipt_per_day_month_and_key() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ledger = Ledger::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let (buyer, provider) = (Keypair::from_secret([1; 32]), Keypair::from_secret([2; 32]));
+        let me = buyer.node_id();
+        let day1 = parse_day("2026-11-30").unwrap_or(0) + 3_600_000;
+        let day2 = day1 + 86_400_000; // 2026-12-01: another day and month
+        let seal = |job, tokens, seq, at| {
+            buyer
+                .seal(&receipt(&buyer, &provider, job, tokens), seq, at, 60_000)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let spent = |scope, period| ledger.spent(scope, period).unwrap_or(u64::MAX);
+        ledger
+            .record_receipt(&seal(1, 10, 1, day1), Some("key-a"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(spent(SpendScope::Buyer(&me), Period::Day(day1)), 2_000);
+        assert_eq!(
+            spent(SpendScope::ApiKey("key-a"), Period::Month(day1)),
+            2_000
+        );
+        // The job's later receipt, issued the next day, moves the whole amount there,
+        // and still counts against the key of its first receipt.
+        ledger
+            .record_receipt(&seal(1, 20, 2, day2), None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(spent(SpendScope::Buyer(&me), Period::Day(day1)), 0);
+        assert_eq!(spent(SpendScope::Buyer(&me), Period::Month(day1)), 0);
+        assert_eq!(spent(SpendScope::Buyer(&me), Period::Day(day2)), 3_000);
+        assert_eq!(spent(SpendScope::ApiKey("key-a"), Period::Day(day2)), 3_000);
+        // A replay changes nothing; another job adds up.
+        ledger
+            .record_receipt(&seal(1, 20, 2, day2), Some("key-b"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        ledger
+            .record_receipt(&seal(2, 0, 1, day2), Some("key-b"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(spent(SpendScope::Buyer(&me), Period::Month(day2)), 4_000);
+        assert_eq!(spent(SpendScope::ApiKey("key-b"), Period::Day(day2)), 1_000);
+        assert_eq!(spent(SpendScope::ApiKey("key-a"), Period::Day(day2)), 3_000);
+        // The totals equal a scan of the receipts.
+        assert_eq!(ledger.spent_since(&me, day2).unwrap_or(0), 4_000);
+        // Rebuilt from the receipts (a ledger from before totals existed): the same.
+        ledger.totals.clear().unwrap_or_else(|e| panic!("{e}"));
+        drop(ledger);
+        let ledger = Ledger::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            ledger
+                .spent(SpendScope::Buyer(&me), Period::Month(day2))
+                .unwrap_or(0),
+            4_000
+        );
+    }
+
+    #[test]
+    fn a_corrupt_entry_is_quarantined_and_the_rest_still_reads() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ledger = Ledger::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let (buyer, provider) = (Keypair::from_secret([1; 32]), Keypair::from_secret([2; 32]));
+        for job in 1..=3 {
+            let envelope = buyer
+                .seal(&receipt(&buyer, &provider, job, 8), 1, 1_000, 60_000)
+                .unwrap_or_else(|e| panic!("{e}"));
+            ledger
+                .record_receipt(&envelope, None)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        // A torn write or a flipped bit on disk.
+        let victim = ledger.receipts.iter().keys().nth(1).and_then(Result::ok);
+        let victim = victim.unwrap_or_else(|| panic!("three receipts stored"));
+        ledger
+            .receipts
+            .insert(&victim, b"\x00garbage".as_slice())
+            .unwrap_or_else(|e| panic!("{e}"));
+        ledger
+            .jobs
+            .insert(b"bad-job", b"{ not json".as_slice())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ledger.receipts().unwrap_or_default().len(), 2);
+        assert!(ledger.jobs().unwrap_or_default().is_empty());
+        assert_eq!(ledger.quarantined().unwrap_or(0), 2);
+        let spend =
+            report(&ledger, &buyer.node_id(), Side::Spend, 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(spend.total.jobs, 2);
+        assert_eq!(spend.quarantined_entries, 2);
+    }
+
+    #[test]
     fn reopening_keeps_every_receipt() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let (buyer, provider) = (Keypair::from_secret([1; 32]), Keypair::from_secret([2; 32]));
@@ -491,7 +592,7 @@ mod tests {
                     .seal(&receipt(&buyer, &provider, job, 4), 1, 0, 1)
                     .unwrap_or_else(|e| panic!("{e}"));
                 ledger
-                    .record_receipt(&env)
+                    .record_receipt(&env, None)
                     .unwrap_or_else(|e| panic!("{e}"));
             }
         }

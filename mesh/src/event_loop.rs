@@ -311,14 +311,16 @@ impl EventLoop {
     fn on_gossip(&mut self, source: PeerId, id: gossipsub::MessageId, message: gossipsub::Message) {
         let adverts = behaviour::adverts_topic().hash();
         let verdict = if message.topic == adverts {
-            let offered = match self.book.write() {
-                Ok(mut book) => book
-                    .offer(&message.data, now_ms())
-                    .map_err(|e| e.to_string()),
-                Err(_) => Err("order book lock poisoned".to_owned()),
-            };
+            let offered = self
+                .book
+                .write()
+                .map(|mut book| book.offer(&message.data, now_ms()));
             match offered {
-                Ok(accepted) => {
+                Err(_) => {
+                    tracing::error!("order book lock poisoned");
+                    MessageAcceptance::Ignore
+                }
+                Ok(Ok(accepted)) => {
                     self.emit(MeshEvent::AdvertAccepted {
                         provider: accepted.provider,
                         seq: accepted.seq,
@@ -326,13 +328,20 @@ impl EventLoop {
                     });
                     MessageAcceptance::Accept
                 }
-                Err(reason) => {
-                    tracing::debug!(from = %source, %reason, "rejected advert");
+                Ok(Err(refusal)) => {
+                    let violation = refusal.is_violation();
+                    tracing::debug!(from = %source, %refusal, violation, "advert not taken");
                     self.emit(MeshEvent::AdvertRejected {
                         from: source,
-                        reason,
+                        reason: refusal.to_string(),
+                        violation,
+                        signed_fault: refusal.signed_fault(),
                     });
-                    MessageAcceptance::Reject
+                    if violation {
+                        MessageAcceptance::Reject
+                    } else {
+                        MessageAcceptance::Ignore
+                    }
                 }
             }
         } else {

@@ -48,6 +48,8 @@ pub struct MeshConfig {
     /// Where the address book is persisted (`None`: not persisted).
     pub address_book: Option<PathBuf>,
     pub transport: MeshTransport,
+    /// The order book's bounds and per-signer advert rate.
+    pub book: orderbook::BookLimits,
 }
 
 /// What carries the mesh's connections.
@@ -93,6 +95,7 @@ impl Default for MeshConfig {
             heartbeat: Duration::from_secs(1),
             address_book: None,
             transport: MeshTransport::Network,
+            book: orderbook::BookLimits::default(),
         }
     }
 }
@@ -108,9 +111,14 @@ pub enum MeshEvent {
         seq: u64,
         from: PeerId,
     },
+    /// An advert the book did not take. `violation`: forwarded to gossipsub as
+    /// `Reject` (no honest node sends it), otherwise `Ignore`. `signed_fault`: the
+    /// signer whose own signature covers an invalid body, for the trust layer.
     AdvertRejected {
         from: PeerId,
         reason: String,
+        violation: bool,
+        signed_fault: Option<NodeId>,
     },
 }
 
@@ -417,7 +425,7 @@ pub async fn spawn(secret: [u8; 32], config: MeshConfig) -> Result<MeshHandle> {
     let (events, _) = broadcast::channel(1024);
     let handle = MeshHandle {
         commands,
-        book: Arc::new(RwLock::new(OrderBook::new(10_000))),
+        book: Arc::new(RwLock::new(OrderBook::new(config.book))),
         peer_id,
         node_id,
         listen_addrs: Arc::new(RwLock::new(Vec::new())),

@@ -30,6 +30,9 @@ pub enum KeysCommand {
         /// This key's own monthly spend limit, USD.
         #[arg(long)]
         monthly_budget: Option<f64>,
+        /// An admin key: may also block and unblock peers (`/v1/network/block`).
+        #[arg(long, conflicts_with_all = ["daily_budget", "monthly_budget"])]
+        admin: bool,
     },
     /// List keys (ids, names, state).
     List,
@@ -146,6 +149,7 @@ pub fn keys(data_dir: &std::path::Path, command: KeysCommand) -> Result<()> {
             name,
             daily_budget,
             monthly_budget,
+            admin,
         } => {
             let nano = |usd: Option<f64>| -> Result<Option<u64>> {
                 usd.map(|v| {
@@ -157,8 +161,11 @@ pub fn keys(data_dir: &std::path::Path, command: KeysCommand) -> Result<()> {
                 })
                 .transpose()
             };
-            let (record, key) =
-                store.create_with_budget(&name, nano(daily_budget)?, nano(monthly_budget)?)?;
+            let (record, key) = if admin {
+                store.create_admin(&name)?
+            } else {
+                store.create_with_budget(&name, nano(daily_budget)?, nano(monthly_budget)?)?
+            };
             eprintln!(
                 "created key {} ({}); it is shown only now:",
                 record.id, record.name
@@ -173,7 +180,11 @@ pub fn keys(data_dir: &std::path::Path, command: KeysCommand) -> Result<()> {
                     "{}  {:<20} {:<8} daily {:<10} monthly {}",
                     r.id,
                     r.name,
-                    if r.revoked { "revoked" } else { "active" },
+                    match (r.revoked, r.admin) {
+                        (true, _) => "revoked",
+                        (false, true) => "admin",
+                        (false, false) => "active",
+                    },
                     usd(r.daily_budget_nano_usd),
                     usd(r.monthly_budget_nano_usd)
                 );

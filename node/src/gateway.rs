@@ -108,7 +108,7 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         };
         let ledger = open_ledger(data_dir)?;
         let dispatcher = Dispatcher::new(mesh.clone(), key, defaults, Some(ledger.clone()), budget);
-        let gateway = sharemesh_gateway::GatewayState { dispatcher, keys };
+        let gateway = sharemesh_gateway::GatewayState { dispatcher };
         let http = http::serve(
             address,
             AppState {
@@ -116,6 +116,7 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
                 ledger: Some(ledger),
             },
             Some(gateway),
+            keys,
         )
         .await?;
         announce(&mesh, "gateway", Some(http)).await;

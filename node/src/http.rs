@@ -7,6 +7,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 
+use sharemesh_gateway::access::{self, Access};
+use sharemesh_gateway::keys::KeyCheck;
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_mesh::MeshHandle;
 
@@ -187,28 +189,27 @@ async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok", "peer_id": state.mesh.peer_id.to_string()}))
 }
 
-/// The API; `admin` adds the endpoints that change the node (only served on loopback).
+/// The API, every route behind [`access::guard`] (keys, admin keys, and on loopback the
+/// Host/Origin check).
 pub fn router(
     state: AppState,
     gateway: Option<sharemesh_gateway::GatewayState>,
-    admin: bool,
+    access: Access,
 ) -> Router {
-    let mut network = Router::new()
+    let network = Router::new()
         .route("/health", get(health))
         .route("/v1/network/providers", get(providers))
         .route("/v1/network/peers", get(peers))
         .route("/v1/account/earnings", get(earnings))
-        .route("/v1/account/spend", get(spend));
-    if admin {
-        network = network
-            .route("/v1/network/block", axum::routing::post(block))
-            .route("/v1/network/unblock", axum::routing::post(unblock));
-    }
-    let network = network.with_state(state);
-    match gateway {
+        .route("/v1/account/spend", get(spend))
+        .route("/v1/network/block", axum::routing::post(block))
+        .route("/v1/network/unblock", axum::routing::post(unblock))
+        .with_state(state);
+    let routes = match gateway {
         Some(gateway) => network.merge(sharemesh_gateway::router(gateway)),
         None => network,
-    }
+    };
+    routes.layer(axum::middleware::from_fn_with_state(access, access::guard))
 }
 
 /// Binds `address` and serves until the process stops; returns the bound address.
@@ -216,14 +217,18 @@ pub async fn serve(
     address: SocketAddr,
     state: AppState,
     gateway: Option<sharemesh_gateway::GatewayState>,
+    keys: KeyCheck,
 ) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|e| anyhow::anyhow!("binding HTTP on {address}: {e}"))?;
     let bound = listener.local_addr()?;
     tokio::spawn(async move {
-        let admin = bound.ip().is_loopback();
-        if let Err(err) = axum::serve(listener, router(state, gateway, admin)).await {
+        let access = Access {
+            keys,
+            loopback: bound.ip().is_loopback(),
+        };
+        if let Err(err) = axum::serve(listener, router(state, gateway, access)).await {
             tracing::error!(%err, "HTTP server stopped");
         }
     });

@@ -25,6 +25,7 @@ use sharemesh_gateway::openai::{CompletionRequest, RoutingOptions};
 use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_ledger::Ledger;
 use sharemesh_mesh::link::LinkProfile;
+use sharemesh_mesh::orderbook::BookLimits;
 use sharemesh_mesh::{MeshConfig, MeshHandle, MeshTransport};
 use sharemesh_protocol::{
     FinishReason, JobId, JobRequest, Keypair, ModelDescriptor, NanoUsd, NodeId, Prompt, Sampling,
@@ -96,6 +97,17 @@ pub struct GatewaySpec {
     pub budget: Budget,
     /// Book receipts in a real sled ledger in this folder (`None`: no ledger).
     pub ledger_dir: Option<std::path::PathBuf>,
+    /// The gateway's order-book bounds (`None`: [`lab_book`]).
+    pub book: Option<BookLimits>,
+}
+
+/// Lab providers refresh every 200 ms: a per-signer rate to match (the real default is
+/// one per second for a 10 s refresh).
+pub fn lab_book() -> BookLimits {
+    BookLimits {
+        refill_ms: 100,
+        ..BookLimits::default()
+    }
 }
 
 /// A running lab provider.
@@ -145,8 +157,14 @@ pub struct Completion {
     pub switches: usize,
 }
 
-fn mesh_config(listen: Multiaddr, bootstrap: Vec<Multiaddr>, kad_server: bool) -> MeshConfig {
+fn mesh_config(
+    listen: Multiaddr,
+    bootstrap: Vec<Multiaddr>,
+    kad_server: bool,
+    book: BookLimits,
+) -> MeshConfig {
     MeshConfig {
+        book,
         listen: vec![listen],
         bootstrap,
         kad_server,
@@ -159,6 +177,14 @@ fn mesh_config(listen: Multiaddr, bootstrap: Vec<Multiaddr>, kad_server: bool) -
         ..MeshConfig::default()
     }
 }
+
+/// The lab gateway's node id (its identity as a buyer), known before the lab starts so
+/// provider policies can name it.
+pub fn gateway_node_id() -> NodeId {
+    key(GATEWAY_SEED).node_id()
+}
+
+const GATEWAY_SEED: u64 = 1_000;
 
 /// A deterministic identity per lab node (seed → key), as testnets use.
 fn key(seed: u64) -> Keypair {
@@ -178,7 +204,7 @@ impl Lab {
         for (index, spec) in providers.into_iter().enumerate() {
             let key = key(index as u64 + 1);
             let address = next_address()?;
-            let config = mesh_config(address.clone(), bootstrap.clone(), true);
+            let config = mesh_config(address.clone(), bootstrap.clone(), true, lab_book());
             let mesh = sharemesh_mesh::spawn(key.secret(), config).await?;
             if bootstrap.is_empty() {
                 bootstrap.push(address.with(libp2p::multiaddr::Protocol::P2p(mesh.peer_id)));
@@ -208,8 +234,13 @@ impl Lab {
                 tasks: std::sync::Mutex::new(tasks),
             });
         }
-        let gateway_key = key(1_000);
-        let config = mesh_config(next_address()?, bootstrap, false);
+        let gateway_key = key(GATEWAY_SEED);
+        let config = mesh_config(
+            next_address()?,
+            bootstrap,
+            false,
+            gateway.book.unwrap_or_else(lab_book),
+        );
         let gateway_mesh = sharemesh_mesh::spawn(gateway_key.secret(), config).await?;
         let ledger = match &gateway.ledger_dir {
             Some(dir) => Some(Arc::new(open_ledger(dir)?)),

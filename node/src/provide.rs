@@ -41,8 +41,22 @@ pub struct ProvideArgs {
     /// before it is cancelled and its slot freed.
     #[arg(long, default_value_t = 10)]
     pub credit_timeout_secs: u64,
-    /// Seconds between advert refreshes.
-    #[arg(long, default_value_t = 10)]
+    /// Serve only this buyer (its node id; repeatable). Without any, every buyer not
+    /// denied is served.
+    #[arg(long = "allow-buyer", value_name = "NODE_ID")]
+    pub allow_buyer: Vec<sharemesh_protocol::NodeId>,
+    /// Never serve this buyer (its node id; repeatable).
+    #[arg(long = "deny-buyer", value_name = "NODE_ID")]
+    pub deny_buyer: Vec<sharemesh_protocol::NodeId>,
+    /// Jobs one buyer may run here at once (default: up to --max-concurrent; a gateway
+    /// is one buyer for all of its clients).
+    #[arg(long)]
+    pub max_jobs_per_buyer: Option<u32>,
+    /// Jobs one buyer may start here per minute (default: no limit).
+    #[arg(long)]
+    pub buyer_jobs_per_minute: Option<u32>,
+    /// Seconds between advert refreshes (at most 30: adverts live at most 2 minutes).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=30))]
     pub advert_interval: u64,
     /// Price for reserved (gold) work, USD per million tokens (default: --price).
     #[arg(long)]
@@ -91,6 +105,12 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         credit_window_tokens: args.credit_window,
         credit_timeout: Duration::from_secs(args.credit_timeout_secs.max(1)),
         advert_interval: Duration::from_secs(args.advert_interval.max(1)),
+        buyers: sharemesh_provider::buyers::BuyerPolicy {
+            allow: args.allow_buyer.iter().copied().collect(),
+            deny: args.deny_buyer.iter().copied().collect(),
+            max_jobs_per_buyer: args.max_jobs_per_buyer,
+            jobs_per_minute: args.buyer_jobs_per_minute,
+        },
         measured_milli_tps: (measured.generation_tokens_per_second * 1000.0) as u32,
         tier_prices: [
             (Tier::Reserved, args.price_reserved),
@@ -156,8 +176,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
                     dispatcher.set_local_route(Arc::new(crate::local_route::LocalProvider(
                         provider.clone(),
                     )));
-                    let keys = key_check(data_dir, address, false)?;
-                    Some(sharemesh_gateway::GatewayState { dispatcher, keys })
+                    Some(sharemesh_gateway::GatewayState { dispatcher })
                 } else {
                     None
                 };
@@ -165,7 +184,8 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
                     mesh: mesh.clone(),
                     ledger: Some(ledger.clone()),
                 };
-                Some(http::serve(address, state, gateway).await?)
+                let keys = key_check(data_dir, address, false)?;
+                Some(http::serve(address, state, gateway, keys).await?)
             }
             None => None,
         };

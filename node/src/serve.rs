@@ -55,13 +55,11 @@ pub fn key_check(
     if !require && address.ip().is_loopback() {
         return Ok(sharemesh_gateway::keys::KeyCheck::default());
     }
-    let active = sharemesh_gateway::keys::KeyStore::open(data_dir)?.active();
-    if active.is_empty() {
+    let keys = sharemesh_gateway::keys::KeyCheck::open(data_dir)?;
+    if keys.active().is_empty() {
         anyhow::bail!("the API on {address} needs API keys, but none exist: create one with `sharemesh keys create`");
     }
-    Ok(sharemesh_gateway::keys::KeyCheck {
-        required: Some(active),
-    })
+    Ok(keys)
 }
 
 /// Opens the node's ledger (`<data-dir>/ledger`).

@@ -135,7 +135,7 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
         StreamTerms {
             ledger: None,
             stall_timeout: sharemesh_gateway::buyer::DEFAULT_STALL_TIMEOUT,
-            billing: Billing::Metered,
+            billing: Billing::Metered(None),
         },
     )
     .await
@@ -194,7 +194,7 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
         StreamTerms {
             ledger: None,
             stall_timeout: sharemesh_gateway::buyer::DEFAULT_STALL_TIMEOUT,
-            billing: Billing::Metered,
+            billing: Billing::Metered(None),
         },
     )
     .await

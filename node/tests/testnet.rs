@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{get_json, wait_until};
+use common::wait_until;
 
 use std::path::Path;
 use std::process::Command;
@@ -446,9 +446,13 @@ fn behind_nat_serves_over_its_own_connections(
         60,
         "the provider behind NAT to connect to the gateway",
         || {
-            get_json(natted["http"].as_str().unwrap(), "/v1/network/peers")
-                .as_array()
-                .is_some_and(|peers| peers.iter().any(|p| p["peer_id"] == gateway_id))
+            common::get_json_with_key(
+                natted["http"].as_str().unwrap(),
+                "/v1/network/peers",
+                natted["api_key"].as_str(),
+            )
+            .as_array()
+            .is_some_and(|peers| peers.iter().any(|p| p["peer_id"] == gateway_id))
         },
     );
     std::process::Command::new("kill")

@@ -54,7 +54,9 @@ wire!(
     Advert,
     Advert,
     64 * 1024,
-    30 * MINUTE,
+    // A small multiple of the refresh interval (providers refresh every ≤ 30 s): a
+    // flood of adverts cannot outlive its signers by long.
+    2 * MINUTE,
     |m| m.provider,
     Advert::validate
 );

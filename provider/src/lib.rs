@@ -12,12 +12,13 @@ use std::time::Duration;
 use futures::{AsyncReadExt, StreamExt};
 use libp2p::PeerId;
 use sharemesh_protocol::{
-    Accept, Advert, AvailabilityWindow, JobRequest, Keypair, Load, MessageKind, ModelOffer,
-    NanoUsd, Reject, RejectReason, ReplayGuard, SignedEnvelope, Tier, TierPrice, WireMessage,
+    Accept, AvailabilityWindow, JobRequest, Keypair, MessageKind, NanoUsd, Reject, RejectReason,
+    ReplayGuard, SignedEnvelope, Tier, WireMessage,
 };
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::buyers::{BuyerLimits, BuyerPolicy, BuyerSlot};
 use crate::hardware::Hardware;
 use sharemesh_engine::{EngineError, EngineEvent, GenerateRequest, Generation, TokenEngine};
 use sharemesh_ledger::{JobOutcome, JobRecord, Ledger};
@@ -25,6 +26,8 @@ use sharemesh_mesh::clock::{now_ms, SeqCounter};
 use sharemesh_mesh::framing::{read_frame, write_frame, FrameError};
 use sharemesh_mesh::{MeshHandle, INFER_PROTOCOL};
 
+pub mod advertise;
+pub mod buyers;
 pub mod hardware;
 mod local;
 pub use local::LocalJob;
@@ -72,6 +75,8 @@ pub struct ProviderPolicy {
     pub thermal: crate::policy::ThermalGuard,
     /// Testnet adversary: the attack this provider plays (`None`: honest).
     pub adversary: Option<crate::policy::Adversary>,
+    /// Which buyers are served, and per-buyer limits.
+    pub buyers: BuyerPolicy,
 }
 
 impl ProviderPolicy {
@@ -99,6 +104,7 @@ impl Default for ProviderPolicy {
             tier_prices: Vec::new(),
             thermal: crate::policy::ThermalGuard::default(),
             adversary: None,
+            buyers: BuyerPolicy::default(),
         }
     }
 }
@@ -114,6 +120,7 @@ pub struct Provider {
     ledger: Option<Arc<Ledger>>,
     /// Interruptible jobs in progress, each with the signal that preempts it.
     interruptible: Mutex<Vec<(sharemesh_protocol::JobId, Arc<tokio::sync::Notify>)>>,
+    buyer_limits: BuyerLimits,
 }
 
 impl Provider {
@@ -141,6 +148,7 @@ impl Provider {
             key,
             engine,
             mesh,
+            buyer_limits: BuyerLimits::new(policy.buyers.clone()),
             policy,
             hardware,
             seq: SeqCounter::default(),
@@ -156,82 +164,6 @@ impl Provider {
     ) -> Result<SignedEnvelope, sharemesh_protocol::DecodeError> {
         self.key
             .seal(body, self.seq.next(), now_ms(), JOB_ENVELOPE_LIFETIME_MS)
-    }
-
-    pub fn advert(&self) -> Advert {
-        Advert {
-            provider: self.key.node_id(),
-            region: self.policy.region.clone(),
-            hardware: self.hardware.summary(),
-            models: self
-                .engine
-                .models()
-                .iter()
-                .map(|model| ModelOffer {
-                    model: model.clone(),
-                    generation_milli_tokens_per_second: self.policy.measured_milli_tps,
-                    prices: self
-                        .policy
-                        .tiers
-                        .iter()
-                        .map(|&tier| TierPrice {
-                            tier,
-                            price_per_token: self.policy.price(tier),
-                        })
-                        .collect(),
-                })
-                .collect(),
-            tiers: self.policy.tiers.clone(),
-            windows: self.policy.windows.clone(),
-            load: Load {
-                active_jobs: self.engine.active_jobs() as u32,
-                queue_depth: self.engine.queue_depth() as u32,
-                max_concurrent: self.policy.max_concurrent,
-            },
-            addresses: self
-                .mesh
-                .listen_addrs()
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
-        }
-    }
-
-    /// Publishes the advert now and then every interval (well before it expires), and
-    /// announces a Kademlia provider record per model.
-    pub async fn advertise(self: Arc<Self>) {
-        for model in self.engine.models() {
-            let _ = self.mesh.provide(model.id).await;
-        }
-        let mut tick = tokio::time::interval(self.policy.advert_interval);
-        loop {
-            tick.tick().await;
-            if !self.policy.windows.is_empty()
-                && !self.policy.windows.iter().any(|w| w.contains(now_ms()))
-            {
-                continue; // Outside every window: advertise nothing.
-            }
-            let advert = self.advert();
-            match self.key.seal(
-                &advert,
-                self.seq.next(),
-                now_ms(),
-                self.policy.advert_lifetime.as_millis() as u64,
-            ) {
-                Ok(envelope) => {
-                    // Our own book lists us too (gossip never echoes our own messages),
-                    // so a gateway in this process can route to us.
-                    if let (Ok(bytes), Ok(mut book)) = (envelope.to_bytes(), self.mesh.book.write())
-                    {
-                        let _ = book.offer(&bytes, now_ms());
-                    }
-                    if let Err(err) = self.mesh.publish_advert(&envelope).await {
-                        tracing::warn!(%err, "publishing the advert failed");
-                    }
-                }
-                Err(err) => tracing::error!(%err, "sealing the advert failed"),
-            }
-        }
     }
 
     /// Accepts `/sharemesh/infer/1` streams until the mesh stops.
@@ -317,7 +249,7 @@ impl Provider {
         &self,
         peer: PeerId,
         envelope: &SignedEnvelope,
-    ) -> Result<JobRequest, (RejectReason, String)> {
+    ) -> Result<(JobRequest, BuyerSlot), (RejectReason, String)> {
         let now = now_ms();
         let opened = envelope
             .open::<JobRequest>(now)
@@ -345,8 +277,11 @@ impl Provider {
                 )
                 .map_err(|e| (RejectReason::BadRequest, format!("replayed request: {e}")))?;
         }
+        // The buyer's own limits first: a buyer over its share does not get to
+        // preempt anyone's interruptible work.
+        let slot = self.buyer_limits.admit(request.buyer, now)?;
         self.admit(&request, now)?;
-        Ok(request)
+        Ok((request, slot))
     }
 
     /// The admission check every job passes, from the mesh or from this process's own
@@ -452,8 +387,8 @@ impl Provider {
     ) -> Result<(), FrameError> {
         let (mut reader, mut writer) = stream.split();
         let envelope = read_frame(&mut reader, REQUEST_TIMEOUT).await?;
-        let request = match self.check(peer, &envelope) {
-            Ok(request) => request,
+        let (request, _buyer_slot) = match self.check(peer, &envelope) {
+            Ok(admitted) => admitted,
             Err((reason, detail)) => {
                 tracing::info!(%peer, ?reason, %detail, "rejected job");
                 // Without a decodable request there is no job id to answer with.

@@ -126,6 +126,13 @@ pub enum Adversary {
     /// After this many tokens, numbers its chunks one further than it sent (claims a
     /// token it never delivered).
     SkipIndex(u64),
+    /// Offers its model under the first catalog name it does not hold (a name
+    /// hijack: its advert claims another model's name for its own file).
+    HijackName,
+    /// Besides its own advert, publishes this many adverts per refresh, each under a
+    /// fresh key, offering its models at the lowest price (a sybil flood of the order
+    /// book that would also draw every buyer's first attempts).
+    FloodAdverts(u32),
 }
 
 impl std::str::FromStr for Adversary {
@@ -145,8 +152,13 @@ impl std::str::FromStr for Adversary {
                 Ok(Adversary::Overbill(factor))
             }
             "skip-index" => Ok(Adversary::SkipIndex(number()?)),
+            "hijack-name" => Ok(Adversary::HijackName),
+            "flood-adverts" => {
+                let count = u32::try_from(number()?).map_err(|_| "flood count too large")?;
+                Ok(Adversary::FloodAdverts(count))
+            }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, hijack-name, flood-adverts:N)"
             )),
         }
     }
@@ -161,6 +173,8 @@ mod tests {
         assert_eq!("stall-after:5".parse(), Ok(Adversary::StallAfter(5)));
         assert_eq!("overbill:1000".parse(), Ok(Adversary::Overbill(1000)));
         assert_eq!("skip-index:3".parse(), Ok(Adversary::SkipIndex(3)));
+        assert_eq!("hijack-name".parse(), Ok(Adversary::HijackName));
+        assert_eq!("flood-adverts:50".parse(), Ok(Adversary::FloodAdverts(50)));
         let err = "overbill".parse::<Adversary>().unwrap_err();
         assert!(err.contains("whole number"), "{err}");
         let err = "steal:1".parse::<Adversary>().unwrap_err();

@@ -43,13 +43,17 @@ impl Provider {
                 "quote request addressed to another provider".to_owned(),
             ))
         } else {
-            self.terms(
-                &request.model,
-                request.tier,
-                request.max_price_per_token,
-                now,
-            )
-            .and_then(|()| self.queue_wait_ms(&request))
+            self.buyer_limits
+                .check(&request.buyer, now)
+                .and_then(|()| {
+                    self.terms(
+                        &request.model,
+                        request.tier,
+                        request.max_price_per_token,
+                        now,
+                    )
+                })
+                .and_then(|()| self.queue_wait_ms(&request))
         };
         let frame = match answer {
             Ok(queue_wait_ms) => self.seal(&Quote {

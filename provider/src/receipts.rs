@@ -52,7 +52,14 @@ pub(super) async fn read_receipts(
         }
         // Booked (and flushed) before it counts as acknowledged.
         if let Some(ledger) = &ledger {
-            if let Err(err) = ledger.record_receipt(&envelope) {
+            // sled flushes to disk: off the async runtime's threads.
+            let (ledger, booked) = (ledger.clone(), envelope.clone());
+            let recorded =
+                tokio::task::spawn_blocking(move || ledger.record_receipt(&booked, None))
+                    .await
+                    .map_err(|err| err.to_string())
+                    .and_then(|r| r.map_err(|err| err.to_string()));
+            if let Err(err) = recorded {
                 tracing::warn!(%err, "could not book a receipt; not counting it");
                 continue;
             }

@@ -137,13 +137,15 @@ fn start_node(
     }
 }
 
-/// `sharemesh keys create` in the gateway's folder; returns the secret it prints once.
+/// `sharemesh keys create --admin` in a node's folder (a node whose API listens off
+/// loopback requires keys on every route, and the partition scenario blocks peers);
+/// returns the secret it prints once.
 fn create_api_key(binary: &Path, data_dir: &Path) -> Result<String> {
     fs::create_dir_all(data_dir)?;
     let out = Command::new(binary)
         .arg("--data-dir")
         .arg(data_dir)
-        .args(["keys", "create", "--name", "testnet"])
+        .args(["keys", "create", "--name", "testnet", "--admin"])
         .stdin(Stdio::null())
         .output()
         .context("creating the gateway's API key")?;
@@ -167,7 +169,7 @@ fn listen_addresses(ready: &serde_json::Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn providers_seen(http: &str) -> usize {
+fn providers_seen(http: &str, key: Option<&str>) -> usize {
     let url = format!("http://{http}/v1/network/providers");
     let fetch = || -> Option<usize> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -175,7 +177,8 @@ fn providers_seen(http: &str) -> usize {
             .build()
             .ok()?;
         runtime.block_on(async {
-            let body: serde_json::Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
+            let request = crate::authorized(reqwest::Client::new().get(&url), key);
+            let body: serde_json::Value = request.send().await.ok()?.json().await.ok()?;
             body.as_array().map(Vec::len)
         })
     };
@@ -283,6 +286,10 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             args.extend(["--bootstrap".into(), boot.clone()]);
         }
         args.extend(options.provider_args.iter().cloned());
+        let api_key = match netns {
+            Some(_) => Some(create_api_key(&options.binary, &data_dir)?),
+            None => None,
+        };
         args.extend(link_args(options, i));
         let mut adversary = None;
         for (index, extra) in &options.per_provider_args {
@@ -314,7 +321,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             adversary,
             netns,
             nat_router,
-            api_key: None,
+            api_key,
         });
         write(dir, &file)?;
     }
@@ -344,7 +351,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             http.clone(),
         ];
         args.extend(link_args(options, options.providers + j));
-        // Off loopback the gateway's API requires a key: make one for it.
+        // Off loopback the API requires a key: make one for it.
         let api_key = match netns {
             Some(_) => Some(create_api_key(&options.binary, &data_dir)?),
             None => None,
@@ -374,11 +381,12 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
     let deadline = Instant::now() + options.ready_timeout;
     for gateway in file.nodes.iter().filter(|n| n.role == NodeRole::Gateway) {
         let http = gateway.http.clone().unwrap_or_default();
-        while providers_seen(&http) < options.providers {
+        let key = gateway.api_key.as_deref();
+        while providers_seen(&http, key) < options.providers {
             if Instant::now() > deadline {
                 bail!(
                     "gateway {http} saw only {} of {} providers",
-                    providers_seen(&http),
+                    providers_seen(&http, key),
                     options.providers
                 );
             }

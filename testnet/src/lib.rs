@@ -46,8 +46,9 @@ pub struct NodeRecord {
     /// The namespace of the NAT router it sits behind (`--nat`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nat_router: Option<String>,
-    /// A gateway off loopback requires an API key: the one the launcher made for it
-    /// (`--netns` testnets only; a local test network's key, kept in its folder).
+    /// A node whose API listens off loopback requires an API key: the (admin) key the
+    /// launcher made for it (`--netns` testnets only; a local test network's key, kept
+    /// in its folder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key: Option<String>,
 }
@@ -59,6 +60,17 @@ pub struct TestnetFile {
     /// The namespaces and bridge of a `--netns` testnet, removed by `down`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<netns::Hosts>,
+}
+
+/// Adds `key` (if any) as the request's bearer token.
+pub(crate) fn authorized(
+    request: reqwest::RequestBuilder,
+    key: Option<&str>,
+) -> reqwest::RequestBuilder {
+    match key {
+        Some(key) => request.bearer_auth(key),
+        None => request,
+    }
 }
 
 #[cfg(test)]

@@ -95,9 +95,10 @@ async fn cut(sides: [&[crate::NodeRecord]; 2], block: bool) -> Result<()> {
                 .http
                 .as_deref()
                 .with_context(|| format!("node {} has no HTTP API to cut it off", node.peer_id))?;
-            let response = client
+            let request = client
                 .post(format!("http://{http}/v1/network/{path}"))
-                .json(&serde_json::json!({ "peers": peers }))
+                .json(&serde_json::json!({ "peers": peers }));
+            let response = crate::authorized(request, node.api_key.as_deref())
                 .send()
                 .await
                 .with_context(|| format!("asking {http} to {path} peers"))?;
@@ -112,8 +113,9 @@ async fn cut(sides: [&[crate::NodeRecord]; 2], block: bool) -> Result<()> {
 }
 
 /// Whether the gateway has received an advert from every provider since `since_ms`.
-async fn all_fresh(gateway: &str, providers: &[String], since_ms: u64) -> bool {
-    let Ok(response) = reqwest::get(format!("http://{gateway}/v1/network/providers")).await else {
+async fn all_fresh(gateway: &str, key: Option<&str>, providers: &[String], since_ms: u64) -> bool {
+    let request = reqwest::Client::new().get(format!("http://{gateway}/v1/network/providers"));
+    let Ok(response) = crate::authorized(request, key).send().await else {
         return false;
     };
     let listed: serde_json::Value = response.json().await.unwrap_or_default();
@@ -134,12 +136,10 @@ async fn one(http: &str, key: Option<&str>, i: usize, max_tokens: u32) -> Outcom
         "temperature": 0, "max_tokens": max_tokens, "stream": true,
     });
     let started = Instant::now();
-    let mut request = reqwest::Client::new()
+    let request = reqwest::Client::new()
         .post(format!("http://{http}/v1/chat/completions"))
         .json(&body);
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
+    let request = crate::authorized(request, key);
     let response = match request.send().await {
         Ok(r) if r.status().is_success() => r,
         Ok(r) => {
@@ -315,7 +315,7 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
             let ids: Vec<String> = providers.iter().map(|n| n.peer_id.clone()).collect();
             let healed = Instant::now();
             while started.elapsed() < deadline {
-                if all_fresh(&gateway, &ids, healed_ms).await {
+                if all_fresh(&gateway, api_key.as_deref(), &ids, healed_ms).await {
                     p.seconds_to_heal = Some(healed.elapsed().as_secs_f64());
                     break;
                 }
@@ -326,7 +326,9 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
     });
     let spend: serde_json::Value = runtime
         .block_on(async {
-            reqwest::get(format!("http://{gateway}/v1/account/spend"))
+            let request = reqwest::Client::new().get(format!("http://{gateway}/v1/account/spend"));
+            crate::authorized(request, api_key.as_deref())
+                .send()
                 .await?
                 .json()
                 .await

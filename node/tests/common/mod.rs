@@ -94,10 +94,17 @@ pub fn start(args: &[&str], data_dir: &Path) -> (Process, serde_json::Value) {
 
 /// GET http://{address}{path} with curl, parsed as JSON (Null when it fails).
 pub fn get_json(address: &str, path: &str) -> serde_json::Value {
-    let out = Command::new("curl")
-        .args(["-s", &format!("http://{address}{path}")])
-        .output()
-        .unwrap();
+    get_json_with_key(address, path, None)
+}
+
+/// [`get_json`] with `Authorization: Bearer KEY` (an API that listens off loopback).
+pub fn get_json_with_key(address: &str, path: &str, key: Option<&str>) -> serde_json::Value {
+    let mut curl = Command::new("curl");
+    curl.args(["-s", &format!("http://{address}{path}")]);
+    if let Some(key) = key {
+        curl.args(["-H", &format!("authorization: Bearer {key}")]);
+    }
+    let out = curl.output().unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
 }
 

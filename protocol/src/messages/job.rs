@@ -242,6 +242,11 @@ pub enum RejectReason {
     DeadlinePassed,
     Paused,
     Internal,
+    /// The provider's policy does not serve this buyer (allow/deny list).
+    NotAllowed,
+    /// The buyer is over its per-buyer limit on this provider (concurrent jobs or jobs
+    /// per minute); other providers, or this one later, may serve it.
+    BuyerLimit,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,375 @@
+#![allow(clippy::unwrap_used)]
+//! Attacks on the fast seam: each test plays what a peer running modified code would
+//! try (the adversary kit's modes, `provide --adversary …`) against real providers, a
+//! real gateway and real swarms in one process, and shows what the attack gets.
+
+mod lab_support;
+
+use std::time::Duration;
+
+use lab_support::*;
+use sharemesh_gateway::buyer::{Billing, JobEvent, SegmentError};
+use sharemesh_gateway::openai::RoutingOptions;
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::orderbook::BookLimits;
+use sharemesh_node::lab::{gateway_node_id, lab_book, GatewaySpec, Lab};
+use sharemesh_protocol::{NanoUsd, RejectReason};
+use sharemesh_provider::policy::Adversary;
+
+/// A buyer that never pays cannot hold a provider: once its receipts lag the credit
+/// window for the credit timeout, its job is cancelled and the slot freed, and another
+/// buyer's request (queued behind it on a one-slot engine) is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_that_never_pays_cannot_freeze_a_provider() {
+    let mut spec = slow(provider(100), 5);
+    spec.policy.credit_window_tokens = 4;
+    spec.policy.credit_timeout = Duration::from_millis(500);
+    spec.script.slots = 1;
+    let lab = Lab::start(vec![spec], GatewaySpec::default())
+        .await
+        .unwrap();
+    let provider = lab.providers[0].node_id;
+    let mut freeloader = lab
+        .open_job(provider, "a long story for free", 500, Billing::Unbilled)
+        .await
+        .unwrap();
+    let mut tokens = 0;
+    while tokens < 4 {
+        if let Some(JobEvent::Token(_)) = freeloader.next().await {
+            tokens += 1;
+        }
+    }
+    let honest = tokio::time::timeout(
+        Duration::from_secs(5),
+        lab.complete(Lab::request("hi", 8, RoutingOptions::default())),
+    );
+    let freeloader_end = async {
+        let mut more = 0;
+        loop {
+            match freeloader.next().await {
+                Some(JobEvent::Token(_)) => more += 1,
+                Some(JobEvent::Failed(why)) => return (more, Some(why)),
+                None => return (more, None),
+                Some(_) => {}
+            }
+        }
+    };
+    let (honest, (more, why)) = tokio::join!(honest, freeloader_end);
+    let honest = honest
+        .expect("the honest buyer waited behind the freeloader")
+        .unwrap();
+    assert_eq!(honest.providers, vec![provider]);
+    assert_eq!(more, 0, "nothing beyond the credit window without receipts");
+    assert!(
+        matches!(why, Some(SegmentError::StreamBroke(_))),
+        "the provider closed the freeloader's stream: {why:?}"
+    );
+}
+
+/// Attack: a provider claims a thousand times the prompt's size in its Accept (a signed
+/// receipt for that would be worth far more than the job). The buyer refuses the terms
+/// before paying anything, the provider is marked as misbehaving, and the honest
+/// provider serves the request at price × counted tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overbilling_provider_gets_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, cheat, honest) = cheat_beside_honest(Adversary::Overbill(1000), &dir).await;
+    let request = Lab::request("what does this cost", 10, RoutingOptions::default());
+    let (ids, _) = lab.expected(&request).unwrap();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids);
+    assert_eq!(done.providers, vec![honest]);
+    // Four words and a start token: 5 prompt tokens + 10 completion tokens at 100.
+    assert_eq!(done.cost, NanoUsd(15 * 100));
+    let books = booked(&lab);
+    assert_eq!(books.get(&honest), Some(&(10, 1_500)));
+    assert!(!books.contains_key(&cheat), "no receipt for the overbiller");
+    assert!(
+        lab.gateway.reputation(&cheat) < -7.9,
+        "marked as misbehaving"
+    );
+}
+
+/// Attack: after three tokens a provider numbers its chunks one further than it sent
+/// (billing a token it never delivered). The buyer stops at the gap, pays nothing more,
+/// and the response continues exactly on the honest provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_skips_an_index_is_cut_off_at_the_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, cheat, honest) = cheat_beside_honest(Adversary::SkipIndex(3), &dir).await;
+    let request = Lab::request("count for me please", 20, RoutingOptions::default());
+    let (ids, text) = lab.expected(&request).unwrap();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids, "every token once, none invented");
+    assert_eq!(done.text, text);
+    assert_eq!(done.providers, vec![cheat, honest]);
+    assert_eq!(done.segments[0].completion_tokens, 3);
+    let books = booked(&lab);
+    // No receipt was due before the gap (one goes out every 8 tokens).
+    assert!(!books.contains_key(&cheat), "{books:?}");
+    assert_eq!(books.get(&honest).map(|b| b.0), Some(17));
+    assert!(
+        lab.gateway.reputation(&cheat) < -7.9,
+        "marked as misbehaving"
+    );
+}
+
+/// Warm-ups are unbilled (SPEC §10): the next provider in line is warmed every 4
+/// tokens, and no receipt for it reaches the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standby_warm_ups_are_not_billed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = with_ledger(&dir);
+    spec.defaults.warm_standby_every = 4;
+    let lab = Lab::start(vec![slow(provider(100), 5), provider(200)], spec)
+        .await
+        .unwrap();
+    let (serving, standby) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    let done = lab
+        .complete(Lab::request(
+            "warm the next one",
+            32,
+            RoutingOptions::default(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(done.providers, vec![serving]);
+    let books = booked(&lab);
+    assert_eq!(books.get(&serving).map(|b| b.0), Some(32));
+    assert!(
+        !books.contains_key(&standby),
+        "a warm-up was billed: {books:?}"
+    );
+    assert_eq!(
+        lab.ledger
+            .as_ref()
+            .unwrap()
+            .spent_since(&lab.gateway.node_id(), 0)
+            .unwrap(),
+        done.cost.0
+    );
+}
+
+/// Attack: a provider offers its own (cheaper) model under a catalog name. Its adverts
+/// do not validate anywhere, so the name resolves only to the catalog's model and the
+/// honest provider serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_name_cannot_be_hijacked() {
+    let name = "smollm2-135m-instruct";
+    let catalog_model = sharemesh_protocol::ModelDescriptor {
+        id: sharemesh_protocol::catalog::catalog_id(name).unwrap(),
+        ..sharemesh_engine::scripted::ScriptedEngine::model(name)
+    };
+    let mut honest = provider(100);
+    honest.models = vec![catalog_model];
+    let mut hijacker = provider(1);
+    hijacker.models = vec![sharemesh_engine::scripted::ScriptedEngine::model(name)];
+    hijacker.expect_advert = false;
+    let lab = Lab::start(vec![hijacker, honest], GatewaySpec::default())
+        .await
+        .unwrap();
+    let (hijacker, honest) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    for _ in 0..3 {
+        let done = lab
+            .complete(Lab::request_for(name, "hi", 4, RoutingOptions::default()))
+            .await
+            .unwrap();
+        assert_eq!(done.providers, vec![honest]);
+    }
+    let in_book = {
+        let book = lab.gateway_mesh.book.read().unwrap();
+        book.get(&hijacker, sharemesh_mesh::clock::now_ms())
+            .is_some()
+    };
+    assert!(!in_book, "the hijacker's advert was accepted");
+    // Its model, addressed by its own id, is not offered by anyone either.
+    let own = sharemesh_engine::scripted::ScriptedEngine::model(name).id;
+    let err = lab
+        .complete(Lab::request_for(
+            &own.to_string(),
+            "hi",
+            4,
+            RoutingOptions::default(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Some("model_not_found"));
+}
+
+/// What every provider would refuse is refused by the gateway, with the reason, before
+/// any provider work: a 400 naming the field, not retries ending in a 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_no_provider_may_take_is_a_clear_400() {
+    let lab = Lab::start(vec![provider(100)], GatewaySpec::default())
+        .await
+        .unwrap();
+    let huge = "word ".repeat(200_000);
+    let err = lab
+        .complete(Lab::request(&huge, 5, RoutingOptions::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status.as_u16(), 400, "{err:?}");
+    assert_eq!(err.param.as_deref(), Some("prompt"));
+    assert!(err.message.contains("limit 524288"), "{}", err.message);
+    let served = sharemesh_engine::TokenEngine::active_jobs(&lab.providers[0].engine)
+        + sharemesh_engine::TokenEngine::queue_depth(&lab.providers[0].engine);
+    assert_eq!(served, 0, "no provider work");
+}
+
+/// Attack (`hijack-name`): a provider offers its own model under a catalog name. Beyond
+/// its adverts being refused, the gateway holds the signer to what it signed: its
+/// reputation drops as for any misbehaviour, so it is not tried even for its own id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_signs_a_hijacking_advert_is_penalised() {
+    let mut hijacker = adversary(1, Adversary::HijackName);
+    hijacker.expect_advert = false;
+    let lab = Lab::start(vec![hijacker, provider(100)], GatewaySpec::default())
+        .await
+        .unwrap();
+    let hijacker = lab.providers[0].node_id;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while lab.gateway.reputation(&hijacker) > -7.9 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the hijacker was never penalised"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let book = lab.gateway_mesh.book.read().unwrap();
+    assert!(book.get(&hijacker, now_ms()).is_none());
+}
+
+/// Attack (`flood-adverts:N`): a peer floods the mesh with adverts under fresh keys,
+/// each offering the lab model at the lowest price from nowhere. The gateway's book
+/// stays within its bounds, the providers that served it keep their place, and a
+/// request still reaches the honest provider after at most `unproven_ahead` failed
+/// attempts on fakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_fake_providers_stays_bounded_and_buyers_are_still_served() {
+    let limits = BookLimits {
+        max_entries: 12,
+        max_bytes: 24 << 10,
+        ..lab_book()
+    };
+    let gateway = GatewaySpec {
+        book: Some(limits),
+        ..GatewaySpec::default()
+    };
+    let lab = Lab::start(vec![provider(100), provider(200)], gateway)
+        .await
+        .unwrap();
+    let (honest, flooder) = (&lab.providers[0], &lab.providers[1]);
+    let before = lab
+        .complete(Lab::request("hi", 4, RoutingOptions::default()))
+        .await
+        .unwrap();
+    assert_eq!(before.providers, vec![honest.node_id]);
+
+    // The flooder's node publishes 40 fake adverts every 100 ms for 2 s: 800 keys.
+    let advert = flooder.provider.advert();
+    for _ in 0..20 {
+        for envelope in sharemesh_provider::advertise::flood(&advert, 40, Duration::from_secs(60)) {
+            flooder.mesh.publish_advert(&envelope).await.unwrap();
+        }
+        {
+            let book = lab.gateway_mesh.book.read().unwrap();
+            assert!(book.len() <= limits.max_entries, "{} adverts", book.len());
+            assert!(book.bytes() <= limits.max_bytes, "{} bytes", book.bytes());
+            assert!(
+                book.get(&honest.node_id, now_ms()).is_some(),
+                "the honest provider was evicted"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let fakes = {
+        let book = lab.gateway_mesh.book.read().unwrap();
+        book.live(now_ms())
+            .iter()
+            .filter(|e| e.advert.addresses.is_empty())
+            .count()
+    };
+    assert!(
+        fakes >= 5,
+        "the flood did reach the gateway ({fakes} fakes held)"
+    );
+    for _ in 0..3 {
+        let request = Lab::request("still there?", 6, RoutingOptions::default());
+        let (ids, _) = lab.expected(&request).unwrap();
+        let done = tokio::time::timeout(Duration::from_secs(15), lab.complete(request))
+            .await
+            .expect("served within the quote round and two failed attempts")
+            .unwrap();
+        assert_eq!(done.token_ids, ids);
+        assert_eq!(done.providers, vec![honest.node_id]);
+        assert_eq!(done.cost, NanoUsd((3 + 6) * 100));
+    }
+}
+
+/// A buyer that holds its share of a provider (`--max-jobs-per-buyer 1`) gets no more
+/// there: its next request is refused with `BuyerLimit` and served by another provider.
+/// A denied buyer (`--deny-buyer`) is never served by that provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_buyer_limits_and_deny_lists_hold() {
+    let mut limited = slow(provider(50), 20);
+    limited.policy.buyers.max_jobs_per_buyer = Some(1);
+    let mut denying = provider(60);
+    denying.policy.buyers.deny = [gateway_node_id()].into();
+    let lab = Lab::start(
+        vec![limited, denying, provider(100)],
+        GatewaySpec::default(),
+    )
+    .await
+    .unwrap();
+    let (limited, denying, other) = (
+        lab.providers[0].node_id,
+        lab.providers[1].node_id,
+        lab.providers[2].node_id,
+    );
+    // The buyer's one job on the limited provider, still running.
+    let mut running = lab
+        .open_job(limited, "a long job", 200, Billing::Metered(None))
+        .await
+        .unwrap();
+    assert!(matches!(running.next().await, Some(JobEvent::Accepted(_))));
+    let done = lab
+        .complete(Lab::request("hi", 4, RoutingOptions::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        done.providers,
+        vec![other],
+        "the limited provider refused the second job and the denying one every job"
+    );
+    // Asked directly, each says why.
+    for (provider, reason) in [
+        (limited, RejectReason::BuyerLimit),
+        (denying, RejectReason::NotAllowed),
+    ] {
+        let mut refused = lab
+            .open_job(provider, "hi", 4, Billing::Metered(None))
+            .await
+            .unwrap();
+        match refused.next().await {
+            Some(JobEvent::Rejected(reject)) => assert_eq!(reject.reason, reason),
+            other => panic!("expected a refusal ({reason:?}), got {other:?}"),
+        }
+    }
+    drop(running);
+    // Its running job over, the buyer is served by the limited provider again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut again = lab
+            .open_job(limited, "hi", 4, Billing::Metered(None))
+            .await
+            .unwrap();
+        if matches!(again.next().await, Some(JobEvent::Accepted(_))) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slot was not released"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,135 @@
+//! What a provider tells the mesh: its signed advert, refreshed every interval, and
+//! (in the adversary kit) the lies a modified provider would tell instead.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_protocol::{
+    catalog::CATALOG, Advert, Keypair, Load, ModelOffer, NanoUsd, SignedEnvelope, TierPrice,
+};
+
+use crate::policy::Adversary;
+use crate::Provider;
+
+impl Provider {
+    pub fn advert(&self) -> Advert {
+        Advert {
+            provider: self.key.node_id(),
+            region: self.policy.region.clone(),
+            hardware: self.hardware.summary(),
+            models: self
+                .engine
+                .models()
+                .iter()
+                .map(|model| ModelOffer {
+                    model: model.clone(),
+                    generation_milli_tokens_per_second: self.policy.measured_milli_tps,
+                    prices: self
+                        .policy
+                        .tiers
+                        .iter()
+                        .map(|&tier| TierPrice {
+                            tier,
+                            price_per_token: self.policy.price(tier),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            tiers: self.policy.tiers.clone(),
+            windows: self.policy.windows.clone(),
+            load: Load {
+                active_jobs: self.engine.active_jobs() as u32,
+                queue_depth: self.engine.queue_depth() as u32,
+                max_concurrent: self.policy.max_concurrent,
+            },
+            addresses: self
+                .mesh
+                .listen_addrs()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        }
+    }
+
+    /// Publishes the advert now and then every interval (well before it expires), and
+    /// announces a Kademlia provider record per model.
+    pub async fn advertise(self: Arc<Self>) {
+        for model in self.engine.models() {
+            let _ = self.mesh.provide(model.id).await;
+        }
+        let mut tick = tokio::time::interval(self.policy.advert_interval);
+        // A provider whose runtime was starved (its engine on every core) sends its
+        // next advert late, not a burst of the ones it missed: receivers rate-limit
+        // each signer, and a burst would lose the newest (the current load).
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if !self.policy.windows.is_empty()
+                && !self.policy.windows.iter().any(|w| w.contains(now_ms()))
+            {
+                continue; // Outside every window: advertise nothing.
+            }
+            let mut advert = self.advert();
+            if self.policy.adversary == Some(Adversary::HijackName) {
+                hijack_name(&mut advert);
+            }
+            match self.key.seal(
+                &advert,
+                self.seq.next(),
+                now_ms(),
+                self.policy.advert_lifetime.as_millis() as u64,
+            ) {
+                Ok(envelope) => {
+                    // Our own book lists us too (gossip never echoes our own messages),
+                    // so a gateway in this process can route to us.
+                    if let (Ok(bytes), Ok(mut book)) = (envelope.to_bytes(), self.mesh.book.write())
+                    {
+                        let _ = book.offer(&bytes, now_ms());
+                    }
+                    if let Err(err) = self.mesh.publish_advert(&envelope).await {
+                        tracing::warn!(%err, "publishing the advert failed");
+                    }
+                }
+                Err(err) => tracing::error!(%err, "sealing the advert failed"),
+            }
+            if let Some(Adversary::FloodAdverts(count)) = self.policy.adversary {
+                for envelope in flood(&advert, count, self.policy.advert_lifetime) {
+                    let _ = self.mesh.publish_advert(&envelope).await;
+                }
+            }
+        }
+    }
+}
+
+/// `hijack-name`: every model offered under the first catalog name that is not its own.
+fn hijack_name(advert: &mut Advert) {
+    for offer in &mut advert.models {
+        if let Some(name) = CATALOG.iter().find(|m| m.name != offer.model.name) {
+            offer.model.name = name.name.to_owned();
+        }
+    }
+}
+
+/// `flood-adverts:N`: `count` adverts under fresh keys, copying `advert`'s models at the
+/// lowest price and naming no address (nothing behind them can serve). Public for the
+/// lab's flood test, which starts the flood at a moment of its choosing.
+pub fn flood(advert: &Advert, count: u32, lifetime: Duration) -> Vec<SignedEnvelope> {
+    let mut rng = rand::rng();
+    (0..count)
+        .filter_map(|_| {
+            let key = Keypair::from_secret(rng.random());
+            let mut fake = advert.clone();
+            fake.provider = key.node_id();
+            fake.addresses.clear();
+            for offer in &mut fake.models {
+                for price in &mut offer.prices {
+                    price.price_per_token = NanoUsd(1);
+                }
+            }
+            key.seal(&fake, 1, now_ms(), lifetime.as_millis() as u64)
+                .ok()
+        })
+        .collect()
+}
