@@ -1,0 +1,40 @@
+//! GGUF headers (metadata, vocabulary, tensor table) as the engine reads a model file:
+//! a corrupt or hostile file must be an error, not a crash.
+
+use std::io::{Cursor, Read};
+use std::path::Path;
+
+use sharemesh_engine::tokenizer::GgufTokenizer;
+use sharemesh_engine::weights;
+
+use crate::Target;
+
+/// Seeds are read from the model once; `Target::seeds` is a plain `fn`.
+static HEADER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+fn header_of(model: &Path) -> Vec<u8> {
+    let mut file = std::fs::File::open(model)
+        .unwrap_or_else(|e| panic!("the GGUF target reads {}: {e}", model.display()));
+    let content = weights::read_content(&mut file, model).unwrap_or_else(|e| panic!("{e}"));
+    let mut header = vec![0u8; content.tensor_data_offset as usize];
+    let mut file = std::fs::File::open(model).unwrap_or_else(|e| panic!("{e}"));
+    file.read_exact(&mut header)
+        .unwrap_or_else(|e| panic!("{e}"));
+    header
+}
+
+pub fn target(model: &Path) -> Target {
+    let _ = HEADER.set(header_of(model));
+    let path = model.to_owned();
+    Target {
+        name: "gguf",
+        seeds: || HEADER.get().into_iter().cloned().collect(),
+        run: Box::new(move |input: &[u8]| {
+            let Ok(content) = weights::read_content(&mut Cursor::new(input), &path) else {
+                return;
+            };
+            let _ = weights::info(&content);
+            let _ = GgufTokenizer::from_gguf(&content);
+        }),
+    }
+}
