@@ -6,8 +6,8 @@ use std::time::Instant;
 use serde::Serialize;
 use sharemesh_protocol::{FinishReason, ModelId, Prompt, Sampling};
 
-use super::tokenizer::StreamDecoder;
 use super::{sampler, EngineError, LoadedModel};
+use sharemesh_tokenizer::text::{Step, TextStream};
 
 #[derive(Clone, Debug)]
 pub struct GenerateRequest {
@@ -62,90 +62,6 @@ impl Generation {
     }
 }
 
-/// Text emitted so far and the stop-sequence hold-back. Deterministic in the token
-/// text alone, so a provider resuming a job emits exactly what the first would have.
-struct TextStream<'a> {
-    stops: &'a [String],
-    decoder: StreamDecoder,
-    text: String,
-    emitted: usize,
-}
-
-enum Step {
-    Delta(String),
-    Stopped(String),
-}
-
-impl<'a> TextStream<'a> {
-    fn new(stops: &'a [String]) -> Self {
-        Self {
-            stops,
-            decoder: StreamDecoder::default(),
-            text: String::new(),
-            emitted: 0,
-        }
-    }
-
-    fn push(&mut self, bytes: &[u8]) -> Step {
-        let piece = self.decoder.push(bytes);
-        self.text.push_str(&piece);
-        // A stop sequence may straddle earlier text: search from where it could start.
-        let longest = self.stops.iter().map(String::len).max().unwrap_or(0);
-        let mut search_from = self.emitted.saturating_sub(longest);
-        while !self.text.is_char_boundary(search_from) {
-            search_from -= 1;
-        }
-        let found = self
-            .stops
-            .iter()
-            .filter_map(|s| {
-                self.text[search_from..]
-                    .find(s.as_str())
-                    .map(|at| search_from + at)
-            })
-            .min();
-        if let Some(at) = found {
-            let at = at.max(self.emitted);
-            let delta = self.text[self.emitted..at].to_owned();
-            self.emitted = at;
-            return Step::Stopped(delta);
-        }
-        let mut boundary = self.text.len() - self.held_back();
-        while !self.text.is_char_boundary(boundary) {
-            boundary -= 1;
-        }
-        let boundary = boundary.max(self.emitted);
-        let delta = self.text[self.emitted..boundary].to_owned();
-        self.emitted = boundary;
-        Step::Delta(delta)
-    }
-
-    /// Length of the longest suffix of the text that is a proper prefix of a stop sequence.
-    fn held_back(&self) -> usize {
-        let mut held = 0;
-        for stop in self.stops {
-            for len in (1..stop.len()).rev() {
-                if len <= held {
-                    break;
-                }
-                if stop.is_char_boundary(len) && self.text.ends_with(&stop[..len]) {
-                    held = len;
-                    break;
-                }
-            }
-        }
-        held
-    }
-
-    fn finish(&mut self) -> String {
-        let tail = self.decoder.finish();
-        self.text.push_str(&tail);
-        let delta = self.text[self.emitted..].to_owned();
-        self.emitted = self.text.len();
-        delta
-    }
-}
-
 pub(super) fn run(
     model: &mut LoadedModel,
     request: &GenerateRequest,
@@ -157,7 +73,7 @@ pub(super) fn run(
         .map_err(|e| EngineError::BadRequest(e.to_string()))?;
     let prompt = model.prompt_tokens(&request.prompt)?;
     let context = model.descriptor.context_length as usize;
-    let vocab = model.tokenizer.vocab_size() as u32;
+    let vocab = model.vocabulary.tokenizer.vocab_size() as u32;
     if prompt.len() + request.resume.len() >= context {
         return Err(EngineError::ContextTooLong {
             prompt_tokens: prompt.len() + request.resume.len(),
@@ -177,7 +93,7 @@ pub(super) fn run(
     }
     let prompt_tokens = prompt.len() as u32;
     let device = &model.device;
-    let tokenizer = &model.tokenizer;
+    let tokenizer = &model.vocabulary.tokenizer;
     let weights = &mut model.weights;
     let mut history = prompt.clone();
     let mut text = TextStream::new(&request.sampling.stop);
@@ -255,49 +171,4 @@ pub(super) fn run(
         generation_seconds: generation_started.elapsed().as_secs_f64(),
         generated_tokens,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn feed(stops: &[&str], pieces: &[&str]) -> (Vec<String>, bool) {
-        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
-        let mut stream = TextStream::new(&stops);
-        let mut out = Vec::new();
-        for piece in pieces {
-            match stream.push(piece.as_bytes()) {
-                Step::Delta(d) => out.push(d),
-                Step::Stopped(d) => {
-                    out.push(d);
-                    return (out, true);
-                }
-            }
-        }
-        out.push(stream.finish());
-        (out, false)
-    }
-
-    #[test]
-    fn text_without_stops_streams_through() {
-        assert_eq!(feed(&[], &["Hel", "lo"]).0, vec!["Hel", "lo", ""]);
-    }
-
-    #[test]
-    fn a_stop_sequence_across_tokens_is_cut_and_never_shown() {
-        let (out, stopped) = feed(&["\n\n"], &["Paris.", "\n", "\nThe"]);
-        assert!(stopped);
-        assert_eq!(out.concat(), "Paris.");
-        assert_eq!(out, vec!["Paris.", "", ""]);
-    }
-
-    #[test]
-    fn a_false_start_is_released() {
-        let (out, stopped) = feed(&["END"], &["the E", "ND", "x"]);
-        assert!(stopped);
-        assert_eq!(out.concat(), "the ");
-        let (out, stopped) = feed(&["END"], &["the E", "ast"]);
-        assert!(!stopped);
-        assert_eq!(out, vec!["the ", "East", ""]);
-    }
 }

@@ -9,15 +9,18 @@
 //! one-token decode path, so the KV cache matches what decoding built (SPEC.md §7).
 
 pub mod catalog;
-pub mod chat;
 mod gemma3;
 mod generate;
 pub mod sampler;
 pub mod scripted;
 mod seam;
-mod spm;
-pub mod tokenizer;
 pub mod weights;
+
+/// The vocabulary side (tokenizers, chat templates, token text), from
+/// `sharemesh-tokenizer`, which the gateway uses without the engine.
+pub mod tokenizer {
+    pub use sharemesh_tokenizer::{GgufTokenizer, StreamDecoder, Vocabulary};
+}
 mod worker;
 
 use std::fs::File;
@@ -31,9 +34,21 @@ use sharemesh_protocol::{ModelDescriptor, ModelId, Prompt, Sampling};
 pub use candle_core::Device;
 pub use generate::{GenerateRequest, Generation, TokenEvent};
 pub use seam::{EngineEvent, TokenEngine, EVENT_BUFFER};
-use tokenizer::GgufTokenizer;
+use sharemesh_tokenizer::{TokenizerError, Vocabulary};
 use weights::Weights;
 pub use worker::Engine;
+
+impl From<TokenizerError> for EngineError {
+    fn from(err: TokenizerError) -> Self {
+        match err {
+            TokenizerError::Header(e) => EngineError::BadModel(e.to_string()),
+            TokenizerError::BadModel(m) => EngineError::BadModel(m),
+            TokenizerError::Unsupported(m) => EngineError::Unsupported(m),
+            TokenizerError::BadRequest(m) => EngineError::BadRequest(m),
+            TokenizerError::Tokenizer(m) => EngineError::Tokenizer(m),
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
@@ -66,8 +81,8 @@ pub enum EngineError {
 pub struct LoadedModel {
     pub descriptor: ModelDescriptor,
     weights: Weights,
-    pub tokenizer: GgufTokenizer,
-    chat: chat::ChatTemplate,
+    /// Tokenizer and chat template (what a buyer counts with too).
+    pub vocabulary: Vocabulary,
     device: Device,
     pub load_seconds: f64,
 }
@@ -94,22 +109,10 @@ impl LoadedModel {
         let mut reader = BufReader::new(file);
         let content = weights::read_content(&mut reader, path)?;
         let info = weights::info(&content)?;
-        let tokenizer = GgufTokenizer::from_gguf(&content)?;
-        let token_text =
-            |id: Option<u32>| id.map(|id| tokenizer.token_literal(id)).unwrap_or_default();
-        let template_source = content
-            .metadata
-            .get("tokenizer.chat_template")
-            .and_then(|v| v.to_string().ok())
-            .cloned();
-        let fallback =
-            chat::Fallback::for_vocabulary(tokenizer.has_control_token("<start_of_turn>"));
-        let chat = chat::ChatTemplate::new(
-            template_source,
-            fallback,
-            token_text(tokenizer.bos_id),
-            token_text(tokenizer.eos_id),
-        )?;
+        // The vocabulary from the header alone, as a buyer's gateway reads it.
+        let header = File::open(path)
+            .map_err(|e| EngineError::Io(format!("opening {}: {e}", path.display())))?;
+        let vocabulary = Vocabulary::read(BufReader::new(header))?;
         let weights = Weights::load(content, &mut reader, &info.architecture, &device, path)?;
         Ok(Self {
             descriptor: ModelDescriptor {
@@ -120,8 +123,7 @@ impl LoadedModel {
                 context_length: info.context_length,
             },
             weights,
-            tokenizer,
-            chat,
+            vocabulary,
             device,
             load_seconds: started.elapsed().as_secs_f64(),
         })
@@ -129,38 +131,8 @@ impl LoadedModel {
 
     /// Turns a prompt into token ids (chat prompts through the model's template).
     pub fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
-        let mut ids = match prompt {
-            Prompt::Text(text) => {
-                let mut ids = Vec::new();
-                if self.tokenizer.add_bos {
-                    ids.extend(self.tokenizer.bos_id);
-                }
-                ids.extend(self.tokenizer.encode(text)?);
-                ids
-            }
-            Prompt::Chat(messages) => {
-                if messages.is_empty() {
-                    return Err(EngineError::BadRequest("`messages` is empty".into()));
-                }
-                self.tokenizer.encode(&self.chat.render(messages)?)?
-            }
-            Prompt::Tokens(ids) => {
-                let vocab = self.tokenizer.vocab_size() as u32;
-                if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
-                    return Err(EngineError::BadRequest(format!(
-                        "prompt token id {bad} is outside the vocabulary (size {vocab})"
-                    )));
-                }
-                ids.clone()
-            }
-        };
-        if ids.is_empty() {
-            match self.tokenizer.bos_id {
-                Some(bos) => ids.push(bos),
-                None => return Err(EngineError::BadRequest("the prompt is empty".into())),
-            }
-        }
-        Ok(ids)
+        // The same function a buyer counts with.
+        Ok(self.vocabulary.prompt_tokens(prompt)?)
     }
 
     /// The next-token logits after `tokens`, fed from an empty cache in chunks of
@@ -168,7 +140,7 @@ impl LoadedModel {
     /// with batch-invariant weights every chunk size gives the same bits.
     pub fn logits_after(&mut self, tokens: &[u32], chunk: usize) -> Result<Vec<f32>, EngineError> {
         self.bind_device_to_thread()?;
-        let vocab = self.tokenizer.vocab_size() as u32;
+        let vocab = self.vocabulary.tokenizer.vocab_size() as u32;
         if tokens.is_empty() || chunk == 0 {
             return Err(EngineError::BadRequest("no tokens to score".into()));
         }

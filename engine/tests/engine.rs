@@ -82,13 +82,13 @@ fn tokenizer_matches_llama_cpp() {
     for case in fixture["tokenizer"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
         assert_eq!(
-            model.tokenizer.encode(text).unwrap(),
+            model.vocabulary.tokenizer.encode(text).unwrap(),
             ids(&case["ids"]),
             "tokenizing {text:?}"
         );
         // Decoding gives the text back (control tokens are not rendered).
         if !text.contains("<|") {
-            assert_eq!(model.tokenizer.decode(&ids(&case["ids"])), text);
+            assert_eq!(model.vocabulary.tokenizer.decode(&ids(&case["ids"])), text);
         }
     }
 }

@@ -43,14 +43,14 @@ fn sentencepiece_tokenizer_matches_llama_cpp() {
         let text = case["text"].as_str().unwrap();
         let expected = ids(&case["ids"]);
         assert_eq!(
-            model.tokenizer.encode(text).unwrap(),
+            model.vocabulary.tokenizer.encode(text).unwrap(),
             expected,
             "tokenizing {text:?}"
         );
         // Decoding gives the text back, byte-fallback characters included (control
         // tokens are not rendered).
         if !text.contains("<start_of_turn>") && !text.contains("<bos>") {
-            assert_eq!(model.tokenizer.decode(&expected), text);
+            assert_eq!(model.vocabulary.tokenizer.decode(&expected), text);
         }
     }
 }

@@ -1,11 +1,13 @@
-//! GGUF headers (metadata, vocabulary, tensor table) as the engine reads a model file:
-//! a corrupt or hostile file must be an error, not a crash.
+//! GGUF headers (metadata, vocabulary, tensor table): as a gateway reads a header a
+//! provider sent (`sharemesh-tokenizer`'s bounded reader, then the vocabulary built
+//! from it) and as the engine reads a model file (candle's reader). A corrupt or
+//! hostile header must be an error, not a crash.
 
 use std::io::{Cursor, Read};
 use std::path::Path;
 
-use sharemesh_engine::tokenizer::GgufTokenizer;
 use sharemesh_engine::weights;
+use sharemesh_tokenizer::Vocabulary;
 
 use crate::Target;
 
@@ -30,11 +32,16 @@ pub fn target(model: &Path) -> Target {
         name: "gguf",
         seeds: || HEADER.get().into_iter().cloned().collect(),
         run: Box::new(move |input: &[u8]| {
-            let Ok(content) = weights::read_content(&mut Cursor::new(input), &path) else {
-                return;
-            };
-            let _ = weights::info(&content);
-            let _ = GgufTokenizer::from_gguf(&content);
+            if let Ok(header) = sharemesh_tokenizer::read_header(input) {
+                assert!(
+                    header.tensor_data_offset >= 24,
+                    "a header is at least 24 bytes"
+                );
+                let _ = Vocabulary::from_metadata(&header.metadata);
+            }
+            if let Ok(content) = weights::read_content(&mut Cursor::new(input), &path) {
+                let _ = weights::info(&content);
+            }
         }),
     }
 }

@@ -3,8 +3,7 @@
 
 use std::path::Path;
 
-use sharemesh_engine::tokenizer::GgufTokenizer;
-use sharemesh_engine::weights;
+use sharemesh_tokenizer::Vocabulary;
 
 use crate::Target;
 
@@ -17,10 +16,11 @@ const TEXTS: &[&str] = &[
 ];
 
 pub fn target(model: &Path) -> Target {
-    let mut file = std::fs::File::open(model)
+    let file = std::fs::File::open(model)
         .unwrap_or_else(|e| panic!("the tokenizer target reads {}: {e}", model.display()));
-    let content = weights::read_content(&mut file, model).unwrap_or_else(|e| panic!("{e}"));
-    let tokenizer = GgufTokenizer::from_gguf(&content).unwrap_or_else(|e| panic!("{e}"));
+    let tokenizer = Vocabulary::read(std::io::BufReader::new(file))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .tokenizer;
     let mut single_bytes = [false; 256];
     for id in 0..tokenizer.vocab_size() as u32 {
         if let [byte] = tokenizer.token_bytes(id) {

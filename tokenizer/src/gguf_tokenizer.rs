@@ -6,15 +6,15 @@
 
 use std::collections::HashMap;
 
-use candle_core::quantized::gguf_file;
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer};
 
-use super::spm::{Spm, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
-use super::EngineError;
+use crate::gguf::{MetaValue, Metadata};
+use crate::spm::{Spm, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
+use crate::TokenizerError;
 
 enum Segmenter {
     /// Byte-level BPE (`gpt2`) through the `tokenizers` crate.
@@ -37,14 +37,13 @@ pub struct GgufTokenizer {
     pub add_bos: bool,
 }
 
-fn md<'a>(ct: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value, EngineError> {
-    ct.metadata
-        .get(key)
-        .ok_or_else(|| EngineError::BadModel(format!("GGUF metadata lacks `{key}`")))
+fn md<'a>(meta: &'a Metadata, key: &str) -> Result<&'a MetaValue, TokenizerError> {
+    meta.get(key)
+        .ok_or_else(|| TokenizerError::BadModel(format!("GGUF metadata lacks `{key}`")))
 }
 
-fn bad(key: &str, err: impl std::fmt::Display) -> EngineError {
-    EngineError::BadModel(format!("GGUF metadata `{key}`: {err}"))
+fn bad(key: &str, err: impl std::fmt::Display) -> TokenizerError {
+    TokenizerError::BadModel(format!("GGUF metadata `{key}`: {err}"))
 }
 
 /// GPT-2's byte → printable-char table, inverted: char → byte.
@@ -70,30 +69,29 @@ fn byte_decoder() -> HashMap<char, u8> {
 }
 
 impl GgufTokenizer {
-    pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self, EngineError> {
-        let model = md(ct, "tokenizer.ggml.model")?
+    pub fn from_metadata(meta: &Metadata) -> Result<Self, TokenizerError> {
+        let model = md(meta, "tokenizer.ggml.model")?
             .to_string()
             .map_err(|e| bad("tokenizer.ggml.model", e))?;
         let model = model.as_str();
         if model != "gpt2" && model != "llama" {
-            return Err(EngineError::Unsupported(format!(
+            return Err(TokenizerError::Unsupported(format!(
                 "tokenizer model `{model}` (supported: `gpt2` byte-level BPE, `llama` SentencePiece)"
             )));
         }
-        let pre = ct
-            .metadata
+        let pre = meta
             .get("tokenizer.ggml.pre")
             .and_then(|v| v.to_string().ok())
             .cloned()
             .unwrap_or_else(|| "default".to_owned());
-        let tokens: Vec<String> = md(ct, "tokenizer.ggml.tokens")?
+        let tokens: Vec<String> = md(meta, "tokenizer.ggml.tokens")?
             .to_vec()
             .map_err(|e| bad("tokenizer.ggml.tokens", e))?
             .iter()
             .map(|v| v.to_string().cloned())
             .collect::<Result<_, _>>()
             .map_err(|e| bad("tokenizer.ggml.tokens", e))?;
-        let types: Vec<i32> = match ct.metadata.get("tokenizer.ggml.token_type") {
+        let types: Vec<i32> = match meta.get("tokenizer.ggml.token_type") {
             Some(v) => v
                 .to_vec()
                 .map_err(|e| bad("tokenizer.ggml.token_type", e))?
@@ -103,17 +101,16 @@ impl GgufTokenizer {
                 .map_err(|e| bad("tokenizer.ggml.token_type", e))?,
             None => vec![1; tokens.len()],
         };
-        let get_id = |key: &str| ct.metadata.get(key).and_then(|v| v.to_u32().ok());
+        let get_id = |key: &str| meta.get(key).and_then(|v| v.to_u32().ok());
         let bos_id = get_id("tokenizer.ggml.bos_token_id");
         let eos_id = get_id("tokenizer.ggml.eos_token_id");
-        let add_bos = ct
-            .metadata
+        let add_bos = meta
             .get("tokenizer.ggml.add_bos_token")
             .and_then(|v| v.to_bool().ok())
             .unwrap_or(false);
 
         let inner = if model == "llama" {
-            let scores: Vec<f32> = match ct.metadata.get("tokenizer.ggml.scores") {
+            let scores: Vec<f32> = match meta.get("tokenizer.ggml.scores") {
                 Some(v) => v
                     .to_vec()
                     .map_err(|e| bad("tokenizer.ggml.scores", e))?
@@ -123,8 +120,7 @@ impl GgufTokenizer {
                     .map_err(|e| bad("tokenizer.ggml.scores", e))?,
                 None => vec![0.0; tokens.len()],
             };
-            let add_space_prefix = ct
-                .metadata
+            let add_space_prefix = meta
                 .get("tokenizer.ggml.add_space_prefix")
                 .and_then(|v| v.to_bool().ok())
                 .unwrap_or(true);
@@ -137,7 +133,7 @@ impl GgufTokenizer {
                 add_space_prefix,
             )))
         } else {
-            Segmenter::Bpe(Box::new(Self::byte_level_bpe(ct, &tokens, &types, &pre)?))
+            Segmenter::Bpe(Box::new(Self::byte_level_bpe(meta, &tokens, &types, &pre)?))
         };
         let decoder = byte_decoder();
         let token_bytes = tokens
@@ -184,12 +180,12 @@ impl GgufTokenizer {
     }
 
     fn byte_level_bpe(
-        ct: &gguf_file::Content,
+        meta: &Metadata,
         tokens: &[String],
         types: &[i32],
         pre: &str,
-    ) -> Result<Tokenizer, EngineError> {
-        let merges: Vec<(String, String)> = md(ct, "tokenizer.ggml.merges")?
+    ) -> Result<Tokenizer, TokenizerError> {
+        let merges: Vec<(String, String)> = md(meta, "tokenizer.ggml.merges")?
             .to_vec()
             .map_err(|e| bad("tokenizer.ggml.merges", e))?
             .iter()
@@ -200,7 +196,7 @@ impl GgufTokenizer {
                 })?;
                 Ok((a.to_owned(), b.to_owned()))
             })
-            .collect::<Result<_, EngineError>>()?;
+            .collect::<Result<_, TokenizerError>>()?;
         let vocab: tokenizers::models::bpe::Vocab = tokens
             .iter()
             .enumerate()
@@ -209,7 +205,7 @@ impl GgufTokenizer {
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
             .build()
-            .map_err(|e| EngineError::BadModel(format!("building BPE: {e}")))?;
+            .map_err(|e| TokenizerError::BadModel(format!("building BPE: {e}")))?;
         let mut inner = Tokenizer::new(bpe);
         let byte_level = ByteLevel::new(false, false, true);
         let pre_tokenizer: PreTokenizerWrapper = match pre {
@@ -217,7 +213,7 @@ impl GgufTokenizer {
             "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
             "gpt2" | "default" => byte_level.into(),
             other => {
-                return Err(EngineError::Unsupported(format!(
+                return Err(TokenizerError::Unsupported(format!(
                     "pre-tokenizer `{other}` (supported: smollm, gpt2)"
                 )))
             }
@@ -231,7 +227,7 @@ impl GgufTokenizer {
             .collect();
         inner
             .add_special_tokens(specials)
-            .map_err(|e| EngineError::BadModel(format!("registering special tokens: {e}")))?;
+            .map_err(|e| TokenizerError::BadModel(format!("registering special tokens: {e}")))?;
 
         Ok(inner)
     }
@@ -242,13 +238,13 @@ impl GgufTokenizer {
 
     /// Token ids for `text`; special tokens written in the text are recognised (as
     /// llama.cpp does with `parse_special`). No BOS is added here.
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, EngineError> {
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
         match &self.inner {
             Segmenter::Spm(spm) => Ok(spm.encode(text)),
             Segmenter::Bpe(bpe) => {
                 let encoding = bpe
                     .encode_fast(text, false)
-                    .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+                    .map_err(|e| TokenizerError::Tokenizer(e.to_string()))?;
                 Ok(encoding.get_ids().to_vec())
             }
         }
@@ -289,67 +285,9 @@ impl GgufTokenizer {
     }
 }
 
-/// Turns a token stream into valid UTF-8 text deltas, holding back bytes of a
-/// character that spans tokens until it is complete.
-#[derive(Default)]
-pub struct StreamDecoder {
-    pending: Vec<u8>,
-}
-
-impl StreamDecoder {
-    pub fn push(&mut self, bytes: &[u8]) -> String {
-        self.pending.extend_from_slice(bytes);
-        let mut out = String::new();
-        loop {
-            match std::str::from_utf8(&self.pending) {
-                Ok(text) => {
-                    out.push_str(text);
-                    self.pending.clear();
-                    return out;
-                }
-                Err(err) => {
-                    let valid = err.valid_up_to();
-                    out.push_str(&String::from_utf8_lossy(&self.pending[..valid]));
-                    match err.error_len() {
-                        // Incomplete character at the end: wait for the next token.
-                        None => {
-                            self.pending.drain(..valid);
-                            return out;
-                        }
-                        Some(len) => {
-                            out.push(char::REPLACEMENT_CHARACTER);
-                            self.pending.drain(..valid + len);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Whatever is still held at the end of the stream.
-    pub fn finish(&mut self) -> String {
-        let rest = String::from_utf8_lossy(&self.pending).into_owned();
-        self.pending.clear();
-        rest
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stream_decoder_holds_split_characters() {
-        let mut d = StreamDecoder::default();
-        let rocket = "🚀".as_bytes();
-        assert_eq!(d.push(&rocket[..1]), "");
-        assert_eq!(d.push(&rocket[1..3]), "");
-        assert_eq!(d.push(&rocket[3..]), "🚀");
-        assert_eq!(d.push(b"ok"), "ok");
-        assert_eq!(d.push(&[0xff, b'a']), "\u{fffd}a");
-        assert_eq!(d.push(&[0xe2]), "");
-        assert_eq!(d.finish(), "\u{fffd}");
-    }
 
     #[test]
     fn byte_decoder_covers_all_bytes() {

@@ -7,7 +7,7 @@ use minijinja::{context, Environment, Error, ErrorKind};
 use serde::Serialize;
 use sharemesh_protocol::{ChatMessage, Role};
 
-use super::EngineError;
+use crate::TokenizerError;
 
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
@@ -60,7 +60,7 @@ impl ChatTemplate {
         fallback: Fallback,
         bos_token: String,
         eos_token: String,
-    ) -> Result<Self, EngineError> {
+    ) -> Result<Self, TokenizerError> {
         let mut env = Environment::new();
         env.add_function(
             "raise_exception",
@@ -73,7 +73,7 @@ impl ChatTemplate {
             Fallback::Gemma => GEMMA,
         };
         env.add_template_owned("chat", source.unwrap_or_else(|| builtin.to_owned()))
-            .map_err(|e| EngineError::BadModel(format!("chat template does not parse: {e}")))?;
+            .map_err(|e| TokenizerError::BadModel(format!("chat template does not parse: {e}")))?;
         Ok(Self {
             env,
             bos_token,
@@ -82,7 +82,7 @@ impl ChatTemplate {
     }
 
     /// Renders the conversation and opens the assistant's turn.
-    pub fn render(&self, messages: &[ChatMessage]) -> Result<String, EngineError> {
+    pub fn render(&self, messages: &[ChatMessage]) -> Result<String, TokenizerError> {
         let messages: Vec<TemplateMessage<'_>> = messages
             .iter()
             .map(|m| TemplateMessage {
@@ -93,7 +93,7 @@ impl ChatTemplate {
         let template = self
             .env
             .get_template("chat")
-            .map_err(|e| EngineError::BadModel(e.to_string()))?;
+            .map_err(|e| TokenizerError::BadModel(e.to_string()))?;
         template
             .render(context! {
                 messages => messages,
@@ -102,7 +102,7 @@ impl ChatTemplate {
                 eos_token => self.eos_token,
             })
             .map_err(|e| {
-                EngineError::BadRequest(format!("chat template refused the messages: {e}"))
+                TokenizerError::BadRequest(format!("chat template refused the messages: {e}"))
             })
     }
 }

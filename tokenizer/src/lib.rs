@@ -1,0 +1,103 @@
+//! A model's vocabulary as a buyer and a provider both need it: read from the GGUF
+//! header alone (a bounded reader, no weights, no inference engine), it turns a prompt
+//! into the token ids the engine runs (chat prompts through the model's template) and
+//! token ids back into the text a provider must send. The engine generates with it;
+//! the gateway counts every prompt it pays for and checks every chunk's text with it.
+
+pub mod chat;
+pub mod gguf;
+mod gguf_tokenizer;
+pub mod spm;
+pub mod text;
+
+use std::io::Read;
+
+use sharemesh_protocol::Prompt;
+
+pub use chat::{ChatTemplate, Fallback};
+pub use gguf::{read_header, GgufError, GgufHeader, MetaValue, Metadata};
+pub use gguf_tokenizer::GgufTokenizer;
+pub use text::{Step, StreamDecoder, TextStream};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error(transparent)]
+    Header(#[from] GgufError),
+    #[error("bad model: {0}")]
+    BadModel(String),
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+}
+
+/// A model's tokenizer and chat template.
+pub struct Vocabulary {
+    pub tokenizer: GgufTokenizer,
+    pub chat: ChatTemplate,
+}
+
+impl Vocabulary {
+    /// From a GGUF header's metadata.
+    pub fn from_metadata(metadata: &Metadata) -> Result<Self, TokenizerError> {
+        let tokenizer = GgufTokenizer::from_metadata(metadata)?;
+        let token_text =
+            |id: Option<u32>| id.map(|id| tokenizer.token_literal(id)).unwrap_or_default();
+        let template_source = metadata
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.to_string().ok())
+            .cloned();
+        let fallback = Fallback::for_vocabulary(tokenizer.has_control_token("<start_of_turn>"));
+        let chat = ChatTemplate::new(
+            template_source,
+            fallback,
+            token_text(tokenizer.bos_id),
+            token_text(tokenizer.eos_id),
+        )?;
+        Ok(Self { tokenizer, chat })
+    }
+
+    /// From the start of a GGUF file (or a header fetched from a provider).
+    pub fn read<R: Read>(reader: R) -> Result<Self, TokenizerError> {
+        Self::from_metadata(&read_header(reader)?.metadata)
+    }
+
+    /// The token ids a prompt runs as (chat prompts through the model's template):
+    /// what a provider's `Accept.prompt_tokens` must count.
+    pub fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, TokenizerError> {
+        let mut ids = match prompt {
+            Prompt::Text(text) => {
+                let mut ids = Vec::new();
+                if self.tokenizer.add_bos {
+                    ids.extend(self.tokenizer.bos_id);
+                }
+                ids.extend(self.tokenizer.encode(text)?);
+                ids
+            }
+            Prompt::Chat(messages) => {
+                if messages.is_empty() {
+                    return Err(TokenizerError::BadRequest("`messages` is empty".into()));
+                }
+                self.tokenizer.encode(&self.chat.render(messages)?)?
+            }
+            Prompt::Tokens(ids) => {
+                let vocab = self.tokenizer.vocab_size() as u32;
+                if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
+                    return Err(TokenizerError::BadRequest(format!(
+                        "prompt token id {bad} is outside the vocabulary (size {vocab})"
+                    )));
+                }
+                ids.clone()
+            }
+        };
+        if ids.is_empty() {
+            match self.tokenizer.bos_id {
+                Some(bos) => ids.push(bos),
+                None => return Err(TokenizerError::BadRequest("the prompt is empty".into())),
+            }
+        }
+        Ok(ids)
+    }
+}
