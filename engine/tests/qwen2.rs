@@ -117,7 +117,7 @@ fn qwen2_on_smollm2_weights_answers_like_the_llama_path() {
     let qwen2_path = dir.path().join("smollm2-as-qwen2.gguf");
     write_qwen2_from_llama(&llama_path, &qwen2_path);
 
-    let id: ModelId = support::DEFAULT_MODEL_SHA256.parse().unwrap();
+    let id: ModelId = support::DEFAULT_MODEL_ID.parse().unwrap();
     let mut qwen2 = LoadedModel::load(&qwen2_path, id, "smollm2-as-qwen2", Device::Cpu).unwrap();
     assert_eq!(qwen2.descriptor.architecture, "qwen2");
     assert_eq!(qwen2.backend(), "cpu/candle");

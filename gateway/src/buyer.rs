@@ -18,6 +18,9 @@ use sharemesh_protocol::{
 use sharemesh_reputation::Outcome;
 
 use sharemesh_ledger::Ledger;
+use sharemesh_tokenizer::{Step, TextStream};
+
+use crate::vocab::Counted;
 use sharemesh_mesh::clock::{now_ms, SeqCounter};
 use sharemesh_mesh::framing::{write_frame, FrameError, FrameReader};
 use sharemesh_mesh::{MeshHandle, INFER_PROTOCOL};
@@ -131,6 +134,9 @@ pub struct StreamTerms {
     /// A provider silent this long counts as stalled.
     pub stall_timeout: Duration,
     pub billing: Billing,
+    /// The prompt as this buyer counted it with the model's vocabulary (`None`: no
+    /// vocabulary; the prompt's token bound applies and text is not checked).
+    pub counted: Option<Counted>,
 }
 
 /// Starts a job on `provider`: opens the stream and sends the signed request. The
@@ -195,6 +201,11 @@ enum State {
 /// What the buyer counts while tokens arrive.
 struct Streaming {
     accept: Accept,
+    /// The text the tokens must spell (with the vocabulary): the engine's own
+    /// function of the token bytes and stop sequences, fed the resumed prefix first.
+    text: Option<TextStream>,
+    /// A stop sequence ended the text: only the final chunk may follow.
+    stopped: bool,
     /// Receipts go out every this many tokens.
     every: u64,
     received: u64,
@@ -239,7 +250,8 @@ impl BuyerStream {
             }
             (Err(err), _) => return self.fail(SegmentError::BadAnswer(err.to_string())),
         };
-        if let Err(why) = check_accept(&accept, &self.request) {
+        let counted = self.terms.counted.as_ref().map(|c| c.prompt_tokens);
+        if let Err(why) = check_accept(&accept, &self.request, counted) {
             return self.fail(SegmentError::TermsMismatch(why));
         }
         // Acknowledge at least twice per credit window so the provider never has to
@@ -248,9 +260,18 @@ impl BuyerStream {
         let replay = u32::try_from(self.request.resume.len()).unwrap_or(u32::MAX);
         let prefill = accept.prompt_tokens.saturating_add(replay);
         let timeout = self.terms.stall_timeout + PREFILL_ALLOWANCE_PER_TOKEN * prefill;
+        let text = self.terms.counted.as_ref().map(|counted| {
+            let mut text = TextStream::new(&self.request.sampling.stop);
+            for &token in &self.request.resume {
+                let _ = text.push(counted.vocabulary.tokenizer.token_bytes(token));
+            }
+            text
+        });
         self.pending.push_back(JobEvent::Accepted(accept.clone()));
         State::Streaming(Streaming {
             accept,
+            text,
+            stopped: false,
             every,
             received: 0,
             acknowledged: 0,
@@ -278,7 +299,9 @@ impl BuyerStream {
             }
             Err(err) => return self.fail(SegmentError::BadChunk(err.to_string())),
         };
-        if let Err(why) = check_chunk(&chunk, &self.request, at.received) {
+        let checked = check_chunk(&chunk, &self.request, at.received)
+            .and_then(|()| self.check_text(&chunk, &mut at));
+        if let Err(why) = checked {
             // Nothing more is paid: the bad chunk is neither relayed nor receipted.
             return self.fail(SegmentError::BadChunk(why));
         }
@@ -354,15 +377,66 @@ impl BuyerStream {
     }
 }
 
+impl BuyerStream {
+    /// With the vocabulary: every token is in it, and the chunk's text is exactly what
+    /// its tokens spell (after the stop-sequence hold-back the engine applies), and
+    /// nothing follows a stop sequence but the end.
+    fn check_text(&self, chunk: &TokenChunk, at: &mut Streaming) -> Result<(), String> {
+        let (Some(text), Some(counted)) = (at.text.as_mut(), self.terms.counted.as_ref()) else {
+            return Ok(());
+        };
+        let tokenizer = &counted.vocabulary.tokenizer;
+        if at.stopped && !chunk.token_ids.is_empty() {
+            return Err("tokens after a stop sequence ended the text".into());
+        }
+        let mut expected = String::new();
+        for (i, &id) in chunk.token_ids.iter().enumerate() {
+            if id as usize >= tokenizer.vocab_size() {
+                return Err(format!("token {id} is outside the model's vocabulary"));
+            }
+            match text.push(tokenizer.token_bytes(id)) {
+                Step::Delta(delta) => expected.push_str(&delta),
+                Step::Stopped(delta) => {
+                    expected.push_str(&delta);
+                    at.stopped = true;
+                    if i + 1 < chunk.token_ids.len() {
+                        return Err("tokens after a stop sequence ended the text".into());
+                    }
+                }
+            }
+        }
+        if chunk.text_delta != expected {
+            return Err(format!(
+                "text {:?} is not what tokens {:?} spell ({:?})",
+                preview(&chunk.text_delta),
+                &chunk.token_ids[..chunk.token_ids.len().min(8)],
+                preview(&expected)
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn preview(text: &str) -> String {
+    text.chars().take(40).collect()
+}
+
 /// The terms a provider accepted on, checked against the request: the same job, a
-/// price within the ceiling, and a prompt count within the prompt's token bound (no
-/// tokenizer makes more tokens of it; the buyer pays for each).
-fn check_accept(accept: &Accept, request: &JobRequest) -> Result<(), String> {
+/// price within the ceiling, and the prompt count the buyer counted itself (without
+/// a vocabulary: within the prompt's token bound, which no tokenizer exceeds).
+fn check_accept(accept: &Accept, request: &JobRequest, counted: Option<u32>) -> Result<(), String> {
     if accept.job_id != request.job_id || accept.price_per_token > request.max_price_per_token {
         return Err(format!(
             "job {} at {} nano-USD/token (asked: job {}, at most {})",
             accept.job_id, accept.price_per_token.0, request.job_id, request.max_price_per_token.0
         ));
+    }
+    if let Some(counted) = counted {
+        if accept.prompt_tokens != counted {
+            let claim = accept.prompt_tokens;
+            return Err(format!("a prompt of {counted} tokens billed as {claim}"));
+        }
+        return Ok(());
     }
     let bound = request.prompt.token_bound();
     if u64::from(accept.prompt_tokens) > bound {

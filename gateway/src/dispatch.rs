@@ -26,7 +26,8 @@ use crate::keys::KeyRecord;
 use crate::openai::CompletionRequest;
 use crate::plan::{self, Plan, RoutingDefaults};
 use crate::quote::Candidate;
-use crate::segment::{race, LocalRoute, Opened, Segments};
+use crate::segment::{race, LocalRoute, Opened, SegmentTerms, Segments};
+use crate::vocab::{self, Counted, Vocabularies};
 
 #[derive(Debug)]
 pub enum DispatchEvent {
@@ -72,6 +73,7 @@ pub struct Dispatcher {
     ledger: Option<Arc<Ledger>>,
     budgets: Budgets,
     segments: Arc<Segments>,
+    vocabularies: Vocabularies,
 }
 
 /// The response as it grows across segments.
@@ -122,6 +124,7 @@ impl Dispatcher {
             ledger,
             budgets: Budgets::new(budget),
             segments: Arc::new(segments),
+            vocabularies: Vocabularies::default(),
         });
         dispatcher.penalise_signed_faults();
         dispatcher
@@ -294,6 +297,7 @@ impl Dispatcher {
             )));
         }
         candidates.truncate(self.defaults.max_attempts);
+        let counted = self.count_prompt(model, request, &candidates).await?;
         let worst_case = plan::worst_case(request, &candidates);
         Ok(Plan {
             job_id,
@@ -301,7 +305,63 @@ impl Dispatcher {
             tier,
             candidates,
             worst_case,
+            counted,
         })
+    }
+
+    /// Counts the prompt with the model's vocabulary (fetched from the candidates the
+    /// first time, checked against the model id), and refuses a prompt that does not
+    /// fit the model's context before any provider work. `None` when no candidate sends
+    /// the header: the buyer then holds Accepts to the prompt's token bound.
+    async fn count_prompt(
+        &self,
+        model: ModelId,
+        request: &CompletionRequest,
+        candidates: &[Candidate],
+    ) -> Result<Option<Counted>, ApiError> {
+        let remote: Vec<(libp2p::PeerId, Vec<String>)> = candidates
+            .iter()
+            .filter(|c| c.provider() != self.node_id())
+            .filter_map(|c| {
+                Some((
+                    c.provider().peer_id().ok()?,
+                    c.entry.advert.addresses.clone(),
+                ))
+            })
+            .collect();
+        let vocabulary = match self
+            .vocabularies
+            .get_or_fetch(&self.mesh, model, &remote)
+            .await
+        {
+            Ok(vocabulary) => vocabulary,
+            Err(err) => {
+                tracing::debug!(%model, %err, "counting with the prompt's token bound");
+                return Ok(None);
+            }
+        };
+        let param = match request.prompt {
+            sharemesh_protocol::Prompt::Chat(_) => "messages",
+            _ => "prompt",
+        };
+        let counted = vocab::count(&vocabulary, &request.prompt)
+            .map_err(|e| ApiError::invalid(param, e.to_string()))?;
+        let context = candidates
+            .iter()
+            .filter_map(|c| c.entry.advert.offer(&model))
+            .map(|offer| offer.model.context_length)
+            .min()
+            .unwrap_or(u32::MAX);
+        if counted.prompt_tokens >= context {
+            return Err(ApiError::invalid(
+                param,
+                format!(
+                    "the prompt is {} tokens, but the model's context is {context}",
+                    counted.prompt_tokens
+                ),
+            ));
+        }
+        Ok(Some(counted))
     }
 
     async fn drive(
@@ -332,7 +392,10 @@ impl Dispatcher {
             && request.routing.hedge.unwrap_or(self.defaults.hedge_gold)
             && queue.len() >= 2;
         let mut last_error = String::from("no provider answered");
-        let billing = Billing::Metered(key.as_ref().map(|k| k.id.clone()));
+        let terms = SegmentTerms {
+            billing: Billing::Metered(key.as_ref().map(|k| k.id.clone())),
+            counted: plan.counted.clone(),
+        };
         while let Some(candidate) = queue.pop_front() {
             let job = JobRequest {
                 job_id: plan.job_id,
@@ -348,12 +411,12 @@ impl Dispatcher {
             };
             let started = Instant::now();
             let (candidate, opened) = if std::mem::take(&mut hedge) {
-                self.open_hedged(candidate, job.clone(), &mut queue, &billing)
+                self.open_hedged(candidate, job.clone(), &mut queue, &terms)
                     .await
             } else {
                 let opened = self
                     .segments
-                    .open(&candidate.entry, job.clone(), billing.clone())
+                    .open(&candidate.entry, job.clone(), terms.clone())
                     .await;
                 (candidate, opened)
             };
@@ -434,12 +497,12 @@ impl Dispatcher {
         candidate: Candidate,
         job: JobRequest,
         queue: &mut VecDeque<Candidate>,
-        billing: &Billing,
+        terms: &SegmentTerms,
     ) -> (Candidate, Result<Opened, SegmentError>) {
         let Some(partner) = queue.pop_front() else {
             let opened = self
                 .segments
-                .open(&candidate.entry, job, billing.clone())
+                .open(&candidate.entry, job, terms.clone())
                 .await;
             return (candidate, opened);
         };
@@ -449,9 +512,9 @@ impl Dispatcher {
             ..job.clone()
         };
         let (mine, theirs) = futures::future::join(
-            self.segments.open(&candidate.entry, job, billing.clone()),
+            self.segments.open(&candidate.entry, job, terms.clone()),
             self.segments
-                .open(&partner.entry, partner_job, billing.clone()),
+                .open(&partner.entry, partner_job, terms.clone()),
         )
         .await;
         let (winner, loser, opened) = match (mine, theirs) {

@@ -15,6 +15,7 @@ pub mod plan;
 pub mod quote;
 mod respond;
 pub mod segment;
+pub mod vocab;
 
 use std::sync::Arc;
 use std::time::Instant;

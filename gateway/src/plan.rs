@@ -72,6 +72,8 @@ pub struct Plan {
     /// Every prompt byte a token, every completion token produced, at the highest
     /// price among the candidates the request may fail over to.
     pub worst_case: u64,
+    /// The prompt as this gateway counted it (`None`: no vocabulary for the model).
+    pub counted: Option<crate::vocab::Counted>,
 }
 
 /// What the planner needs to know beyond the request.

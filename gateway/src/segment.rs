@@ -12,6 +12,7 @@ use sharemesh_protocol::{JobRequest, Keypair, NodeId};
 use tokio::sync::mpsc;
 
 use crate::buyer::{start_job, Billing, BuyerStream, JobEvent, SegmentError, StreamTerms};
+use crate::vocab::Counted;
 
 /// This process's own provider, as the gateway sees it: a job runs there without a
 /// stream (a node cannot dial itself) and yields the same events a remote provider's
@@ -99,6 +100,14 @@ impl Opened {
     }
 }
 
+/// How one segment is paid for and checked.
+#[derive(Clone)]
+pub struct SegmentTerms {
+    pub billing: Billing,
+    /// The prompt as the buyer counted it (see [`crate::vocab`]).
+    pub counted: Option<Counted>,
+}
+
 impl Segments {
     pub fn new(
         mesh: MeshHandle,
@@ -131,7 +140,7 @@ impl Segments {
         &self,
         entry: &BookEntry,
         job: JobRequest,
-        billing: Billing,
+        segment: SegmentTerms,
     ) -> Result<Opened, SegmentError> {
         let provider = job.provider;
         let peer = provider
@@ -153,7 +162,8 @@ impl Segments {
             let terms = StreamTerms {
                 ledger: self.ledger.clone(),
                 stall_timeout: self.stall_timeout,
-                billing: billing.clone(),
+                billing: segment.billing.clone(),
+                counted: segment.counted.clone(),
             };
             let started = start_job(&self.mesh, self.key.clone(), peer, job.clone(), terms).await;
             match started {
@@ -177,7 +187,11 @@ impl Segments {
     /// the job, and no receipt is signed for it (unbilled).
     pub async fn warm_standby(&self, entry: Arc<BookEntry>, job: JobRequest) {
         let (provider, resumed) = (job.provider, job.resume.len());
-        let mut opened = match self.open(&entry, job, Billing::Unbilled).await {
+        let unbilled = SegmentTerms {
+            billing: Billing::Unbilled,
+            counted: None,
+        };
+        let mut opened = match self.open(&entry, job, unbilled).await {
             Ok(opened) => opened,
             Err(error) => {
                 tracing::debug!(%provider, %error, "standby warm-up not opened");

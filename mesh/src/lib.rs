@@ -26,7 +26,7 @@ use sharemesh_protocol::{ModelId, NodeId, SignedEnvelope};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use behaviour::{Behaviour, BehaviourConfig};
-pub use behaviour::{INFER_PROTOCOL, QUOTE_PROTOCOL};
+pub use behaviour::{INFER_PROTOCOL, MODEL_HEADER_PROTOCOL, QUOTE_PROTOCOL};
 pub use book::AddressBook;
 use orderbook::OrderBook;
 

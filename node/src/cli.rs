@@ -55,6 +55,10 @@ pub enum Command {
     Earnings(AccountArgs),
     /// What this gateway spent, from its ledger.
     Spend(AccountArgs),
+    /// Every receipt in this node's ledger, one JSON object per line (job, provider,
+    /// buyer, tokens, amount, issue time): for reconciling a buyer's and a provider's
+    /// books receipt by receipt (the ledger is locked while the node runs).
+    Receipts,
     /// Show the effective configuration (config.toml < SHAREMESH_* env < flags).
     Config {
         #[command(subcommand)]
@@ -90,6 +94,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(args) => local_engine::generate(&data_dir, args),
         Command::Bench(args) => local_engine::bench(&data_dir, args),
         Command::Keys { command } => commands::keys(&data_dir, command),
+        Command::Receipts => commands::receipts(&data_dir),
         Command::Config {
             command: ConfigCommand::Show { role },
         } => {

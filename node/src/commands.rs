@@ -100,12 +100,14 @@ pub fn models(data_dir: &std::path::Path, command: ModelsCommand) -> Result<()> 
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let sha = runtime.block_on(sharemesh_engine::catalog::download_resumable(
+            // The download checks the file's sha256 (if given); the model id is its
+            // own commitment, computed when the file is registered.
+            runtime.block_on(sharemesh_engine::catalog::download_resumable(
                 &url,
                 &target,
                 sha256.as_deref(),
             ))?;
-            let entry = catalog.add(&target, name.as_deref(), Some(&sha))?;
+            let entry = catalog.add(&target, name.as_deref(), None)?;
             println!("{} {} {}", entry.name, entry.id, entry.path.display());
         }
         ModelsCommand::Fetch { name, .. } => {
@@ -274,6 +276,27 @@ pub fn account(
                 report[key]["p95"].as_f64().unwrap_or(0.0)
             );
         }
+    }
+    Ok(())
+}
+
+/// `sharemesh receipts`: every stored receipt as JSON lines.
+pub fn receipts(data_dir: &std::path::Path) -> Result<()> {
+    let ledger = sharemesh_ledger::Ledger::open(&data_dir.join("ledger"))?;
+    for (receipt, issued_at_ms) in ledger.receipts()? {
+        println!(
+            "{}",
+            serde_json::json!({
+                "job_id": receipt.job_id.to_string(),
+                "provider": receipt.provider.to_string(),
+                "buyer": receipt.buyer.to_string(),
+                "prompt_tokens": receipt.prompt_tokens,
+                "completion_tokens": receipt.completion_tokens,
+                "price_nano_usd_per_token": receipt.price_per_token.0,
+                "amount_nano_usd": receipt.amount.0,
+                "issued_at_ms": issued_at_ms,
+            })
+        );
     }
     Ok(())
 }

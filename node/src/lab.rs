@@ -224,6 +224,7 @@ impl Lab {
             let tasks = vec![
                 tokio::spawn(log_end(provider.clone().serve(), "serve")),
                 tokio::spawn(log_end(provider.clone().serve_quotes(), "quotes")),
+                tokio::spawn(log_end(provider.clone().serve_headers(), "headers")),
                 tokio::spawn(provider.clone().advertise()),
             ];
             started.push(LabProvider {
@@ -433,6 +434,7 @@ impl Lab {
             ledger: None,
             stall_timeout: Duration::from_secs(60),
             billing,
+            counted: None,
         };
         let peer = provider.peer_id().context("a provider's peer id")?;
         start_job(

@@ -78,7 +78,8 @@ pub struct ProvideArgs {
     pub openai: bool,
     /// Testnet adversary mode: `stall-after:N` (goes silent after N tokens),
     /// `overbill:K` (claims K times the prompt's size), `skip-index:N` (after N tokens,
-    /// numbers chunks one further than it sent).
+    /// numbers chunks one further than it sent), `lie-text:N` (after N tokens, text its
+    /// tokens do not spell), `hijack-name`, `flood-adverts:N` (README, attacks).
     #[arg(long, hide = true)]
     pub adversary: Option<sharemesh_provider::policy::Adversary>,
 }
@@ -162,6 +163,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         );
         tokio::spawn(provider.clone().serve());
         tokio::spawn(provider.clone().serve_quotes());
+        tokio::spawn(provider.clone().serve_headers());
         tokio::spawn(provider.clone().advertise());
         let http = match args.mesh.http {
             Some(address) => {

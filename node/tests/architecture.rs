@@ -43,18 +43,22 @@ fn linked(package: &str) -> BTreeSet<String> {
 fn the_gateway_mesh_and_testnet_do_not_link_the_engine() {
     for package in ["sharemesh-gateway", "sharemesh-mesh", "sharemesh-testnet"] {
         let linked = linked(package);
-        for heavy in [
-            "candle-core",
-            "sharemesh-engine",
-            "tokenizers",
-            "sharemesh-provider",
-        ] {
+        for heavy in ["candle-core", "sharemesh-engine", "sharemesh-provider"] {
             assert!(
                 !linked.contains(heavy),
                 "{package} links {heavy}: a gateway-only build must not carry inference"
             );
         }
     }
+    // The gateway counts what it pays for with the model's vocabulary (tokenizers,
+    // without candle); the mesh and the testnet need no tokenizer at all.
+    for package in ["sharemesh-mesh", "sharemesh-testnet"] {
+        assert!(
+            !linked(package).contains("tokenizers"),
+            "{package} links tokenizers"
+        );
+    }
+    assert!(!linked("sharemesh-tokenizer").contains("candle-core"));
     for pure in [
         "sharemesh-protocol",
         "sharemesh-reputation",

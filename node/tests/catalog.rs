@@ -110,7 +110,7 @@ async fn hub_download_resumes_and_verifies() {
         .unwrap();
     let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(list[0]["name"], "smol-from-hub");
-    assert_eq!(list[0]["id"], common::DEFAULT_MODEL_SHA256);
+    assert_eq!(list[0]["id"], common::DEFAULT_MODEL_ID);
     assert_eq!(list[0]["architecture"], "llama");
     assert_eq!(list[0]["quantization"], "Q4_1");
     assert_eq!(list[0]["context_length"], 8192);

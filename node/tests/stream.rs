@@ -20,7 +20,7 @@ use sharemesh_provider::{Provider, ProviderPolicy};
 
 fn load() -> LoadedModel {
     sharemesh_engine::set_threads(1);
-    let id: ModelId = common::DEFAULT_MODEL_SHA256.parse().unwrap();
+    let id: ModelId = common::DEFAULT_MODEL_ID.parse().unwrap();
     LoadedModel::load(
         &common::default_model_path(),
         id,
@@ -136,6 +136,7 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
             ledger: None,
             stall_timeout: sharemesh_gateway::buyer::DEFAULT_STALL_TIMEOUT,
             billing: Billing::Metered(None),
+            counted: None,
         },
     )
     .await
@@ -195,6 +196,7 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
             ledger: None,
             stall_timeout: sharemesh_gateway::buyer::DEFAULT_STALL_TIMEOUT,
             billing: Billing::Metered(None),
+            counted: None,
         },
     )
     .await

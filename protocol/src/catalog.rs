@@ -1,5 +1,6 @@
-//! The network's model catalog: names every node agrees on, each bound to the content
-//! id (the sha256 of the GGUF file) of the one model it names. A catalog name means
+//! The network's model catalog: names every node agrees on, each bound to the model id
+//! (`model_header`: a commitment to the GGUF's header and its tensor data) of the one
+//! model it names. A catalog name means
 //! that model and no other: an advert that offers another file under a catalog name
 //! does not validate, and a gateway resolves a catalog name only to its id. A model
 //! outside the catalog is addressed by its id.
@@ -18,11 +19,11 @@ pub struct CatalogModel {
 pub const CATALOG: &[CatalogModel] = &[
     CatalogModel {
         name: "smollm2-135m-instruct",
-        id_hex: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        id_hex: "56e91e8d496e43a1f0d001a01e27c9f2b2aa26afc2ed61f68f5efa2cfca7aa11",
     },
     CatalogModel {
         name: "gemma3-270m",
-        id_hex: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        id_hex: "98979f1f78b909cd0d4f15855d16871ad890faeaec562e85ecd4b6a38b3048a0",
     },
 ];
 

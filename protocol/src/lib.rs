@@ -11,6 +11,7 @@ pub mod error;
 pub mod ids;
 pub mod kind;
 pub mod messages;
+pub mod model_header;
 pub mod money;
 pub mod names;
 pub mod replay;

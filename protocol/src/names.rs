@@ -13,14 +13,17 @@ pub enum StreamName {
     Kademlia,
     /// libp2p identify.
     Identify,
+    /// A model's GGUF header, checked against its id (`model_header`).
+    ModelHeader,
 }
 
 impl StreamName {
-    pub const ALL: [StreamName; 4] = [
+    pub const ALL: [StreamName; 5] = [
         StreamName::Infer,
         StreamName::Quote,
         StreamName::Kademlia,
         StreamName::Identify,
+        StreamName::ModelHeader,
     ];
 
     /// The protocol id, `/sharemesh/<name>/<version>`.
@@ -30,6 +33,7 @@ impl StreamName {
             StreamName::Quote => "/sharemesh/quote/1",
             StreamName::Kademlia => "/sharemesh/kad/1",
             StreamName::Identify => "/sharemesh/id/1",
+            StreamName::ModelHeader => "/sharemesh/model-header/1",
         }
     }
 }

@@ -497,7 +497,7 @@ fn a_catalog_name_offers_only_its_own_file() {
         .unwrap();
     let err = hijack.open::<Advert>(NOW + 1).unwrap_err().to_string();
     assert!(
-        err.contains("`smollm2-135m-instruct` is the catalog name of model b179c952"),
+        err.contains("`smollm2-135m-instruct` is the catalog name of model 56e91e8d"),
         "{err}"
     );
 }

@@ -29,6 +29,7 @@ use sharemesh_mesh::{MeshHandle, INFER_PROTOCOL};
 pub mod advertise;
 pub mod buyers;
 pub mod hardware;
+mod header;
 mod local;
 pub use local::LocalJob;
 pub mod policy;

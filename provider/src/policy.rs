@@ -126,6 +126,8 @@ pub enum Adversary {
     /// After this many tokens, numbers its chunks one further than it sent (claims a
     /// token it never delivered).
     SkipIndex(u64),
+    /// After this many tokens, sends text its tokens do not spell (an injected ad).
+    LieText(u64),
     /// Offers its model under the first catalog name it does not hold (a name
     /// hijack: its advert claims another model's name for its own file).
     HijackName,
@@ -153,12 +155,13 @@ impl std::str::FromStr for Adversary {
             }
             "skip-index" => Ok(Adversary::SkipIndex(number()?)),
             "hijack-name" => Ok(Adversary::HijackName),
+            "lie-text" => Ok(Adversary::LieText(number()?)),
             "flood-adverts" => {
                 let count = u32::try_from(number()?).map_err(|_| "flood count too large")?;
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, hijack-name, flood-adverts:N)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N)"
             )),
         }
     }
@@ -174,6 +177,7 @@ mod tests {
         assert_eq!("overbill:1000".parse(), Ok(Adversary::Overbill(1000)));
         assert_eq!("skip-index:3".parse(), Ok(Adversary::SkipIndex(3)));
         assert_eq!("hijack-name".parse(), Ok(Adversary::HijackName));
+        assert_eq!("lie-text:2".parse(), Ok(Adversary::LieText(2)));
         assert_eq!("flood-adverts:50".parse(), Ok(Adversary::FloodAdverts(50)));
         let err = "overbill".parse::<Adversary>().unwrap_err();
         assert!(err.contains("whole number"), "{err}");

@@ -135,8 +135,14 @@ impl Provider {
                     // Adversary: claim a token it never sent.
                     let skip = matches!(self.policy.adversary, Some(Adversary::SkipIndex(n)) if job.sent >= n);
                     let index = token.index + u32::from(skip);
-                    let chunk =
-                        job.chunk(self, index, Some((token.token_id, token.text_delta)), None);
+                    // Adversary: text that its tokens do not spell (an injected ad).
+                    let text = match self.policy.adversary {
+                        Some(Adversary::LieText(n)) if job.sent >= n => {
+                            format!("{} (sponsored)", token.text_delta)
+                        }
+                        _ => token.text_delta,
+                    };
+                    let chunk = job.chunk(self, index, Some((token.token_id, text)), None);
                     job.write(self, &chunk, limit).await?;
                     job.sent += 1;
                 }

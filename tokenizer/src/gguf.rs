@@ -110,6 +110,51 @@ impl MetaValue {
     }
 }
 
+/// A model file's header bytes (everything before the tensor data) and the sha256 of
+/// its tensor data: what `/sharemesh/model-header/1` sends, and what the model id is
+/// made of (`sharemesh_protocol::model_header`).
+#[derive(Clone, Debug)]
+pub struct ModelHeader {
+    pub bytes: Vec<u8>,
+    pub tensor_digest: [u8; 32],
+}
+
+impl ModelHeader {
+    /// Reads a GGUF file's header and hashes its tensor data (one pass over the file).
+    pub fn read_file(path: &std::path::Path) -> Result<Self, GgufError> {
+        use sha2::{Digest as _, Sha256};
+        let header = read_header(std::io::BufReader::new(std::fs::File::open(path)?))?;
+        let mut file = std::fs::File::open(path)?;
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(header.tensor_data_offset)
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 != header.tensor_data_offset {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        Ok(Self {
+            bytes,
+            tensor_digest: hasher.finalize().into(),
+        })
+    }
+
+    /// The model id these parts make.
+    pub fn id(&self) -> sharemesh_protocol::ModelId {
+        use sha2::{Digest as _, Sha256};
+        let header_digest: [u8; 32] = Sha256::digest(&self.bytes).into();
+        sharemesh_protocol::ModelId::of_parts(&header_digest, &self.tensor_digest)
+    }
+}
+
 /// A GGUF header read back.
 #[derive(Debug)]
 pub struct GgufHeader {

@@ -15,7 +15,7 @@ use std::io::Read;
 use sharemesh_protocol::Prompt;
 
 pub use chat::{ChatTemplate, Fallback};
-pub use gguf::{read_header, GgufError, GgufHeader, MetaValue, Metadata};
+pub use gguf::{read_header, GgufError, GgufHeader, MetaValue, Metadata, ModelHeader};
 pub use gguf_tokenizer::GgufTokenizer;
 pub use text::{Step, StreamDecoder, TextStream};
 

@@ -49,8 +49,8 @@ impl StreamDecoder {
 
 /// Text emitted so far and the stop-sequence hold-back. Deterministic in the token
 /// text alone, so a provider resuming a job emits exactly what the first would have.
-pub struct TextStream<'a> {
-    stops: &'a [String],
+pub struct TextStream {
+    stops: Vec<String>,
     decoder: StreamDecoder,
     text: String,
     emitted: usize,
@@ -61,10 +61,10 @@ pub enum Step {
     Stopped(String),
 }
 
-impl<'a> TextStream<'a> {
-    pub fn new(stops: &'a [String]) -> Self {
+impl TextStream {
+    pub fn new(stops: &[String]) -> Self {
         Self {
-            stops,
+            stops: stops.to_vec(),
             decoder: StreamDecoder::default(),
             text: String::new(),
             emitted: 0,
@@ -108,7 +108,7 @@ impl<'a> TextStream<'a> {
     /// Length of the longest suffix of the text that is a proper prefix of a stop sequence.
     fn held_back(&self) -> usize {
         let mut held = 0;
-        for stop in self.stops {
+        for stop in &self.stops {
             for len in (1..stop.len()).rev() {
                 if len <= held {
                     break;

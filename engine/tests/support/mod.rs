@@ -6,10 +6,11 @@
 
 use std::path::PathBuf;
 
-pub const DEFAULT_MODEL_SHA256: &str =
-    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
-pub const GEMMA3_MODEL_SHA256: &str =
-    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
+/// The catalog models' ids (header and tensor digests, `sharemesh_protocol::model_header`).
+pub const DEFAULT_MODEL_ID: &str =
+    "56e91e8d496e43a1f0d001a01e27c9f2b2aa26afc2ed61f68f5efa2cfca7aa11";
+pub const GEMMA3_MODEL_ID: &str =
+    "98979f1f78b909cd0d4f15855d16871ad890faeaec562e85ecd4b6a38b3048a0";
 
 fn cached(file: &str) -> PathBuf {
     let dir = std::env::var_os("SHAREMESH_TEST_MODEL_CACHE")

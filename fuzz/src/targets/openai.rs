@@ -6,7 +6,7 @@ use crate::Target;
 
 const BODIES: &[&str] = &[
     r##"{"model": "smollm2-135m-instruct", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}], "temperature": 0.7, "top_p": 0.9, "max_tokens": 64, "stop": ["\n", "--"], "stream": true, "seed": 7, "sharemesh": {"tier": "gold", "max_price_per_mtok": 1.5, "region": "eu", "min_vram_gb": 8, "hedge": true}}"##,
-    r##"{"model": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "messages": [{"role": "user", "content": [{"type": "text", "text": "parts"}]}], "max_completion_tokens": 3}"##,
+    r##"{"model": "56e91e8d496e43a1f0d001a01e27c9f2b2aa26afc2ed61f68f5efa2cfca7aa11", "messages": [{"role": "user", "content": [{"type": "text", "text": "parts"}]}], "max_completion_tokens": 3}"##,
     r##"{"model": "m", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0, "stop": "\n"}"##,
     r##"{"model": "m", "prompt": ["a", "b"], "n": 1, "logprobs": null, "stream_options": {"include_usage": true}}"##,
 ];

@@ -59,8 +59,12 @@ fn catalog_model_path(file: &str, name: &str, wheels: &str) -> PathBuf {
     path
 }
 
+/// The default model file's sha256 (what a download is checked against).
 pub const DEFAULT_MODEL_SHA256: &str =
     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+/// Its model id (header and tensor digests, `sharemesh_protocol::model_header`).
+pub const DEFAULT_MODEL_ID: &str =
+    "56e91e8d496e43a1f0d001a01e27c9f2b2aa26afc2ed61f68f5efa2cfca7aa11";
 
 /// A child `sharemesh` process, killed (SIGKILL) and reaped when dropped.
 pub struct Process(pub Child);

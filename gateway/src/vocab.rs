@@ -1,0 +1,174 @@
+//! The buyer's own counts: each served model's vocabulary, fetched once from a provider
+//! (`/sharemesh/model-header/1`) and accepted only if the header and the tensor digest
+//! beside it make the model's id (SPEC §1), so no provider can hand the buyer a
+//! tokenizer that counts in its favour. With it the gateway counts every prompt it
+//! pays for and checks every chunk's text against its token ids (`buyer`); without it
+//! (a provider that sends no header, a scripted test engine) it falls back to the
+//! prompt's token bound.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{AsyncReadExt, AsyncWriteExt};
+use libp2p::PeerId;
+use sharemesh_mesh::{MeshHandle, MODEL_HEADER_PROTOCOL};
+use sharemesh_protocol::model_header::MAX_HEADER_BYTES;
+use sharemesh_protocol::{ModelId, Prompt};
+use sharemesh_tokenizer::{TokenizerError, Vocabulary};
+
+/// How long fetching one header may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// After a failed fetch, the model is not asked for again this soon.
+const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// Providers asked per fetch, in the request's order.
+const ASKED: usize = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("could not reach {0}: {1}")]
+    Unreachable(PeerId, String),
+    #[error("{0} does not serve the model's header")]
+    NotServed(PeerId),
+    #[error("{peer} sent a {len}-byte header, over the {MAX_HEADER_BYTES}-byte limit")]
+    TooLarge { peer: PeerId, len: u64 },
+    #[error("{0} sent a header that is not the model's (its digest does not make the id)")]
+    NotTheModel(PeerId),
+    #[error("the model's header does not give a vocabulary: {0}")]
+    Unusable(#[from] TokenizerError),
+    #[error("asked recently and failed; not asking again yet")]
+    Backoff,
+}
+
+/// A prompt as the buyer counts it.
+#[derive(Clone)]
+pub struct Counted {
+    pub prompt_tokens: u32,
+    pub vocabulary: Arc<Vocabulary>,
+}
+
+/// The vocabularies this gateway holds, by model.
+#[derive(Default)]
+pub struct Vocabularies {
+    known: Mutex<HashMap<ModelId, Arc<Vocabulary>>>,
+    failed: Mutex<HashMap<ModelId, Instant>>,
+    /// One fetch per model at a time: requests arriving meanwhile wait for it.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+impl Vocabularies {
+    pub fn get(&self, model: &ModelId) -> Option<Arc<Vocabulary>> {
+        self.known.lock().ok()?.get(model).cloned()
+    }
+
+    /// `model`'s vocabulary: held, or fetched from the first of `providers` that sends
+    /// a header that is the model's.
+    pub async fn get_or_fetch(
+        &self,
+        mesh: &MeshHandle,
+        model: ModelId,
+        providers: &[(PeerId, Vec<String>)],
+    ) -> Result<Arc<Vocabulary>, FetchError> {
+        if let Some(known) = self.get(&model) {
+            return Ok(known);
+        }
+        let _one_at_a_time = self.fetching.lock().await;
+        if let Some(known) = self.get(&model) {
+            return Ok(known);
+        }
+        let recently_failed = self
+            .failed
+            .lock()
+            .ok()
+            .and_then(|failed| failed.get(&model).copied())
+            .is_some_and(|at| at.elapsed() < RETRY_AFTER);
+        if recently_failed {
+            return Err(FetchError::Backoff);
+        }
+        let mut last = FetchError::Backoff;
+        for (peer, addresses) in providers.iter().take(ASKED) {
+            match fetch(mesh, *peer, addresses, model).await {
+                Ok(vocabulary) => {
+                    let vocabulary = Arc::new(vocabulary);
+                    if let Ok(mut known) = self.known.lock() {
+                        known.insert(model, vocabulary.clone());
+                    }
+                    return Ok(vocabulary);
+                }
+                Err(err) => {
+                    tracing::info!(%model, %peer, %err, "no model header from this provider");
+                    last = err;
+                }
+            }
+        }
+        if let Ok(mut failed) = self.failed.lock() {
+            failed.insert(model, Instant::now());
+        }
+        Err(last)
+    }
+}
+
+/// Counts `prompt` with `vocabulary` (the engine's own function).
+pub fn count(vocabulary: &Arc<Vocabulary>, prompt: &Prompt) -> Result<Counted, TokenizerError> {
+    let ids = vocabulary.prompt_tokens(prompt)?;
+    Ok(Counted {
+        prompt_tokens: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+        vocabulary: vocabulary.clone(),
+    })
+}
+
+async fn fetch(
+    mesh: &MeshHandle,
+    peer: PeerId,
+    addresses: &[String],
+    model: ModelId,
+) -> Result<Vocabulary, FetchError> {
+    mesh.dial_advertised(&peer, addresses).await;
+    let unreachable = |e: String| FetchError::Unreachable(peer, e);
+    let read = async {
+        let mut control = mesh.control.clone();
+        let mut stream = control
+            .open_stream(peer, MODEL_HEADER_PROTOCOL)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        stream
+            .write_all(model.as_bytes())
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let mut head = [0u8; 40];
+        stream
+            .read_exact(&mut head)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let mut tensor_digest = [0u8; 32];
+        tensor_digest.copy_from_slice(&head[..32]);
+        let len = u64::from_be_bytes(head[32..].try_into().unwrap_or_default());
+        if len == 0 {
+            return Err(FetchError::NotServed(peer));
+        }
+        if len > MAX_HEADER_BYTES {
+            return Err(FetchError::TooLarge { peer, len });
+        }
+        let mut header = Vec::new();
+        (&mut stream)
+            .take(len)
+            .read_to_end(&mut header)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        if header.len() as u64 != len {
+            return Err(unreachable("the header ended early".into()));
+        }
+        Ok((header, tensor_digest))
+    };
+    let (header, tensor_digest) = tokio::time::timeout(FETCH_TIMEOUT, read)
+        .await
+        .map_err(|_| unreachable(format!("no header within {FETCH_TIMEOUT:?}")))??;
+    if !model.is_header_of(&header, &tensor_digest) {
+        return Err(FetchError::NotTheModel(peer));
+    }
+    // Building a 262k-token vocabulary takes a while: off the async runtime.
+    tokio::task::spawn_blocking(move || Vocabulary::read(header.as_slice()))
+        .await
+        .map_err(|e| FetchError::Unusable(TokenizerError::BadModel(e.to_string())))?
+        .map_err(FetchError::from)
+}
