@@ -343,7 +343,7 @@ impl BuyerStream {
             self.request.job_id,
             at.accept.provider,
             self.key.node_id(),
-            u64::from(at.accept.prompt_tokens),
+            self.request.billed_prompt_tokens(at.accept.prompt_tokens),
             at.received,
             at.accept.price_per_token,
         ) else {

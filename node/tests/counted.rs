@@ -106,10 +106,12 @@ fn the_buyer_counts_the_prompt_and_checks_the_text_itself() {
         segments[0]["amount_nano_usd"], 0,
         "no receipt was due before the lie"
     );
+    // The honest provider resumed the job: its re-prefill is its own cost, so it is
+    // paid price x the tokens it delivered, as the buyer counted them.
     let honest_tokens = segments[1]["completion_tokens"].as_u64().unwrap();
     assert_eq!(
         segments[1]["amount_nano_usd"].as_u64().unwrap(),
-        (u64::from(prompt_tokens) + honest_tokens) * 100,
+        honest_tokens * 100,
         "price x tokens the buyer counted: {answer}"
     );
 }

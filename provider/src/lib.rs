@@ -440,7 +440,7 @@ impl Provider {
             request.clone(),
             self.key.node_id(),
             self.policy.price(request.tier),
-            u64::from(prompt_tokens),
+            request.billed_prompt_tokens(prompt_tokens),
             acked_tx,
             self.ledger.clone(),
         ));

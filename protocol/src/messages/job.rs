@@ -167,6 +167,18 @@ pub struct JobRequest {
 }
 
 impl JobRequest {
+    /// The prompt tokens a receipt for this job bills, given the prompt's size: all of
+    /// them for a fresh job, none for a resumed one (a failover's re-prefill of the
+    /// prompt and the delivered tokens is the new provider's cost to bid, not a second
+    /// charge the buyer's budget never reserved).
+    pub fn billed_prompt_tokens(&self, prompt_tokens: u32) -> u64 {
+        if self.resume.is_empty() {
+            u64::from(prompt_tokens)
+        } else {
+            0
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ValidationError> {
         self.prompt.validate()?;
         self.sampling.validate()?;
