@@ -440,7 +440,8 @@ impl Dispatcher {
             else {
                 return Ok(()); // The client went away: dropping the stream cancels the job.
             };
-            self.book(&report, &request, key.as_ref(), &mut response);
+            self.book(&report, &request, key.as_ref(), &mut response)
+                .await;
             match report.end {
                 // A provider that cancels (preemption) or errs has not finished the job.
                 Ok(finish @ (FinishReason::Stop | FinishReason::Length)) => {
@@ -638,7 +639,7 @@ impl Dispatcher {
 
     /// Books what a segment cost: the amount of its last receipt (a segment the node's
     /// own provider served costs nothing), and a job record in the ledger.
-    fn book(
+    async fn book(
         &self,
         report: &SegmentReport,
         request: &CompletionRequest,
@@ -684,7 +685,10 @@ impl Dispatcher {
                 Err(_) => JobOutcome::Failed,
             },
         };
-        if let Err(err) = ledger.record_job(&record) {
+        // sled flushes to disk: off the async runtime's threads.
+        let ledger = ledger.clone();
+        let booked = tokio::task::spawn_blocking(move || ledger.record_job(&record)).await;
+        if let Ok(Err(err)) = booked {
             tracing::warn!(%err, "could not book the job");
         }
     }

@@ -148,7 +148,11 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             let mut tick = tokio::time::interval(Duration::from_secs(30));
             loop {
                 tick.tick().await;
-                if let Err(err) = heartbeat.heartbeat(started, sharemesh_mesh::clock::now_ms()) {
+                let ledger = heartbeat.clone();
+                let now = sharemesh_mesh::clock::now_ms();
+                // sled flushes to disk: off the async runtime's threads.
+                let beat = tokio::task::spawn_blocking(move || ledger.heartbeat(started, now));
+                if let Ok(Err(err)) = beat.await {
                     tracing::warn!(%err, "could not record uptime");
                 }
             }

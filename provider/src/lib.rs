@@ -359,7 +359,7 @@ impl Provider {
 
     /// Books a finished job's statistics (its money is the buyer's receipts, booked as
     /// they arrive).
-    fn book_job(&self, request: &JobRequest, prompt_tokens: u32, generation: &Generation) {
+    async fn book_job(&self, request: &JobRequest, prompt_tokens: u32, generation: &Generation) {
         let Some(ledger) = &self.ledger else { return };
         let model = self.engine.models().iter().find(|m| m.id == request.model);
         let record = JobRecord {
@@ -376,7 +376,10 @@ impl Provider {
             outcome: JobOutcome::from(generation.finish),
             api_key: None,
         };
-        if let Err(err) = ledger.record_job(&record) {
+        // sled flushes to disk: off the async runtime's threads.
+        let ledger = ledger.clone();
+        let booked = tokio::task::spawn_blocking(move || ledger.record_job(&record)).await;
+        if let Ok(Err(err)) = booked {
             tracing::warn!(%err, "could not book the job");
         }
     }

@@ -189,7 +189,8 @@ impl Provider {
             finish = ?generation.finish,
             "job done"
         );
-        self.book_job(job.request, job.prompt_tokens, generation);
+        self.book_job(job.request, job.prompt_tokens, generation)
+            .await;
         Ok(())
     }
 }
