@@ -73,7 +73,7 @@ pub struct Dispatcher {
     ledger: Option<Arc<Ledger>>,
     budgets: Budgets,
     segments: Arc<Segments>,
-    vocabularies: Vocabularies,
+    vocabularies: Arc<Vocabularies>,
 }
 
 /// The response as it grows across segments.
@@ -124,7 +124,7 @@ impl Dispatcher {
             ledger,
             budgets: Budgets::new(budget),
             segments: Arc::new(segments),
-            vocabularies: Vocabularies::default(),
+            vocabularies: Arc::default(),
         });
         dispatcher.penalise_signed_faults();
         dispatcher
@@ -331,7 +331,7 @@ impl Dispatcher {
             .collect();
         let vocabulary = match self
             .vocabularies
-            .get_or_fetch(&self.mesh, model, &remote)
+            .get_or_fetch(&self.mesh, model, &remote, self.defaults.count_wait)
             .await
         {
             Ok(vocabulary) => vocabulary,

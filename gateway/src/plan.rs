@@ -40,6 +40,9 @@ pub struct RoutingDefaults {
     /// Every this many delivered tokens, warm the next provider in line so a failover
     /// there prefills only what came since (0: never). See `Segments::warm_standby`.
     pub warm_standby_every: usize,
+    /// How long a request waits for the model's header when this gateway cannot count
+    /// with its vocabulary yet (then the prompt's token bound applies).
+    pub count_wait: std::time::Duration,
 }
 
 impl Default for RoutingDefaults {
@@ -55,6 +58,7 @@ impl Default for RoutingDefaults {
             quote_k: 4,
             hedge_gold: false,
             warm_standby_every: 64,
+            count_wait: std::time::Duration::from_secs(3),
         }
     }
 }

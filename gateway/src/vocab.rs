@@ -21,7 +21,7 @@ use sharemesh_tokenizer::{TokenizerError, Vocabulary};
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// After a failed fetch, the model is not asked for again this soon.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
-/// Providers asked per fetch, in the request's order.
+/// Providers asked per fetch, in the order of the request that started it.
 const ASKED: usize = 2;
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +38,8 @@ pub enum FetchError {
     Unusable(#[from] TokenizerError),
     #[error("asked recently and failed; not asking again yet")]
     Backoff,
+    #[error("still fetching the model's header")]
+    Pending,
 }
 
 /// A prompt as the buyer counts it.
@@ -52,8 +54,11 @@ pub struct Counted {
 pub struct Vocabularies {
     known: Mutex<HashMap<ModelId, Arc<Vocabulary>>>,
     failed: Mutex<HashMap<ModelId, Instant>>,
-    /// One fetch per model at a time: requests arriving meanwhile wait for it.
-    fetching: tokio::sync::Mutex<()>,
+    /// Fetches under way, each a task of its own: a request waits for one at most
+    /// `wait` (the gateway's `count_wait`), so a provider that sends its header slowly
+    /// on purpose delays nobody by more than that (the request is then held to the
+    /// token bound).
+    in_flight: Mutex<HashMap<ModelId, tokio::sync::watch::Receiver<bool>>>,
 }
 
 impl Vocabularies {
@@ -61,18 +66,15 @@ impl Vocabularies {
         self.known.lock().ok()?.get(model).cloned()
     }
 
-    /// `model`'s vocabulary: held, or fetched from the first of `providers` that sends
-    /// a header that is the model's.
+    /// `model`'s vocabulary: held, or fetched (in a task of its own) from the first of
+    /// `providers` that sends a header that is the model's, waited for at most `wait`.
     pub async fn get_or_fetch(
-        &self,
+        self: &Arc<Self>,
         mesh: &MeshHandle,
         model: ModelId,
         providers: &[(PeerId, Vec<String>)],
+        wait: Duration,
     ) -> Result<Arc<Vocabulary>, FetchError> {
-        if let Some(known) = self.get(&model) {
-            return Ok(known);
-        }
-        let _one_at_a_time = self.fetching.lock().await;
         if let Some(known) = self.get(&model) {
             return Ok(known);
         }
@@ -85,26 +87,54 @@ impl Vocabularies {
         if recently_failed {
             return Err(FetchError::Backoff);
         }
-        let mut last = FetchError::Backoff;
+        let mut done = {
+            let Ok(mut in_flight) = self.in_flight.lock() else {
+                return Err(FetchError::Backoff);
+            };
+            match in_flight.get(&model) {
+                Some(done) => done.clone(),
+                None => {
+                    let (finished, done) = tokio::sync::watch::channel(false);
+                    in_flight.insert(model, done.clone());
+                    let this = self.clone();
+                    let (mesh, providers) = (mesh.clone(), providers.to_vec());
+                    tokio::spawn(async move {
+                        this.fetch_from(&mesh, model, &providers).await;
+                        if let Ok(mut in_flight) = this.in_flight.lock() {
+                            in_flight.remove(&model);
+                        }
+                        let _ = finished.send(true);
+                    });
+                    done
+                }
+            }
+        };
+        let _ = tokio::time::timeout(wait, done.wait_for(|finished| *finished)).await;
+        self.get(&model).ok_or(FetchError::Pending)
+    }
+
+    async fn fetch_from(
+        &self,
+        mesh: &MeshHandle,
+        model: ModelId,
+        providers: &[(PeerId, Vec<String>)],
+    ) {
         for (peer, addresses) in providers.iter().take(ASKED) {
             match fetch(mesh, *peer, addresses, model).await {
                 Ok(vocabulary) => {
-                    let vocabulary = Arc::new(vocabulary);
                     if let Ok(mut known) = self.known.lock() {
-                        known.insert(model, vocabulary.clone());
+                        known.insert(model, Arc::new(vocabulary));
                     }
-                    return Ok(vocabulary);
+                    return;
                 }
                 Err(err) => {
-                    tracing::info!(%model, %peer, %err, "no model header from this provider");
-                    last = err;
+                    tracing::info!(%model, %peer, %err, "no model header from this provider")
                 }
             }
         }
         if let Ok(mut failed) = self.failed.lock() {
             failed.insert(model, Instant::now());
         }
-        Err(last)
     }
 }
 

@@ -54,6 +54,11 @@ pub struct GatewayArgs {
     /// so far, so a failover there prefills only what came since; 0 turns it off.
     #[arg(long, default_value_t = 64)]
     pub warm_standby_every: usize,
+    /// Milliseconds a request waits for the model's header (fetched once per model to
+    /// count prompts and check text) before it goes on held only to the prompt's token
+    /// bound; the fetch goes on in the background either way.
+    #[arg(long, default_value_t = 3_000)]
+    pub count_wait_ms: u64,
     /// Ranking score (SPEC §10): multiplier on the expected price of a request.
     #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().price)]
     pub score_price: f64,
@@ -100,6 +105,7 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             quote_k: args.quote_k,
             hedge_gold: args.hedge_gold,
             warm_standby_every: args.warm_standby_every,
+            count_wait: Duration::from_millis(args.count_wait_ms),
             ..RoutingDefaults::default()
         };
         let budget = sharemesh_gateway::budget::Budget {

@@ -62,7 +62,15 @@ fn the_buyer_counts_the_prompt_and_checks_the_text_itself() {
         &bootstrap,
         dirs[3].path(),
         3,
-        &["--warm-standby-every", "0", "--quote-k", "0"],
+        // Wait for the header as long as it takes: this test is about counting.
+        &[
+            "--warm-standby-every",
+            "0",
+            "--quote-k",
+            "0",
+            "--count-wait-ms",
+            "60000",
+        ],
     );
     let body = serde_json::json!({
         "model": "smollm2-135m-instruct",
