@@ -225,6 +225,12 @@ impl Dispatcher {
         })
     }
 
+    /// Whether this gateway counts `model`'s prompts with its own vocabulary (it holds
+    /// a header that makes the model's id).
+    pub fn counts_with(&self, model: &ModelId) -> bool {
+        self.vocabularies.get(model).is_some()
+    }
+
     /// This gateway's reputation score of `provider` now (0.5 for one it never used).
     pub fn reputation(&self, provider: &NodeId) -> f64 {
         self.reliability

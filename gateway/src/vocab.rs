@@ -21,6 +21,9 @@ use sharemesh_tokenizer::{TokenizerError, Vocabulary};
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// After a failed fetch, the model is not asked for again this soon.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// Vocabularies held at once (each up to a 64 MiB header's worth): the least recently
+/// used goes first.
+const HELD: usize = 16;
 /// Providers asked per fetch, in the order of the request that started it.
 const ASKED: usize = 2;
 
@@ -49,10 +52,14 @@ pub struct Counted {
     pub vocabulary: Arc<Vocabulary>,
 }
 
+/// Held vocabularies by model, each with its last use, and the logical clock.
+type Held = (HashMap<ModelId, (Arc<Vocabulary>, u64)>, u64);
+
 /// The vocabularies this gateway holds, by model.
 #[derive(Default)]
 pub struct Vocabularies {
-    known: Mutex<HashMap<ModelId, Arc<Vocabulary>>>,
+    /// By model, with when each was last used (a logical clock): at most `HELD`.
+    known: Mutex<Held>,
     failed: Mutex<HashMap<ModelId, Instant>>,
     /// Fetches under way, each a task of its own: a request waits for one at most
     /// `wait` (the gateway's `count_wait`), so a provider that sends its header slowly
@@ -63,7 +70,31 @@ pub struct Vocabularies {
 
 impl Vocabularies {
     pub fn get(&self, model: &ModelId) -> Option<Arc<Vocabulary>> {
-        self.known.lock().ok()?.get(model).cloned()
+        let mut known = self.known.lock().ok()?;
+        let (held, clock) = &mut *known;
+        *clock += 1;
+        let (vocabulary, used) = held.get_mut(model)?;
+        *used = *clock;
+        Some(vocabulary.clone())
+    }
+
+    /// Holds `vocabulary` for `model`, forgetting the least recently used beyond `HELD`.
+    fn hold(&self, model: ModelId, vocabulary: Vocabulary) {
+        let Ok(mut known) = self.known.lock() else {
+            return;
+        };
+        let (held, clock) = &mut *known;
+        *clock += 1;
+        if held.len() >= HELD && !held.contains_key(&model) {
+            if let Some(oldest) = held
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(id, _)| *id)
+            {
+                held.remove(&oldest);
+            }
+        }
+        held.insert(model, (Arc::new(vocabulary), *clock));
     }
 
     /// `model`'s vocabulary: held, or fetched (in a task of its own) from the first of
@@ -122,9 +153,7 @@ impl Vocabularies {
         for (peer, addresses) in providers.iter().take(ASKED) {
             match fetch(mesh, *peer, addresses, model).await {
                 Ok(vocabulary) => {
-                    if let Ok(mut known) = self.known.lock() {
-                        known.insert(model, Arc::new(vocabulary));
-                    }
+                    self.hold(model, vocabulary);
                     return;
                 }
                 Err(err) => {

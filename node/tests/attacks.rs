@@ -373,3 +373,58 @@ async fn per_buyer_limits_and_deny_lists_hold() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Attack (`forge-header`): a provider answers the gateway's header request with a
+/// well-formed vocabulary that is not its model's (one that would count prompts its
+/// way). The header does not make the model id, so the gateway keeps nothing from it
+/// and holds the provider to the prompt's token bound; the request is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_model_header_is_not_taken() {
+    let lab = Lab::start(
+        vec![adversary(50, Adversary::ForgeHeader), provider(100)],
+        GatewaySpec::default(),
+    )
+    .await
+    .unwrap();
+    let request = Lab::request("a forged vocabulary", 6, RoutingOptions::default());
+    let model =
+        sharemesh_engine::scripted::ScriptedEngine::model(sharemesh_node::lab::LAB_MODEL).id;
+    let (ids, _) = lab.expected(&request).unwrap();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids);
+    assert!(
+        !lab.gateway.counts_with(&model),
+        "the gateway took a header that is not the model's"
+    );
+}
+
+/// Attack (`slow-header:N`): a provider holds the gateway's header request open. No
+/// request waits for it longer than the gateway's count wait; it is served under the
+/// token bound meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_model_header_delays_no_request_beyond_the_count_wait() {
+    let gateway = GatewaySpec {
+        defaults: sharemesh_gateway::plan::RoutingDefaults {
+            count_wait: Duration::from_millis(300),
+            ..Default::default()
+        },
+        ..GatewaySpec::default()
+    };
+    let lab = Lab::start(vec![adversary(50, Adversary::SlowHeader(60))], gateway)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let done = tokio::time::timeout(
+        Duration::from_secs(10),
+        lab.complete(Lab::request("hi", 4, RoutingOptions::default())),
+    )
+    .await
+    .expect("the request waited on the slow header")
+    .unwrap();
+    assert_eq!(done.token_ids.len(), 4);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}

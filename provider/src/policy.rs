@@ -128,6 +128,11 @@ pub enum Adversary {
     SkipIndex(u64),
     /// After this many tokens, sends text its tokens do not spell (an injected ad).
     LieText(u64),
+    /// Sends a well-formed model header that is not its model's (a vocabulary that
+    /// counts in its favour).
+    ForgeHeader,
+    /// Holds a buyer's header request this many seconds before answering.
+    SlowHeader(u64),
     /// Offers its model under the first catalog name it does not hold (a name
     /// hijack: its advert claims another model's name for its own file).
     HijackName,
@@ -155,13 +160,15 @@ impl std::str::FromStr for Adversary {
             }
             "skip-index" => Ok(Adversary::SkipIndex(number()?)),
             "hijack-name" => Ok(Adversary::HijackName),
+            "forge-header" => Ok(Adversary::ForgeHeader),
+            "slow-header" => Ok(Adversary::SlowHeader(number()?)),
             "lie-text" => Ok(Adversary::LieText(number()?)),
             "flood-adverts" => {
                 let count = u32::try_from(number()?).map_err(|_| "flood count too large")?;
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS)"
             )),
         }
     }
