@@ -325,21 +325,26 @@ impl Dispatcher {
         request: &CompletionRequest,
         candidates: &[Candidate],
     ) -> Result<Option<Counted>, ApiError> {
-        let remote: Vec<(libp2p::PeerId, Vec<String>)> = candidates
-            .iter()
-            .filter(|c| c.provider() != self.node_id())
-            .filter_map(|c| {
-                Some((
-                    c.provider().peer_id().ok()?,
-                    c.entry.advert.addresses.clone(),
-                ))
-            })
-            .collect();
-        let vocabulary = match self
-            .vocabularies
-            .get_or_fetch(&self.mesh, model, &remote, self.defaults.count_wait)
-            .await
-        {
+        let vocabulary = match self.vocabularies.get(&model) {
+            Some(vocabulary) => Ok(vocabulary),
+            None => {
+                // Only the first requests of a model need the candidates' addresses.
+                let remote: Vec<(libp2p::PeerId, Vec<String>)> = candidates
+                    .iter()
+                    .filter(|c| c.provider() != self.node_id())
+                    .filter_map(|c| {
+                        Some((
+                            c.provider().peer_id().ok()?,
+                            c.entry.advert.addresses.clone(),
+                        ))
+                    })
+                    .collect();
+                self.vocabularies
+                    .get_or_fetch(&self.mesh, model, &remote, self.defaults.count_wait)
+                    .await
+            }
+        };
+        let vocabulary = match vocabulary {
             Ok(vocabulary) => vocabulary,
             Err(err) => {
                 tracing::debug!(%model, %err, "counting with the prompt's token bound");
@@ -352,12 +357,9 @@ impl Dispatcher {
         };
         let counted = vocab::count(&vocabulary, &request.prompt)
             .map_err(|e| ApiError::invalid(param, e.to_string()))?;
-        let context = candidates
-            .iter()
-            .filter_map(|c| c.entry.advert.offer(&model))
-            .map(|offer| offer.model.context_length)
-            .min()
-            .unwrap_or(u32::MAX);
+        // From the verified header, not from adverts: a provider advertising a tiny
+        // context must not make the gateway refuse every request for the model.
+        let context = vocabulary.context_length.unwrap_or(u32::MAX);
         if counted.prompt_tokens >= context {
             return Err(ApiError::invalid(
                 param,

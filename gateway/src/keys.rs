@@ -170,14 +170,11 @@ impl KeyCheck {
         self.live.is_some()
     }
 
-    /// Every active key now (empty when keys are not required).
-    pub fn active(&self) -> Vec<KeyRecord> {
-        let Some(live) = &self.live else {
-            return Vec::new();
-        };
-        let Ok(mut cache) = live.cache.lock() else {
-            return Vec::new();
-        };
+    /// Runs `look` over the active keys, re-reading the file first if it changed
+    /// (`None` when keys are not required).
+    fn with_active<T>(&self, look: impl FnOnce(&[KeyRecord]) -> T) -> Option<T> {
+        let live = self.live.as_ref()?;
+        let mut cache = live.cache.lock().ok()?;
         let now = stamp(&live.path);
         if now != cache.stamp {
             cache.stamp = now;
@@ -188,13 +185,18 @@ impl KeyCheck {
                 Err(err) => tracing::warn!(%err, "API keys not reloaded"),
             }
         }
-        cache.active.clone()
+        Some(look(&cache.active))
+    }
+
+    /// Every active key now (empty when keys are not required).
+    pub fn active(&self) -> Vec<KeyRecord> {
+        self.with_active(<[KeyRecord]>::to_vec).unwrap_or_default()
     }
 
     /// The active key matching `presented`, if keys are required and it is one.
     pub fn identify(&self, presented: &str) -> Option<KeyRecord> {
         let digest = hash(presented);
-        self.active().into_iter().find(|r| r.sha256 == digest)
+        self.with_active(|keys| keys.iter().find(|r| r.sha256 == digest).cloned())?
     }
 
     pub fn allows(&self, presented: &str) -> bool {

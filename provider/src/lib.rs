@@ -279,9 +279,11 @@ impl Provider {
                 .map_err(|e| (RejectReason::BadRequest, format!("replayed request: {e}")))?;
         }
         // The buyer's own limits first: a buyer over its share does not get to
-        // preempt anyone's interruptible work.
-        let slot = self.buyer_limits.admit(request.buyer, now)?;
+        // preempt anyone's interruptible work. Its slot is taken only once the job is
+        // admitted, so refused attempts do not count against its jobs per minute.
+        self.buyer_limits.check(&request.buyer, now)?;
         self.admit(&request, now)?;
+        let slot = self.buyer_limits.admit(request.buyer, now)?;
         Ok((request, slot))
     }
 

@@ -37,6 +37,9 @@ pub enum TokenizerError {
 pub struct Vocabulary {
     pub tokenizer: GgufTokenizer,
     pub chat: ChatTemplate,
+    /// The model's context length from its metadata (`<architecture>.context_length`),
+    /// when the header names one.
+    pub context_length: Option<u32>,
 }
 
 impl Vocabulary {
@@ -56,7 +59,16 @@ impl Vocabulary {
             token_text(tokenizer.bos_id),
             token_text(tokenizer.eos_id),
         )?;
-        Ok(Self { tokenizer, chat })
+        let context_length = metadata
+            .get("general.architecture")
+            .and_then(|a| a.to_string().ok())
+            .and_then(|arch| metadata.get(&format!("{arch}.context_length")))
+            .and_then(|v| v.to_u32().ok());
+        Ok(Self {
+            tokenizer,
+            chat,
+            context_length,
+        })
     }
 
     /// From the start of a GGUF file (or a header fetched from a provider).
