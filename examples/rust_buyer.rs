@@ -1,5 +1,5 @@
 //! A Rust buyer using the node crate as a library: join the mesh as a light client,
-//! wait for a provider's advert, and stream one job straight over `/sharemesh/infer/1`
+//! wait for a provider's advert, and stream one job straight over `/sharemesh/infer/2`
 //! (no HTTP in between).
 //!
 //!     cargo run -p sharemesh-node --example rust_buyer -- /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW…
@@ -52,6 +52,10 @@ async fn main() -> Result<()> {
 
     let mut job_id = [0u8; 16];
     rand::fill(&mut job_id);
+    // The secret decides, after delivery, whether to verify the job; the provider sees
+    // only the commitment (this example does not verify).
+    let (_audit_secret, audit_commitment) =
+        sharemesh_gateway::audit::audit_secret(&JobId::from_bytes(job_id));
     let request = JobRequest {
         job_id: JobId::from_bytes(job_id),
         buyer: key.node_id(),
@@ -69,6 +73,7 @@ async fn main() -> Result<()> {
         tier: Tier::OnDemand,
         deadline_ms: now_ms() + 60_000,
         resume: vec![],
+        audit_commitment,
     };
     let peer = offer.advert.provider.peer_id()?;
     let mut events = start_job(

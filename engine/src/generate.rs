@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use serde::Serialize;
-use sharemesh_protocol::{FinishReason, ModelId, Prompt, Sampling};
+use sharemesh_protocol::{FinishReason, ModelId, Prompt, Sampling, StepFingerprint};
 
 use super::{sampler, EngineError, LoadedModel};
 use sharemesh_tokenizer::text::{Step, TextStream};
@@ -30,6 +30,10 @@ pub struct TokenEvent {
     /// stop sequence still incomplete).
     pub text_delta: String,
     pub prompt_tokens: u32,
+    /// The raw logits this token was sampled from, reduced to their top k: what the
+    /// provider commits to and a verifier replays.
+    #[serde(skip)]
+    pub fingerprint: StepFingerprint,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -93,6 +97,7 @@ pub(super) fn run(
     }
     let prompt_tokens = prompt.len() as u32;
     let device = &model.device;
+    let cheat = model.cheat;
     let tokenizer = &model.vocabulary.tokenizer;
     let weights = &mut model.weights;
     let mut history = prompt.clone();
@@ -123,8 +128,16 @@ pub(super) fn run(
     let mut token_ids = request.resume.clone();
     let mut finish = FinishReason::Length;
     let mut stopped_by_sequence = false;
+    let garbage = cheat.serves_garbage(model.jobs_run);
+    model.jobs_run += 1;
     for index in request.resume.len()..max_tokens {
-        let token = sampler::sample(&mut logits, &history, &request.sampling, index as u64);
+        let (token, fingerprint) = if garbage {
+            garbage_step(&history, vocab, index)
+        } else {
+            let fingerprint = StepFingerprint::from_logits(&logits);
+            let token = sampler::sample(&mut logits, &history, &request.sampling, index as u64);
+            (token, fingerprint)
+        };
         if !request.ignore_eos && tokenizer.is_end(token) {
             finish = FinishReason::Stop;
             break;
@@ -141,6 +154,7 @@ pub(super) fn run(
             token_id: token,
             text_delta: delta,
             prompt_tokens,
+            fingerprint,
         };
         if !on_token(&event) {
             finish = FinishReason::Cancelled;
@@ -151,7 +165,7 @@ pub(super) fn run(
             stopped_by_sequence = true;
             break;
         }
-        if index + 1 < max_tokens {
+        if index + 1 < max_tokens && !garbage {
             logits = weights.forward(&[token], history.len() - 1, device)?;
         }
     }
@@ -171,4 +185,17 @@ pub(super) fn run(
         generation_seconds: generation_started.elapsed().as_secs_f64(),
         generated_tokens,
     })
+}
+
+/// Testnet adversary kit: a token that costs no model work, with a fingerprint that
+/// names it the best (so a buyer's cheap greedy check passes and only a replay can
+/// tell). Ids below 3 (special tokens in the catalog's vocabularies) are skipped.
+fn garbage_step(history: &[u32], vocab: u32, index: usize) -> (u32, StepFingerprint) {
+    let mixed =
+        (history.len() as u64 ^ (index as u64).rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let token = 3 + ((mixed >> 32) as u32) % vocab.saturating_sub(3).max(1);
+    let fingerprint = StepFingerprint {
+        top: vec![(token, 10.0f32.to_bits())],
+    };
+    (token, fingerprint)
 }

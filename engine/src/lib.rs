@@ -28,12 +28,15 @@ use std::io::BufReader;
 use std::path::Path;
 use std::time::Instant;
 
-use sharemesh_protocol::{ModelDescriptor, ModelId, Prompt, Sampling};
+pub use sharemesh_protocol::commitment::{ReplayRequest, ReplayResult as Replayed};
+use sharemesh_protocol::{
+    ExecutionProfile, ModelDescriptor, ModelId, Prompt, Sampling, StepFingerprint,
+};
 
 /// Where a model runs (candle's device), so callers need not depend on candle.
 pub use candle_core::Device;
 pub use generate::{GenerateRequest, Generation, TokenEvent};
-pub use seam::{EngineEvent, TokenEngine, EVENT_BUFFER};
+pub use seam::{EngineEvent, ReplayAnswer, TokenEngine, EVENT_BUFFER};
 use sharemesh_tokenizer::{TokenizerError, Vocabulary};
 use weights::Weights;
 pub use worker::Engine;
@@ -77,6 +80,31 @@ pub enum EngineError {
     Stopped,
 }
 
+/// Testnet adversary kit: how a cheating provider's engine serves. Honest engines run
+/// `Cheat::None`; the others exist so tests can show that verification catches them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Cheat {
+    #[default]
+    None,
+    /// Noise tokens without running the model, with fingerprints that look greedy.
+    Garbage,
+    /// Honest for the first `honest_jobs` jobs, garbage after (earn trust, then cheat).
+    Camouflage { honest_jobs: u32 },
+}
+
+impl Cheat {
+    fn serves_garbage(self, jobs_run: u32) -> bool {
+        match self {
+            Cheat::None => false,
+            Cheat::Garbage => true,
+            Cheat::Camouflage { honest_jobs } => jobs_run >= honest_jobs,
+        }
+    }
+}
+
+/// Logit rows a replay computes per forward pass (bounds its memory: rows × vocab f32).
+const REPLAY_ROWS: usize = 64;
+
 /// A model ready to generate: weights (pristine, empty KV cache), tokenizer, template.
 pub struct LoadedModel {
     pub descriptor: ModelDescriptor,
@@ -87,6 +115,10 @@ pub struct LoadedModel {
     pub path: std::path::PathBuf,
     device: Device,
     pub load_seconds: f64,
+    /// Testnet adversary kit (see [`Cheat`]); `Cheat::None` everywhere else.
+    pub cheat: Cheat,
+    /// Jobs generated so far (camouflage counts them).
+    jobs_run: u32,
 }
 
 /// The device to run on: the first CUDA GPU when built with `cuda` and one is present.
@@ -129,6 +161,105 @@ impl LoadedModel {
             path: path.to_owned(),
             device,
             load_seconds: started.elapsed().as_secs_f64(),
+            cheat: Cheat::None,
+            jobs_run: 0,
+        })
+    }
+
+    /// Testnet adversary kit: runs only the first layers less `count` (kernels only).
+    pub fn truncate_layers(&mut self, count: usize) -> Result<(), EngineError> {
+        match &mut self.weights {
+            Weights::Kernels(m) => m.drop_last_layers(count),
+            _ => Err(EngineError::Unsupported(
+                "dropping layers needs the sharemesh kernels (llama on CPU)".into(),
+            )),
+        }
+    }
+
+    /// What this model's logits come from, as a job's `Accept` names it.
+    pub fn profile(&self) -> ExecutionProfile {
+        let device = match self.device.location() {
+            candle_core::DeviceLocation::Cpu => "cpu",
+            candle_core::DeviceLocation::Cuda { .. } => "cuda",
+            candle_core::DeviceLocation::Metal { .. } => "metal",
+        };
+        let (engine, version, isa) = if matches!(self.weights, Weights::Kernels(_)) {
+            (
+                "sharemesh-kernels",
+                sharemesh_kernels::ARITHMETIC_VERSION,
+                sharemesh_kernels::dot::Isa::detect().name(),
+            )
+        } else {
+            ("candle", "0.11", std::env::consts::ARCH)
+        };
+        ExecutionProfile {
+            engine: engine.into(),
+            version: version.into(),
+            isa: isa.into(),
+            quantization: self.descriptor.quantization.clone(),
+            device: device.into(),
+        }
+    }
+
+    /// Replays a delivered job teacher-forced and fingerprints its steps. On the
+    /// kernels the whole transcript runs as batches (batch invariance makes each row
+    /// the bits decoding gave); elsewhere the prompt is prefilled and each token
+    /// decoded, as generation does.
+    pub fn replay(&mut self, request: &ReplayRequest) -> Result<Replayed, EngineError> {
+        self.bind_device_to_thread()?;
+        let prompt = self.prompt_tokens(&request.prompt)?;
+        let vocab = self.vocabulary.tokenizer.vocab_size() as u32;
+        let outputs = &request.outputs;
+        if prompt.is_empty() || outputs.is_empty() || request.from >= outputs.len() {
+            return Err(EngineError::BadRequest("nothing to replay".into()));
+        }
+        if prompt.len() + outputs.len() > self.descriptor.context_length as usize {
+            return Err(EngineError::ContextTooLong {
+                prompt_tokens: prompt.len() + outputs.len(),
+                context_length: self.descriptor.context_length as usize,
+            });
+        }
+        if let Some(bad) = outputs.iter().find(|&&id| id >= vocab) {
+            return Err(EngineError::BadRequest(format!(
+                "token id {bad} is outside the vocabulary (size {vocab})"
+            )));
+        }
+        let mut fingerprints = Vec::with_capacity(outputs.len() - request.from);
+        if self.weights.batch_invariant() {
+            // Step i's logits follow prompt ‖ outputs[..i]: the rows at positions
+            // prompt.len() - 1 + i of that sequence.
+            let mut sequence = prompt.clone();
+            sequence.extend_from_slice(&outputs[..outputs.len() - 1]);
+            let first = prompt.len() - 1 + request.from;
+            let width = vocab as usize;
+            self.weights.reset();
+            let mut position = 0;
+            while position < sequence.len() {
+                let start_row = position.max(first);
+                let end = (start_row + REPLAY_ROWS).min(sequence.len());
+                let rows = end - start_row;
+                let logits = self
+                    .weights
+                    .forward_rows(&sequence[position..end], position, rows)?;
+                fingerprints.extend(logits.chunks_exact(width).map(StepFingerprint::from_logits));
+                position = end;
+            }
+        } else {
+            let (mut logits, _) = self.weights.prefill(&prompt, &self.device)?;
+            let mut position = prompt.len();
+            for (i, &token) in outputs.iter().enumerate() {
+                if i >= request.from {
+                    fingerprints.push(StepFingerprint::from_logits(&logits));
+                }
+                if i + 1 < outputs.len() {
+                    logits = self.weights.forward(&[token], position, &self.device)?;
+                    position += 1;
+                }
+            }
+        }
+        Ok(Replayed {
+            fingerprints,
+            profile: self.profile(),
         })
     }
 

@@ -14,11 +14,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
-use sharemesh_protocol::{FinishReason, ModelDescriptor, ModelId, Prompt};
-use tokio::sync::{mpsc, Semaphore};
+use sharemesh_protocol::{
+    ExecutionProfile, FinishReason, ModelDescriptor, ModelId, Prompt, StepFingerprint,
+};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::{
-    EngineError, EngineEvent, GenerateRequest, Generation, TokenEngine, TokenEvent, EVENT_BUFFER,
+    Cheat, EngineError, EngineEvent, GenerateRequest, Generation, ReplayAnswer, ReplayRequest,
+    Replayed, TokenEngine, TokenEvent, EVENT_BUFFER,
 };
 
 /// Distinct scripted tokens (ids 1..=VOCABULARY; 0 is never produced).
@@ -38,6 +41,8 @@ pub struct Script {
     /// End of text after this many completion tokens (`None`: only `max_tokens` ends a
     /// job).
     pub stop_after: Option<u32>,
+    /// Testnet adversary kit: garbage tokens (another seed's) under the model's name.
+    pub cheat: Cheat,
 }
 
 impl Default for Script {
@@ -48,6 +53,7 @@ impl Default for Script {
             slots: 1,
             queue_capacity: 16,
             stop_after: None,
+            cheat: Cheat::None,
         }
     }
 }
@@ -61,6 +67,7 @@ pub struct ScriptedEngine {
     queued: Arc<AtomicUsize>,
     active: Arc<AtomicUsize>,
     committed: Arc<AtomicUsize>,
+    jobs_run: Arc<AtomicUsize>,
 }
 
 impl ScriptedEngine {
@@ -72,6 +79,7 @@ impl ScriptedEngine {
             queued: Arc::new(AtomicUsize::new(0)),
             active: Arc::new(AtomicUsize::new(0)),
             committed: Arc::new(AtomicUsize::new(0)),
+            jobs_run: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -100,13 +108,40 @@ impl ScriptedEngine {
 
     /// Token `index` of the completion of `request` (resumed tokens included).
     pub fn token(request: &GenerateRequest, index: u32) -> u32 {
+        Self::token_of(
+            &request.model,
+            &request.prompt,
+            request.sampling.seed,
+            index,
+        )
+    }
+
+    fn token_of(model: &ModelId, prompt: &Prompt, seed: u64, index: u32) -> u32 {
         let mut hasher = Sha256::new();
-        hasher.update(request.model.as_bytes());
-        hasher.update(serde_json::to_vec(&request.prompt).unwrap_or_default());
-        hasher.update(request.sampling.seed.to_le_bytes());
+        hasher.update(model.as_bytes());
+        hasher.update(serde_json::to_vec(prompt).unwrap_or_default());
+        hasher.update(seed.to_le_bytes());
         hasher.update(index.to_le_bytes());
         let digest = hasher.finalize();
         1 + u32::from_le_bytes([digest[0], digest[1], digest[2], digest[3]]) % VOCABULARY
+    }
+
+    /// The scripted "logits" of a step: the token alone, at 1.0.
+    pub fn fingerprint(token: u32) -> StepFingerprint {
+        StepFingerprint {
+            top: vec![(token, 1.0f32.to_bits())],
+        }
+    }
+
+    /// The profile scripted jobs name: replays of it are exact by construction.
+    pub fn scripted_profile() -> ExecutionProfile {
+        ExecutionProfile {
+            engine: "scripted".into(),
+            version: "1".into(),
+            isa: "none".into(),
+            quantization: "none".into(),
+            device: "none".into(),
+        }
     }
 
     /// The text a token stands for (a word with its leading space).
@@ -146,9 +181,19 @@ impl ScriptedEngine {
         let resumed = request.resume.len() as u32;
         let mut token_ids = request.resume.clone();
         let mut text = String::new();
+        let jobs_run = self.jobs_run.fetch_add(1, Ordering::SeqCst);
+        let garbage = self
+            .script
+            .cheat
+            .serves_garbage(u32::try_from(jobs_run).unwrap_or(u32::MAX));
         for index in resumed..length {
             tokio::time::sleep(self.script.token_delay).await;
-            let token_id = Self::token(&request, index);
+            let token_id = if garbage {
+                let seed = request.sampling.seed.wrapping_add(0x5eed);
+                Self::token_of(&request.model, &request.prompt, seed, index)
+            } else {
+                Self::token(&request, index)
+            };
             let delta = Self::text(token_id);
             token_ids.push(token_id);
             text.push_str(&delta);
@@ -157,6 +202,7 @@ impl ScriptedEngine {
                 token_id,
                 text_delta: delta,
                 prompt_tokens,
+                fingerprint: Self::fingerprint(token_id),
             };
             if events.send(EngineEvent::Token(event)).await.is_err() {
                 return; // The consumer left: the job is cancelled.
@@ -226,6 +272,37 @@ impl TokenEngine for ScriptedEngine {
 
     fn backend(&self) -> String {
         "scripted".into()
+    }
+
+    fn profile(&self, model: &ModelId) -> Option<ExecutionProfile> {
+        self.models
+            .iter()
+            .any(|m| m.id == *model)
+            .then(Self::scripted_profile)
+    }
+
+    /// The honest script's fingerprints for the delivered tokens' steps, at once.
+    fn replay(&self, request: ReplayRequest) -> Result<ReplayAnswer, EngineError> {
+        if !self.models.iter().any(|m| m.id == request.model) {
+            return Err(EngineError::UnknownModel(request.model));
+        }
+        let (answer, receiver) = oneshot::channel();
+        let fingerprints = (request.from..request.outputs.len())
+            .map(|i| {
+                let index = u32::try_from(i).unwrap_or(u32::MAX);
+                Self::fingerprint(Self::token_of(
+                    &request.model,
+                    &request.prompt,
+                    request.seed,
+                    index,
+                ))
+            })
+            .collect();
+        let _ = answer.send(Ok(Replayed {
+            fingerprints,
+            profile: Self::scripted_profile(),
+        }));
+        Ok(receiver)
     }
 }
 

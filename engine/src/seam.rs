@@ -7,11 +7,14 @@
 
 use std::sync::Arc;
 
-use sharemesh_protocol::{ModelDescriptor, ModelId};
+use sharemesh_protocol::{ExecutionProfile, ModelDescriptor, ModelId};
 use sharemesh_tokenizer::ModelHeader;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use crate::{EngineError, GenerateRequest, Generation, TokenEvent};
+use crate::{EngineError, GenerateRequest, Generation, ReplayRequest, Replayed, TokenEvent};
+
+/// Where a queued replay's result arrives.
+pub type ReplayAnswer = oneshot::Receiver<Result<Replayed, EngineError>>;
 
 /// What a job's event channel carries, in order: `Started`, `Token`s, then `Finished`
 /// or `Failed`.
@@ -42,6 +45,12 @@ pub trait TokenEngine: Send + Sync + 'static {
     fn committed_tokens(&self) -> usize;
     /// Where and on what it runs, for reports (`cpu/sharemesh-kernels`, `scripted`).
     fn backend(&self) -> String;
+    /// What `model`'s logits come from: the execution profile a job's `Accept` names
+    /// and a verifier must match to replay it bit for bit.
+    fn profile(&self, model: &ModelId) -> Option<ExecutionProfile>;
+    /// Queues a teacher-forced replay of a delivered job (verification work); it waits
+    /// behind the jobs already queued.
+    fn replay(&self, request: ReplayRequest) -> Result<ReplayAnswer, EngineError>;
     /// `model`'s GGUF header and tensor digest, for buyers that count with its
     /// vocabulary (`None`: not served here, or no GGUF behind it). May read and hash
     /// the whole model file the first time: call it off the async runtime.

@@ -32,6 +32,16 @@ pub struct KernelModel {
     cached: Vec<u32>,
 }
 
+impl KernelModel {
+    /// Testnet adversary kit: see `Llama::drop_last_layers`.
+    pub fn drop_last_layers(&mut self, count: usize) -> Result<(), EngineError> {
+        self.cached.clear();
+        self.model
+            .drop_last_layers(count)
+            .map_err(|e| EngineError::BadRequest(e.to_string()))
+    }
+}
+
 /// GGUF general.file_type → the quantization name operators know.
 pub fn file_type_name(file_type: u32) -> &'static str {
     match file_type {
@@ -195,6 +205,28 @@ impl Weights {
         };
         let logits = self.forward(&tokens[reused..], reused, device)?;
         Ok((logits, reused))
+    }
+
+    /// Runs `tokens` at `position` on the batch-invariant kernels and returns the
+    /// logits of the last `rows` tokens (see `Llama::forward_rows`).
+    pub fn forward_rows(
+        &mut self,
+        tokens: &[u32],
+        position: usize,
+        rows: usize,
+    ) -> Result<Vec<f32>, EngineError> {
+        let Weights::Kernels(m) = self else {
+            return Err(EngineError::Unsupported(
+                "logits of many positions need the sharemesh kernels".into(),
+            ));
+        };
+        let logits = m.model.forward_rows(tokens, position, rows).map_err(|e| {
+            m.cached.clear();
+            EngineError::Inference(e.to_string())
+        })?;
+        m.cached.truncate(position);
+        m.cached.extend_from_slice(tokens);
+        Ok(logits)
     }
 
     /// Empties the KV cache before a new job.

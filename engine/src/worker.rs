@@ -6,12 +6,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use sharemesh_protocol::{ModelDescriptor, ModelId};
+use sharemesh_protocol::{ExecutionProfile, ModelDescriptor, ModelId};
 use sharemesh_tokenizer::ModelHeader;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    EngineError, EngineEvent, GenerateRequest, Generation, LoadedModel, TokenEngine, EVENT_BUFFER,
+    EngineError, EngineEvent, GenerateRequest, Generation, LoadedModel, ReplayAnswer,
+    ReplayRequest, Replayed, TokenEngine, EVENT_BUFFER,
 };
 
 /// Handle to the engine thread. Cloneable; dropping every clone stops the thread.
@@ -29,12 +30,20 @@ pub struct Engine {
     backend: String,
     /// Each model's file, and its header once a buyer asked for it.
     files: Arc<Vec<(ModelId, PathBuf)>>,
+    profiles: Arc<Vec<(ModelId, ExecutionProfile)>>,
     headers: Arc<Mutex<HashMap<ModelId, Arc<ModelHeader>>>>,
 }
 
-struct Submission {
-    request: GenerateRequest,
-    events: mpsc::Sender<EngineEvent>,
+/// Work for the engine thread, in arrival order.
+enum Submission {
+    Generate {
+        request: GenerateRequest,
+        events: mpsc::Sender<EngineEvent>,
+    },
+    Replay {
+        request: ReplayRequest,
+        answer: oneshot::Sender<Result<Replayed, EngineError>>,
+    },
 }
 
 impl Engine {
@@ -56,6 +65,12 @@ impl Engine {
                 .map(|m| (m.descriptor.id, m.path.clone()))
                 .collect::<Vec<_>>(),
         );
+        let profiles = Arc::new(
+            models
+                .iter()
+                .map(|m| (m.descriptor.id, m.profile()))
+                .collect::<Vec<_>>(),
+        );
         let queued = Arc::new(AtomicUsize::new(0));
         let active = Arc::new(AtomicUsize::new(0));
         let committed_tokens = Arc::new(AtomicUsize::new(0));
@@ -65,12 +80,24 @@ impl Engine {
             .name("sharemesh-engine".into())
             .spawn(move || {
                 let mut models = models;
-                while let Some(Submission { request, events }) = inbox.blocking_recv() {
+                while let Some(work) = inbox.blocking_recv() {
                     thread_queued.fetch_sub(1, Ordering::SeqCst);
                     thread_active.fetch_add(1, Ordering::SeqCst);
-                    let committed = committed_tokens_of(&request);
-                    run_job(&mut models, request, &events);
-                    thread_committed.fetch_sub(committed, Ordering::SeqCst);
+                    match work {
+                        Submission::Generate { request, events } => {
+                            let committed = committed_tokens_of(&request);
+                            run_job(&mut models, request, &events);
+                            thread_committed.fetch_sub(committed, Ordering::SeqCst);
+                        }
+                        Submission::Replay { request, answer } => {
+                            let replayed = models
+                                .iter_mut()
+                                .find(|m| m.descriptor.id == request.model)
+                                .ok_or(EngineError::UnknownModel(request.model))
+                                .and_then(|model| model.replay(&request));
+                            let _ = answer.send(replayed);
+                        }
+                    }
                     thread_active.fetch_sub(1, Ordering::SeqCst);
                 }
             });
@@ -86,6 +113,7 @@ impl Engine {
             queue_capacity: queue_capacity.max(1),
             backend,
             files,
+            profiles,
             headers: Arc::default(),
         }
     }
@@ -154,7 +182,10 @@ impl TokenEngine for Engine {
         let committed = committed_tokens_of(&request);
         self.queued.fetch_add(1, Ordering::SeqCst);
         self.committed_tokens.fetch_add(committed, Ordering::SeqCst);
-        let refused = match self.requests.try_send(Submission { request, events }) {
+        let refused = match self
+            .requests
+            .try_send(Submission::Generate { request, events })
+        {
             Ok(()) => return Ok(receiver),
             Err(mpsc::error::TrySendError::Full(_)) => EngineError::Busy(self.queue_capacity),
             Err(mpsc::error::TrySendError::Closed(_)) => EngineError::Stopped,
@@ -166,6 +197,34 @@ impl TokenEngine for Engine {
 
     fn backend(&self) -> String {
         self.backend.clone()
+    }
+
+    fn profile(&self, model: &ModelId) -> Option<ExecutionProfile> {
+        self.profiles
+            .iter()
+            .find(|(id, _)| id == model)
+            .map(|(_, profile)| profile.clone())
+    }
+
+    fn replay(&self, request: ReplayRequest) -> Result<ReplayAnswer, EngineError> {
+        if !self.models.iter().any(|m| m.id == request.model) {
+            return Err(EngineError::UnknownModel(request.model));
+        }
+        let (answer, receiver) = oneshot::channel();
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        match self
+            .requests
+            .try_send(Submission::Replay { request, answer })
+        {
+            Ok(()) => Ok(receiver),
+            Err(refused) => {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
+                Err(match refused {
+                    mpsc::error::TrySendError::Full(_) => EngineError::Busy(self.queue_capacity),
+                    mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
+                })
+            }
+        }
     }
 }
 

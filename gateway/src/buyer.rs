@@ -1,4 +1,4 @@
-//! The buyer side of `/sharemesh/infer/1`: opens a stream to a provider, sends a
+//! The buyer side of `/sharemesh/infer/2`: opens a stream to a provider, sends a
 //! signed job request, yields the provider's answer and tokens, and acknowledges them
 //! with signed cumulative receipts (every `RECEIPT_EVERY` tokens and at the end). The
 //! stream is a state machine its owner polls ([`BuyerStream::next`]): no task or
@@ -12,14 +12,16 @@ use std::time::Duration;
 use futures::io::{ReadHalf, WriteHalf};
 use futures::AsyncReadExt;
 use libp2p::PeerId;
+use sharemesh_protocol::commitment::{commitment_root, commitment_step};
 use sharemesh_protocol::{
-    Accept, FinishReason, JobRequest, Keypair, OutputCommitment, Receipt, Reject, TokenChunk,
+    Accept, Digest, FinishReason, JobRequest, Keypair, Receipt, Reject, SignedEnvelope, TokenChunk,
 };
 use sharemesh_reputation::Outcome;
 
 use sharemesh_ledger::Ledger;
 use sharemesh_tokenizer::{Step, TextStream};
 
+use crate::transcript::Transcript;
 use crate::vocab::Counted;
 use sharemesh_mesh::clock::{now_ms, SeqCounter};
 use sharemesh_mesh::framing::{write_frame, FrameError, FrameReader};
@@ -45,10 +47,7 @@ pub enum JobEvent {
     Rejected(Reject),
     Token(TokenChunk),
     Receipted(Receipt),
-    Finished {
-        finish: FinishReason,
-        commitment: Option<OutputCommitment>,
-    },
+    Finished { finish: FinishReason },
     Failed(SegmentError),
 }
 
@@ -170,9 +169,11 @@ pub async fn start_job(
         key,
         seq,
         request,
+        sealed_request: envelope,
         terms,
         state: State::AwaitAnswer,
         pending: VecDeque::new(),
+        transcript: None,
     })
 }
 
@@ -186,15 +187,19 @@ pub struct BuyerStream {
     key: Arc<Keypair>,
     seq: SeqCounter,
     request: JobRequest,
+    /// The request as signed and sent: evidence in a fraud proof.
+    sealed_request: SignedEnvelope,
     terms: StreamTerms,
     state: State,
     /// Events decoded from one frame and not yet returned.
     pending: VecDeque<JobEvent>,
+    /// What the provider signed for this job, once it accepted.
+    transcript: Option<Transcript>,
 }
 
 enum State {
     AwaitAnswer,
-    Streaming(Streaming),
+    Streaming(Box<Streaming>),
     Done,
 }
 
@@ -212,6 +217,8 @@ struct Streaming {
     acknowledged: u64,
     /// Silence allowed before the next chunk (the first waits for the prefill).
     timeout: Duration,
+    /// The provider's commitment chain as this buyer recomputed it.
+    head: Digest,
 }
 
 impl BuyerStream {
@@ -235,6 +242,12 @@ impl BuyerStream {
         State::Done
     }
 
+    /// What the provider signed for this job so far: its `Accept` and every chunk that
+    /// passed the checks (and the one that failed them, if one did), for verification.
+    pub fn transcript(&self) -> Option<&Transcript> {
+        self.transcript.as_ref()
+    }
+
     /// `Accept` (checked against the request) or `Reject`.
     async fn read_answer(&mut self) -> State {
         let first = match self.reader.next(ANSWER_TIMEOUT).await {
@@ -242,6 +255,7 @@ impl BuyerStream {
             Err(err) => return self.fail(SegmentError::NoAnswer(err.to_string())),
         };
         let now = now_ms();
+        let sealed_accept = first.clone();
         let accept = match (first.open::<Accept>(now), first.open::<Reject>(now)) {
             (Ok(accept), _) => accept.body,
             (_, Ok(reject)) => {
@@ -267,8 +281,26 @@ impl BuyerStream {
             }
             text
         });
+        let Ok(request_digest) = sharemesh_protocol::envelope::body_digest(&self.request) else {
+            return self.fail(SegmentError::SendFailed(
+                "the request does not encode".into(),
+            ));
+        };
+        let head = commitment_root(
+            &self.request.job_id,
+            &accept.provider,
+            &request_digest,
+            &accept.profile,
+        );
+        self.transcript = Some(Transcript::new(
+            self.sealed_request.clone(),
+            sealed_accept,
+            self.request.clone(),
+            accept.clone(),
+        ));
         self.pending.push_back(JobEvent::Accepted(accept.clone()));
-        State::Streaming(Streaming {
+        State::Streaming(Box::new(Streaming {
+            head,
             accept,
             text,
             stopped: false,
@@ -276,11 +308,11 @@ impl BuyerStream {
             received: 0,
             acknowledged: 0,
             timeout,
-        })
+        }))
     }
 
-    /// One chunk: checked, relayed, receipted when due; at the end, the commitment.
-    async fn read_chunk(&mut self, mut at: Streaming) -> State {
+    /// One chunk: checked, relayed, receipted when due.
+    async fn read_chunk(&mut self, mut at: Box<Streaming>) -> State {
         let frame = match self.reader.next(at.timeout).await {
             Ok(frame) => frame,
             Err(FrameError::Timeout(silence)) => return self.fail(SegmentError::Stalled(silence)),
@@ -300,11 +332,18 @@ impl BuyerStream {
             Err(err) => return self.fail(SegmentError::BadChunk(err.to_string())),
         };
         let checked = check_chunk(&chunk, &self.request, at.received)
+            .and_then(|()| check_commitment(&chunk, &self.request, &at.head))
             .and_then(|()| self.check_text(&chunk, &mut at));
+        if let Some(transcript) = self.transcript.as_mut() {
+            // Kept even when it fails the checks: a provider-signed chunk that breaks
+            // the greedy rule is evidence on its own.
+            transcript.push(frame, chunk.clone());
+        }
         if let Err(why) = checked {
             // Nothing more is paid: the bad chunk is neither relayed nor receipted.
             return self.fail(SegmentError::BadChunk(why));
         }
+        at.head = chunk.commitment;
         at.received += chunk.token_ids.len() as u64;
         at.timeout = self.terms.stall_timeout;
         let finish = chunk.finish;
@@ -323,15 +362,7 @@ impl BuyerStream {
         match finish {
             None => State::Streaming(at),
             Some(finish) => {
-                let commitment = match self.reader.next(Duration::from_secs(5)).await {
-                    Ok(frame) => frame
-                        .open::<OutputCommitment>(now_ms())
-                        .ok()
-                        .map(|o| o.body),
-                    Err(_) => None,
-                };
-                self.pending
-                    .push_back(JobEvent::Finished { finish, commitment });
+                self.pending.push_back(JobEvent::Finished { finish });
                 State::Done
             }
         }
@@ -346,6 +377,7 @@ impl BuyerStream {
             self.request.billed_prompt_tokens(at.accept.prompt_tokens),
             at.received,
             at.accept.price_per_token,
+            at.head,
         ) else {
             return Ok(()); // The amount overflows: nothing sensible to sign.
         };
@@ -448,6 +480,36 @@ fn check_accept(accept: &Accept, request: &JobRequest, counted: Option<u32>) -> 
     Ok(())
 }
 
+/// The chunk extends the commitment chain from `head`, and, where decoding was greedy
+/// without penalties, each token is the best of the logits it committed to (a
+/// provider-signed chunk that breaks this is fraud whatever the model).
+fn check_commitment(chunk: &TokenChunk, request: &JobRequest, head: &Digest) -> Result<(), String> {
+    let link = commitment_step(
+        head,
+        chunk.first_index,
+        &chunk.token_ids,
+        &chunk.fingerprints,
+        chunk.finish,
+    );
+    if link != chunk.commitment {
+        return Err("the chunk's commitment does not extend the chain".into());
+    }
+    let sampling = &request.sampling;
+    if sampling.temperature == 0.0 && sampling.repetition_penalty == 1.0 {
+        for (step, (&token, fingerprint)) in
+            chunk.token_ids.iter().zip(&chunk.fingerprints).enumerate()
+        {
+            if fingerprint.best_token() != Some(token) {
+                return Err(format!(
+                    "greedy token {token} at index {} is not the best of its own logits",
+                    chunk.first_index as usize + step
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What a chunk claims, checked against what the buyer can count itself: it continues
 /// exactly where the last one ended (after the resumed prefix), stays within
 /// `max_tokens`, and carries text only with tokens (a chunk with neither tokens nor an
@@ -480,7 +542,7 @@ fn check_chunk(chunk: &TokenChunk, request: &JobRequest, received: u64) -> Resul
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use sharemesh_protocol::{JobId, ModelId, NanoUsd, Prompt, Sampling, Tier};
+    use sharemesh_protocol::{JobId, ModelId, NanoUsd, Prompt, Sampling, StepFingerprint, Tier};
 
     fn request(resume: usize, max_tokens: u32) -> JobRequest {
         let key = Keypair::from_secret([3; 32]);
@@ -498,6 +560,7 @@ mod tests {
             tier: Tier::OnDemand,
             deadline_ms: 0,
             resume: vec![7; resume],
+            audit_commitment: Digest::from_bytes([0; 32]),
         }
     }
 
@@ -515,7 +578,39 @@ mod tests {
             token_ids: ids.to_vec(),
             text_delta: text.into(),
             finish,
+            fingerprints: ids
+                .iter()
+                .map(|&id| StepFingerprint {
+                    top: vec![(id, 1.0f32.to_bits())],
+                })
+                .collect(),
+            commitment: Digest::from_bytes([0; 32]),
         }
+    }
+
+    #[test]
+    fn chunks_must_extend_the_chain_and_greedy_tokens_must_be_their_logits_best() {
+        let job = request(0, 6);
+        let head = Digest::from_bytes([7; 32]);
+        let mut good = chunk(0, &[5], "a", None);
+        good.commitment = commitment_step(&head, 0, &[5], &good.fingerprints, None);
+        assert!(check_commitment(&good, &job, &head).is_ok());
+        let other_head = Digest::from_bytes([8; 32]);
+        let unlinked = check_commitment(&good, &job, &other_head).unwrap_err();
+        assert!(unlinked.contains("does not extend the chain"), "{unlinked}");
+        // Token 5 committed with logits whose best is 9: fraud under greedy decoding.
+        let mut lying = good.clone();
+        lying.fingerprints[0].top = vec![(9, 2.0f32.to_bits()), (5, 1.0f32.to_bits())];
+        lying.commitment = commitment_step(&head, 0, &[5], &lying.fingerprints, None);
+        let greedy = check_commitment(&lying, &job, &head).unwrap_err();
+        assert!(
+            greedy.contains("not the best of its own logits"),
+            "{greedy}"
+        );
+        // Sampled decoding may pick any token.
+        let mut sampled = job.clone();
+        sampled.sampling.temperature = 0.7;
+        assert!(check_commitment(&lying, &sampled, &head).is_ok());
     }
 
     #[test]

@@ -19,6 +19,7 @@ use sharemesh_protocol::{
 use sharemesh_reputation::{Outcome, ReputationBook, ScoreParams};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::audit::{self, AuditPolicy};
 use crate::budget::{Budget, Budgets};
 use crate::buyer::{Billing, JobEvent, SegmentError};
 use crate::error::ApiError;
@@ -27,6 +28,8 @@ use crate::openai::CompletionRequest;
 use crate::plan::{self, Plan, RoutingDefaults};
 use crate::quote::Candidate;
 use crate::segment::{race, LocalRoute, Opened, SegmentTerms, Segments};
+use crate::transcript::Transcript;
+use crate::trust::{SegmentAudit, Trust};
 use crate::vocab::{self, Counted, Vocabularies};
 
 #[derive(Debug)]
@@ -69,7 +72,9 @@ pub struct Dispatcher {
     mesh: MeshHandle,
     key: Arc<Keypair>,
     defaults: RoutingDefaults,
-    reliability: Mutex<ReputationBook<NodeId>>,
+    reliability: Arc<Mutex<ReputationBook<NodeId>>>,
+    /// Verification, fraud proofs and the providers dropped for fraud.
+    trust: Arc<Trust>,
     ledger: Option<Arc<Ledger>>,
     budgets: Budgets,
     segments: Arc<Segments>,
@@ -99,6 +104,8 @@ struct SegmentReport {
     started: Instant,
     first_token: Option<Instant>,
     end: Result<FinishReason, SegmentError>,
+    /// What the provider signed (remote providers only), for verification.
+    transcript: Option<Transcript>,
 }
 
 impl Dispatcher {
@@ -116,11 +123,23 @@ impl Dispatcher {
             ledger.clone(),
             defaults.stall_timeout,
         );
+        let reliability = Arc::new(Mutex::new(ReputationBook::new(
+            ScoreParams::default(),
+            10_000,
+        )));
+        let trust = Trust::new(
+            mesh.clone(),
+            key.clone(),
+            ledger.clone(),
+            reliability.clone(),
+            AuditPolicy::default(),
+        );
         let dispatcher = Arc::new(Self {
             mesh,
             key,
             defaults,
-            reliability: Mutex::new(ReputationBook::new(ScoreParams::default(), 10_000)),
+            reliability,
+            trust,
             ledger,
             budgets: Budgets::new(budget),
             segments: Arc::new(segments),
@@ -163,6 +182,11 @@ impl Dispatcher {
         self.ledger.as_ref()
     }
 
+    /// Verification and its findings (the node sets a replayer where it holds models).
+    pub fn trust(&self) -> &Arc<Trust> {
+        &self.trust
+    }
+
     pub fn node_id(&self) -> NodeId {
         self.key.node_id()
     }
@@ -171,12 +195,16 @@ impl Dispatcher {
         &self.mesh
     }
 
+    /// Live adverts, less providers dropped for fraud.
     fn live(&self) -> Vec<Arc<BookEntry>> {
-        self.mesh
+        let mut live = self
+            .mesh
             .book
             .read()
             .map(|b| b.live(now_ms()))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        live.retain(|entry| !self.trust.auditor.is_banned(&entry.advert.provider));
+        live
     }
 
     /// A catalog name or model id → the model id, if anyone offers it now.
@@ -404,6 +432,8 @@ impl Dispatcher {
             billing: Billing::Metered(key.as_ref().map(|k| k.id.clone())),
             counted: plan.counted.clone(),
         };
+        let (audit_secret, audit_commitment) = audit::audit_secret(&plan.job_id);
+        let median_price = median_price(&queue);
         while let Some(candidate) = queue.pop_front() {
             let job = JobRequest {
                 job_id: plan.job_id,
@@ -416,6 +446,7 @@ impl Dispatcher {
                 tier: plan.tier,
                 deadline_ms: now_ms() + 600_000,
                 resume: response.delivered.clone(),
+                audit_commitment,
             };
             let started = Instant::now();
             let (candidate, opened) = if std::mem::take(&mut hedge) {
@@ -442,7 +473,7 @@ impl Dispatcher {
                 max_price_per_token: candidate.price,
                 ..job
             };
-            let Some(report) = self
+            let Some(mut report) = self
                 .stream_segment(opened, &job, started, &mut response, queue.front(), events)
                 .await
             else {
@@ -450,6 +481,15 @@ impl Dispatcher {
             };
             self.book(&report, &request, key.as_ref(), &mut response)
                 .await;
+            if let Some(transcript) = report.transcript.take() {
+                self.trust.consider(SegmentAudit {
+                    transcript,
+                    secret: audit_secret,
+                    job_id: plan.job_id,
+                    price: candidate.price,
+                    median_price,
+                });
+            }
             match report.end {
                 // A provider that cancels (preemption) or errs has not finished the job.
                 Ok(finish @ (FinishReason::Stop | FinishReason::Length)) => {
@@ -562,6 +602,7 @@ impl Dispatcher {
             end: Err(SegmentError::StreamBroke(
                 "the job ended without an answer".into(),
             )),
+            transcript: None,
         };
         while let Some(event) = stream.next().await {
             match event {
@@ -610,6 +651,7 @@ impl Dispatcher {
                 }
             }
         }
+        report.transcript = stream.transcript().cloned();
         Some(report)
     }
 
@@ -700,4 +742,11 @@ impl Dispatcher {
             tracing::warn!(%err, "could not book the job");
         }
     }
+}
+
+/// The median price among the quoted candidates: what "cheap" is measured against.
+fn median_price(candidates: &VecDeque<Candidate>) -> NanoUsd {
+    let mut prices: Vec<u64> = candidates.iter().map(|c| c.price.0).collect();
+    prices.sort_unstable();
+    NanoUsd(prices.get(prices.len() / 2).copied().unwrap_or(0))
 }

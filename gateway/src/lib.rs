@@ -5,6 +5,7 @@
 //! provides hands its in-process provider over as a [`segment::LocalRoute`].
 
 pub mod access;
+pub mod audit;
 pub mod budget;
 pub mod buyer;
 pub mod dispatch;
@@ -15,6 +16,8 @@ pub mod plan;
 pub mod quote;
 mod respond;
 pub mod segment;
+pub mod transcript;
+pub mod trust;
 pub mod vocab;
 
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! The buyer side of the reverse auction: ask the best-ranked candidates for a `Quote`
-//! in parallel over `/sharemesh/quote/1`, then rank again with what they answered
+//! in parallel over `/sharemesh/quote/2`, then rank again with what they answered
 //! (their live queue wait and speed instead of the advert's).
 
 use std::sync::Arc;

@@ -74,6 +74,14 @@ impl Opened {
         }
     }
 
+    /// What the provider signed so far (remote providers only).
+    pub fn transcript(&self) -> Option<&crate::transcript::Transcript> {
+        match &self.source {
+            Source::Remote(stream) => stream.transcript(),
+            Source::Local(_) | Source::Closed => None,
+        }
+    }
+
     fn answered(&self) -> bool {
         self.pending
             .iter()

@@ -1,5 +1,5 @@
 //! The buyer's own counts: each served model's vocabulary, fetched once from a provider
-//! (`/sharemesh/model-header/1`) and accepted only if the header and the tensor digest
+//! (`/sharemesh/model-header/2`) and accepted only if the header and the tensor digest
 //! beside it make the model's id (SPEC §1), so no provider can hand the buyer a
 //! tokenizer that counts in its favour. With it the gateway counts every prompt it
 //! pays for and checks every chunk's text against its token ids (`buyer`); without it

@@ -15,6 +15,11 @@
 //!
 //! No I/O: callers hand in tensor bytes already read from the file.
 
+/// The kernels' arithmetic version: runs with the same version compute the same bits
+/// on every instruction set. Bumped whenever any output bit may change, since
+/// verifiers replay jobs of a profile bit for bit (SPEC.md §12).
+pub const ARITHMETIC_VERSION: &str = "1";
+
 pub mod dense;
 pub mod dot;
 pub mod llama;

@@ -228,6 +228,22 @@ impl Llama {
         })
     }
 
+    /// Testnet adversary kit only: drops the last `count` layers, so the model runs
+    /// cheaper and answers worse under its honest name (a verifier must catch it).
+    pub fn drop_last_layers(&mut self, count: usize) -> Result<(), KernelError> {
+        if count >= self.layers.len() {
+            return Err(KernelError::BadConfig(format!(
+                "cannot drop {count} of {} layers",
+                self.layers.len()
+            )));
+        }
+        self.reset();
+        let keep = self.layers.len() - count;
+        self.layers.truncate(keep);
+        self.cache.truncate(keep);
+        Ok(())
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.embeddings.rows
     }
@@ -253,6 +269,24 @@ impl Llama {
     /// Runs `tokens` at `position` (which must equal the cached length), extends the
     /// cache, and returns the logits of the last token.
     pub fn forward(&mut self, tokens: &[u32], position: usize) -> Result<Vec<f32>, KernelError> {
+        self.forward_rows(tokens, position, 1)
+    }
+
+    /// [`Self::forward`], returning the logits of the last `rows` tokens (row after
+    /// row, `rows × vocab`): a verifier's teacher-forced replay scores every step of
+    /// a job in one pass, and batch invariance makes each row the bits decoding gave.
+    pub fn forward_rows(
+        &mut self,
+        tokens: &[u32],
+        position: usize,
+        rows: usize,
+    ) -> Result<Vec<f32>, KernelError> {
+        if rows == 0 || rows > tokens.len() {
+            return Err(KernelError::BadConfig(format!(
+                "{rows} logit rows asked of {} tokens",
+                tokens.len()
+            )));
+        }
         if position != self.cached_positions {
             return Err(KernelError::PositionMismatch {
                 position,
@@ -274,12 +308,12 @@ impl Llama {
             return Err(KernelError::TokenOutOfRange { token, vocab });
         }
         let pool = Arc::clone(&self.pool);
-        let logits = pool.install(|| self.forward_in_pool(tokens, position));
+        let logits = pool.install(|| self.forward_in_pool(tokens, position, rows));
         self.cached_positions += tokens.len();
         Ok(logits)
     }
 
-    fn forward_in_pool(&mut self, tokens: &[u32], position: usize) -> Vec<f32> {
+    fn forward_in_pool(&mut self, tokens: &[u32], position: usize, rows: usize) -> Vec<f32> {
         let c = &self.config;
         let (hidden, n) = (c.hidden, tokens.len());
         let head_dim = c.head_dim();
@@ -354,11 +388,11 @@ impl Llama {
             matmul(isa, &layer.down, &acts, &mut projected);
             add(&mut x, &projected);
         }
-        let last = &x[(n - 1) * hidden..];
-        let mut final_norm = vec![0f32; hidden];
-        rms_norm(last, &self.output_norm, c.norm_eps, &mut final_norm);
+        let last = &x[(n - rows) * hidden..];
+        let mut final_norm = vec![0f32; rows * hidden];
+        norm_rows(last, &self.output_norm, c.norm_eps, &mut final_norm);
         let output = self.output.as_ref().unwrap_or(&self.embeddings);
-        let mut logits = vec![0f32; output.rows];
+        let mut logits = vec![0f32; rows * output.rows];
         matmul(
             isa,
             output,

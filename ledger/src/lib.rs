@@ -12,9 +12,11 @@ use sled::transaction::{
     ConflictableTransactionError, TransactionError, Transactional, TransactionalTree,
 };
 
+mod disputes;
 mod report;
 mod spend;
 
+pub use disputes::{Settlement, Voided, DEFAULT_DISPUTE_WINDOW_MS};
 pub use report::{
     day, day_start, month_start, parse_day, report, Percentiles, Report, Side, Totals,
 };
@@ -112,6 +114,11 @@ pub struct Ledger {
     receipt_api_keys: sled::Tree,
     /// Entries that did not read back, moved aside: `<tree>/<key>` → the bytes.
     quarantine: sled::Tree,
+    /// Receipt key → when a fraud proof voided it (see `disputes`).
+    voided: sled::Tree,
+    /// Provider id → the confirmed fraud proof against it.
+    frauds: sled::Tree,
+    dispute_window_ms: std::sync::atomic::AtomicU64,
 }
 
 /// A stored receipt, read back.
@@ -184,6 +191,9 @@ impl Ledger {
             totals: db.open_tree("totals")?,
             receipt_api_keys: db.open_tree("receipt_api_keys")?,
             quarantine: db.open_tree("quarantine")?,
+            voided: db.open_tree("voided")?,
+            frauds: db.open_tree("frauds")?,
+            dispute_window_ms: std::sync::atomic::AtomicU64::new(DEFAULT_DISPUTE_WINDOW_MS),
             db,
             receipts,
             jobs,
@@ -207,6 +217,11 @@ impl Ledger {
             .to_bytes()
             .map_err(|e| LedgerError::Invalid(e.to_string()))?;
         let receipt = &opened.body;
+        if self.is_voided(&key)? {
+            return Err(LedgerError::Invalid(
+                "this job's receipts were voided by a fraud proof".into(),
+            ));
+        }
         let trees = (
             &self.receipts,
             &self.totals,
@@ -293,6 +308,9 @@ impl Ledger {
             let Ok(stored) = read_stored(&value) else {
                 continue; // Quarantined by `receipts()` when next read.
             };
+            if self.is_voided(&key)? {
+                continue;
+            }
             let api_key = key_of.get(key.as_ref());
             if let Some(id) = api_key {
                 self.receipt_api_keys.insert(&key, id.as_bytes())?;
@@ -424,6 +442,7 @@ mod tests {
             completion_tokens: tokens,
             price_per_token: NanoUsd(100),
             amount: NanoUsd(100 * (10 + tokens)),
+            commitment: sharemesh_protocol::Digest::from_bytes([tokens as u8; 32]),
         }
     }
 
@@ -476,7 +495,8 @@ mod tests {
         let receipts = ledger.receipts().unwrap_or_default();
         assert_eq!(receipts.len(), 1);
         assert_eq!(receipts[0].0.completion_tokens, 16);
-        let earnings = report(&ledger, &provider.node_id(), Side::Earnings, 0).unwrap_or_default();
+        let earnings =
+            report(&ledger, &provider.node_id(), Side::Earnings, 0, 0).unwrap_or_default();
         assert_eq!(
             earnings.total,
             Totals {
@@ -485,7 +505,7 @@ mod tests {
                 amount_nano_usd: 2600
             }
         );
-        let spend = report(&ledger, &buyer.node_id(), Side::Spend, 0).unwrap_or_default();
+        let spend = report(&ledger, &buyer.node_id(), Side::Spend, 0, 0).unwrap_or_default();
         assert_eq!(spend.total, earnings.total);
         assert_eq!(
             spend.per_day.keys().next().map(String::as_str),
@@ -576,7 +596,7 @@ mod tests {
         assert!(ledger.jobs().unwrap_or_default().is_empty());
         assert_eq!(ledger.quarantined().unwrap_or(0), 2);
         let spend =
-            report(&ledger, &buyer.node_id(), Side::Spend, 0).unwrap_or_else(|e| panic!("{e}"));
+            report(&ledger, &buyer.node_id(), Side::Spend, 0, 0).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(spend.total.jobs, 2);
         assert_eq!(spend.quarantined_entries, 2);
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use sharemesh_protocol::{JobId, NodeId, Receipt};
 
-use crate::{JobRecord, Ledger, LedgerError};
+use crate::{JobRecord, Ledger, LedgerError, Settlement};
 
 /// Tokens and money.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -99,6 +99,8 @@ pub struct Report {
     pub uptime_seconds: Option<f64>,
     /// Entries that did not read back and were moved aside (see `Ledger::quarantined`).
     pub quarantined_entries: usize,
+    /// Pending (within the dispute window), final and voided money, over all time.
+    pub settlement: Settlement,
 }
 
 /// Which side's report: `me` as provider (earnings) or as buyer (spend).
@@ -113,6 +115,7 @@ pub fn report(
     me: &NodeId,
     side: Side,
     since_ms: u64,
+    now_ms: u64,
 ) -> Result<Report, LedgerError> {
     let jobs = ledger.jobs()?;
     let model_of = |job_id: &JobId, provider: &NodeId| {
@@ -126,7 +129,7 @@ pub fn report(
             Side::Earnings => &receipt.provider == me,
             Side::Spend => &receipt.buyer == me,
         };
-        if !mine || issued_at < since_ms {
+        if !mine || issued_at < since_ms || ledger.is_voided(&crate::key(&receipt))? {
             continue;
         }
         let counterparty = match side {
@@ -161,5 +164,6 @@ pub fn report(
             .or_default() += 1;
     }
     report.quarantined_entries = ledger.quarantined()?;
+    report.settlement = ledger.settlement(me, side, now_ms)?;
     Ok(report)
 }

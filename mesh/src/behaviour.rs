@@ -28,6 +28,9 @@ pub fn attestations_topic() -> IdentTopic {
 pub fn reputation_topic() -> IdentTopic {
     IdentTopic::new(GossipTopic::Reputation.name())
 }
+pub fn fraud_proofs_topic() -> IdentTopic {
+    IdentTopic::new(GossipTopic::FraudProofs.name())
+}
 
 #[derive(NetworkBehaviour)]
 pub struct Behaviour {
@@ -92,7 +95,12 @@ fn gossipsub_config(heartbeat: Duration) -> Result<gossipsub::Config, String> {
 /// that relays garbage is graylisted after a handful.
 fn peer_score() -> (gossipsub::PeerScoreParams, gossipsub::PeerScoreThresholds) {
     let mut params = gossipsub::PeerScoreParams::default();
-    for topic in [adverts_topic(), attestations_topic(), reputation_topic()] {
+    for topic in [
+        adverts_topic(),
+        attestations_topic(),
+        reputation_topic(),
+        fraud_proofs_topic(),
+    ] {
         let topic_params = gossipsub::TopicScoreParams {
             topic_weight: 1.0,
             time_in_mesh_weight: 0.01,

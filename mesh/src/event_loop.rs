@@ -19,6 +19,7 @@ use super::orderbook::OrderBook;
 use super::peer_targets::{PeerTargets, PendingDials};
 use super::{AddressBook, Command, MeshEvent, PeerInfo};
 use crate::clock::now_ms;
+use sharemesh_protocol::{FraudProof, SignedEnvelope};
 
 /// State the event loop keeps current for the handle to read without a command.
 pub(super) struct SharedViews {
@@ -344,6 +345,8 @@ impl EventLoop {
                     }
                 }
             }
+        } else if message.topic == behaviour::fraud_proofs_topic().hash() {
+            self.check_fraud_proof(source, &message.data)
         } else {
             // Attestation and reputation gossip are validated by the trust layer (not
             // yet built): do not forward what nobody checked.
@@ -353,6 +356,35 @@ impl EventLoop {
             .behaviour_mut()
             .gossipsub
             .report_message_validation_result(&id, &source, verdict);
+    }
+
+    /// A fraud proof is forwarded when its signatures and chain check (anyone can
+    /// check those); a malformed one is a violation. Whether it is fraud takes a
+    /// replay, which the trust layer does where it holds the model.
+    fn check_fraud_proof(&mut self, source: PeerId, data: &[u8]) -> MessageAcceptance {
+        let checked = SignedEnvelope::from_bytes(data)
+            .map_err(|e| e.to_string())
+            .and_then(|envelope| {
+                let opened = envelope
+                    .open::<FraudProof>(now_ms())
+                    .map_err(|e| e.to_string())?;
+                opened.body.evidence().map_err(|e| e.to_string())?;
+                Ok((envelope, opened.body.provider))
+            });
+        match checked {
+            Ok((envelope, accused)) => {
+                self.emit(MeshEvent::FraudProof {
+                    envelope,
+                    accused,
+                    from: source,
+                });
+                MessageAcceptance::Accept
+            }
+            Err(reason) => {
+                tracing::debug!(from = %source, %reason, "malformed fraud proof");
+                MessageAcceptance::Reject
+            }
+        }
     }
 
     /// Peer manager: keep the peer count within its band (`PeerTargets`) — prune the

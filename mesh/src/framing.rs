@@ -133,6 +133,7 @@ mod tests {
             completion_tokens: 1,
             price_per_token: sharemesh_protocol::NanoUsd(1),
             amount: sharemesh_protocol::NanoUsd(2),
+            commitment: sharemesh_protocol::Digest::from_bytes([5; 32]),
         };
         let envelope = key.seal(&receipt, 1, 0, 1000).unwrap();
         let mut buf = Vec::new();
@@ -181,6 +182,7 @@ mod tests {
             1,
             1,
             sharemesh_protocol::NanoUsd(1),
+            sharemesh_protocol::Digest::from_bytes([5; 32]),
         )
         .unwrap();
         let (a, b) = (

@@ -120,6 +120,13 @@ pub enum MeshEvent {
         violation: bool,
         signed_fault: Option<NodeId>,
     },
+    /// A fraud proof whose signatures and commitment chain check (the mesh cannot
+    /// replay it: that is the trust layer's, with a model). Forwarded on.
+    FraudProof {
+        envelope: SignedEnvelope,
+        accused: NodeId,
+        from: PeerId,
+    },
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -181,6 +188,19 @@ impl MeshHandle {
         let data = envelope.to_bytes()?;
         self.send(Command::Publish {
             topic: behaviour::adverts_topic(),
+            data,
+            reply,
+        })
+        .await?;
+        answer.await.context("the mesh has stopped")?
+    }
+
+    /// Gossips a signed fraud proof to the whole mesh.
+    pub async fn publish_fraud_proof(&self, envelope: &SignedEnvelope) -> Result<()> {
+        let (reply, answer) = oneshot::channel();
+        let data = envelope.to_bytes()?;
+        self.send(Command::Publish {
+            topic: behaviour::fraud_proofs_topic(),
             data,
             reply,
         })
@@ -385,6 +405,7 @@ pub async fn spawn(secret: [u8; 32], config: MeshConfig) -> Result<MeshHandle> {
         behaviour::adverts_topic(),
         behaviour::attestations_topic(),
         behaviour::reputation_topic(),
+        behaviour::fraud_proofs_topic(),
     ] {
         behaviour
             .gossipsub

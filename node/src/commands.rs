@@ -230,7 +230,13 @@ pub fn account(
         None => {
             let ledger = sharemesh_ledger::Ledger::open(&data_dir.join("ledger"))?;
             let me = crate::identity::load_or_create(data_dir)?.node_id();
-            serde_json::to_value(sharemesh_ledger::report(&ledger, &me, side, since_ms)?)?
+            serde_json::to_value(sharemesh_ledger::report(
+                &ledger,
+                &me,
+                side,
+                since_ms,
+                sharemesh_mesh::clock::now_ms(),
+            )?)?
         }
     };
     if args.json {

@@ -3,10 +3,12 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sharemesh_engine::{Engine, TokenEngine};
 use sharemesh_gateway::dispatch::Dispatcher;
 use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_mesh as mesh;
@@ -68,6 +70,17 @@ pub struct GatewayArgs {
     /// Ranking score: how strongly an unreliable provider is penalised.
     #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().unreliability)]
     pub score_unreliability: f64,
+    /// Hold this model (catalog name, model id or GGUF path) and verify jobs served
+    /// with it by replaying them (SPEC §12): every job of a new, cheap or suspected
+    /// provider, fewer as its record grows. Also confirms fraud proofs others gossip.
+    #[arg(long)]
+    pub verify: Option<String>,
+    /// CPU threads for verification replays (with --verify; default: all cores).
+    #[arg(long)]
+    pub verify_threads: Option<usize>,
+    /// Seconds a receipt stays pending (a fraud proof voids it) before it is final.
+    #[arg(long, default_value_t = sharemesh_ledger::DEFAULT_DISPUTE_WINDOW_MS / 1000)]
+    pub dispute_window_secs: u64,
 }
 
 fn score_weights(args: &GatewayArgs) -> Result<sharemesh_market::ScoreWeights> {
@@ -113,7 +126,20 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             monthly: usd(args.monthly_budget, "--monthly-budget")?,
         };
         let ledger = open_ledger(data_dir)?;
+        ledger.set_dispute_window_ms(args.dispute_window_secs.saturating_mul(1000));
         let dispatcher = Dispatcher::new(mesh.clone(), key, defaults, Some(ledger.clone()), budget);
+        if let Some(model) = &args.verify {
+            let model_args = crate::local_engine::ModelArgs {
+                model: model.clone(),
+                threads: args.verify_threads,
+            };
+            let loaded = crate::local_engine::load_model(data_dir, &model_args)
+                .with_context(|| format!("loading --verify {model}"))?;
+            tracing::info!(model = %loaded.descriptor.name, profile = %loaded.profile(), "verifying jobs by replay");
+            let engine: Arc<dyn TokenEngine> = Arc::new(Engine::spawn(vec![loaded], 4));
+            let replayer = crate::replay::EngineReplayer(engine);
+            dispatcher.trust().auditor.set_replayer(Arc::new(replayer));
+        }
         let gateway = sharemesh_gateway::GatewayState { dispatcher };
         let http = http::serve(
             address,

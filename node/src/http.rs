@@ -44,7 +44,7 @@ fn account(
             .into_response()
         }
     };
-    match sharemesh_ledger::report(ledger, &state.mesh.node_id, side, since_ms) {
+    match sharemesh_ledger::report(ledger, &state.mesh.node_id, side, since_ms, now_ms()) {
         Ok(report) => Json(report).into_response(),
         Err(err) => sharemesh_gateway::error::ApiError::upstream(err.to_string()).into_response(),
     }

@@ -99,6 +99,9 @@ pub struct GatewaySpec {
     pub ledger_dir: Option<std::path::PathBuf>,
     /// The gateway's order-book bounds (`None`: [`lab_book`]).
     pub book: Option<BookLimits>,
+    /// The gateway holds the lab model and verifies jobs by replaying them on an
+    /// honest scripted engine (`gateway --verify`).
+    pub verify: bool,
 }
 
 /// Lab providers refresh every 200 ms: a per-signer rate to match (the real default is
@@ -254,6 +257,9 @@ impl Lab {
             ledger.clone(),
             gateway.budget,
         );
+        if gateway.verify {
+            dispatcher.trust().auditor.set_replayer(lab_replayer());
+        }
         let lab = Self {
             providers: started,
             gateway: dispatcher,
@@ -429,6 +435,7 @@ impl Lab {
             tier: Tier::OnDemand,
             deadline_ms: sharemesh_mesh::clock::now_ms() + 60_000,
             resume: Vec::new(),
+            audit_commitment: sharemesh_protocol::Digest::from_bytes([0; 32]),
         };
         let terms = StreamTerms {
             ledger: None,
@@ -448,10 +455,52 @@ impl Lab {
         .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
+    /// Another gateway on the lab's mesh (its own key, book and ledger), joined
+    /// through the first provider: a buyer that may never have dealt with a provider
+    /// the first gateway knows.
+    pub async fn add_gateway(&self, spec: GatewaySpec) -> Result<(Arc<Dispatcher>, MeshHandle)> {
+        let seed = GATEWAY_SEED + 1 + NEXT_PORT.fetch_add(1, Ordering::SeqCst);
+        let gateway_key = key(seed);
+        let bootstrap = self
+            .providers
+            .first()
+            .context("a lab without providers")?
+            .mesh
+            .listen_addrs();
+        let config = mesh_config(
+            next_address()?,
+            bootstrap,
+            false,
+            spec.book.unwrap_or_else(lab_book),
+        );
+        let mesh = sharemesh_mesh::spawn(gateway_key.secret(), config).await?;
+        let ledger = match &spec.ledger_dir {
+            Some(dir) => Some(Arc::new(open_ledger(dir)?)),
+            None => None,
+        };
+        let dispatcher = Dispatcher::new(
+            mesh.clone(),
+            gateway_key,
+            spec.defaults,
+            ledger,
+            spec.budget,
+        );
+        if spec.verify {
+            dispatcher.trust().auditor.set_replayer(lab_replayer());
+        }
+        Ok((dispatcher, mesh))
+    }
+
     /// The lab provider with this id.
     pub fn provider(&self, id: NodeId) -> Option<&LabProvider> {
         self.providers.iter().find(|p| p.node_id == id)
     }
+}
+
+/// An honest scripted engine serving the lab model: what a verifying gateway replays on.
+fn lab_replayer() -> Arc<crate::replay::EngineReplayer> {
+    let engine = ScriptedEngine::new(vec![ScriptedEngine::model(LAB_MODEL)], Script::default());
+    Arc::new(crate::replay::EngineReplayer(Arc::new(engine)))
 }
 
 fn open_ledger(dir: &Path) -> Result<Ledger> {

@@ -17,6 +17,7 @@ pub mod local_engine;
 pub mod local_route;
 pub mod logging;
 pub mod provide;
+pub mod replay;
 pub mod serve;
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use sharemesh_engine::EngineEvent;
 use sharemesh_gateway::buyer::{JobEvent, SegmentError};
 use sharemesh_gateway::segment::LocalRoute;
+use sharemesh_protocol::Digest;
 use sharemesh_protocol::{JobRequest, TokenChunk};
 use sharemesh_provider::{LocalJob, Provider};
 use tokio::sync::mpsc;
@@ -40,10 +41,12 @@ impl LocalRoute for LocalProvider {
                         token_ids: vec![token.token_id],
                         text_delta: token.text_delta,
                         finish: None,
+                        // The node's own provider is not audited: no chain kept.
+                        fingerprints: vec![token.fingerprint],
+                        commitment: Digest::from_bytes([0; 32]),
                     }),
                     EngineEvent::Finished(generation) => JobEvent::Finished {
                         finish: generation.finish,
-                        commitment: None,
                     },
                     EngineEvent::Failed(err) => {
                         JobEvent::Failed(SegmentError::EngineFailed(err.to_string()))

@@ -12,6 +12,7 @@ use sharemesh_gateway::dispatch::Dispatcher;
 use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_mesh as mesh;
 use sharemesh_protocol::{NanoUsd, Tier};
+use sharemesh_provider::policy::Adversary;
 use sharemesh_provider::{Provider, ProviderPolicy};
 
 use crate::http::{self, AppState};
@@ -79,7 +80,9 @@ pub struct ProvideArgs {
     /// Testnet adversary mode: `stall-after:N` (goes silent after N tokens),
     /// `overbill:K` (claims K times the prompt's size), `skip-index:N` (after N tokens,
     /// numbers chunks one further than it sent), `lie-text:N` (after N tokens, text its
-    /// tokens do not spell), `hijack-name`, `flood-adverts:N` (README, attacks).
+    /// tokens do not spell), `hijack-name`, `flood-adverts:N`, `garbage` (noise
+    /// tokens), `truncate-layers:N` (a cheaper network under the honest name),
+    /// `camouflage:N` (honest for N jobs, then garbage) (README, attacks).
     #[arg(long, hide = true)]
     pub adversary: Option<sharemesh_provider::policy::Adversary>,
 }
@@ -94,6 +97,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
     let hardware = sharemesh_provider::hardware::detect();
     hardware.log();
     let mut model: LoadedModel = crate::local_engine::load_model(data_dir, &args.model)?;
+    apply_engine_adversary(&mut model, args.adversary)?;
     // Measure what we advertise: a short greedy run on the benchmark prompt.
     let measured = crate::local_engine::measure_with(&mut model, "Hi", 16, 1)?;
     tracing::info!(model = %model.descriptor.name, tokens_per_second = measured.generation_tokens_per_second, "measured speed");
@@ -159,7 +163,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         });
         let provider = Provider::new(
             key,
-            engine,
+            engine.clone(),
             mesh.clone(),
             policy,
             hardware,
@@ -182,6 +186,9 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
                     dispatcher.set_local_route(Arc::new(crate::local_route::LocalProvider(
                         provider.clone(),
                     )));
+                    // Its own model verifies the jobs it buys from others.
+                    let replayer = crate::replay::EngineReplayer(engine.clone());
+                    dispatcher.trust().auditor.set_replayer(Arc::new(replayer));
                     Some(sharemesh_gateway::GatewayState { dispatcher })
                 } else {
                     None
@@ -199,4 +206,23 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         wait_for_shutdown().await;
         Ok(())
     })
+}
+
+/// Testnet adversary kit: the modes that change what the engine computes.
+fn apply_engine_adversary(model: &mut LoadedModel, adversary: Option<Adversary>) -> Result<()> {
+    match adversary {
+        Some(Adversary::Garbage) => model.cheat = engine::Cheat::Garbage,
+        Some(Adversary::Camouflage(honest_jobs)) => {
+            model.cheat = engine::Cheat::Camouflage { honest_jobs }
+        }
+        Some(Adversary::TruncateLayers(count)) => model
+            .truncate_layers(count as usize)
+            .context("adversary truncate-layers")?,
+        _ => return Ok(()),
+    }
+    tracing::warn!(
+        ?adversary,
+        "adversary: serving dishonest work under the model's name"
+    );
+    Ok(())
 }

@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used)]
-//! `/sharemesh/infer/1` with the real engine: a buyer streams a generation from a
+//! `/sharemesh/infer/2` with the real engine: a buyer streams a generation from a
 //! provider over the mesh (tokens equal local generation); closing the stream stops
 //! the provider; a restarted provider process keeps its PeerId and is found again.
 
@@ -64,6 +64,7 @@ fn request(
         tier: Tier::OnDemand,
         deadline_ms: now_ms() + 600_000,
         resume: vec![],
+        audit_commitment: sharemesh_protocol::Digest::from_bytes([0; 32]),
     }
 }
 
@@ -157,27 +158,34 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
                 text.push_str(&chunk.text_delta);
             }
             JobEvent::Receipted(last) => receipt = Some(last),
-            JobEvent::Finished { finish, commitment } => {
-                finished = Some((finish, commitment));
+            JobEvent::Finished { finish } => {
+                finished = Some(finish);
                 break;
             }
             other => panic!("unexpected {other:?}"),
         }
     }
-    let (finish, commitment) = finished.expect("the job finished");
+    let finish = finished.expect("the job finished");
     assert_eq!(
         tokens, expected.token_ids,
         "mesh tokens equal local generation"
     );
     assert_eq!(text, expected.text);
     assert_eq!(finish, FinishReason::Stop);
-    let commitment = commitment.expect("an output commitment");
-    assert_eq!(
-        commitment.output_hash,
-        sharemesh_protocol::envelope::tokens_digest(&tokens)
-    );
-    // A credit window of 4 forced receipts along the way; the last covers every token.
-    assert_eq!(receipt.unwrap().completion_tokens, tokens.len() as u64);
+    // A credit window of 4 forced receipts along the way; the last covers every token
+    // and acknowledges the provider's final commitment-chain head.
+    let receipt = receipt.unwrap();
+    assert_eq!(receipt.completion_tokens, tokens.len() as u64);
+    let transcript = events.transcript().expect("a transcript");
+    let (_, last) = transcript.chunks.last().unwrap();
+    assert_eq!(receipt.commitment, last.commitment);
+    assert_eq!(transcript.outputs(), tokens);
+    // Greedy: every token is the best of the real logits the provider committed to.
+    let committed = transcript.committed();
+    assert_eq!(committed.len(), tokens.len());
+    for (token, fingerprint) in tokens.iter().zip(committed) {
+        assert_eq!(fingerprint.best_token(), Some(*token));
+    }
 
     // Closing the stream stops the provider within a token or so.
     let job = request(

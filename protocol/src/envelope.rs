@@ -1,6 +1,6 @@
 //! The signed envelope that wraps every message.
 //!
-//! signature = ed25519(key, "sharemesh/1/<kind>" ‖ 0x00 ‖ encode(SignedFields))
+//! signature = ed25519(key, "sharemesh/2/<kind>" ‖ 0x00 ‖ encode(SignedFields))
 //!
 //! The domain prefix keeps a signature over one message type from ever verifying as
 //! another; the signer's key is the node's libp2p identity key, so signer = PeerId.
@@ -102,14 +102,6 @@ wire!(
     365 * DAY,
     |m| m.buyer,
     Receipt::validate
-);
-wire!(
-    OutputCommitment,
-    OutputCommitment,
-    1024,
-    365 * DAY,
-    |m| m.provider,
-    |_| Ok(())
 );
 wire!(
     ReputationReport,

@@ -14,27 +14,31 @@ pub enum MessageKind {
     Reject,
     TokenChunk,
     Receipt,
+    /// Retired: the commitment chain in every `TokenChunk` replaced it. Kept so the
+    /// discriminants after it keep their index.
     OutputCommitment,
     ReputationReport,
     // New kinds go last: the discriminant's index is on the wire.
     QuoteRequest,
+    FraudProof,
 }
 
 impl MessageKind {
     /// The signing domain, `sharemesh/<version>/<kind>`.
     pub fn domain(self) -> &'static str {
         match self {
-            MessageKind::Advert => "sharemesh/1/advert",
-            MessageKind::Attestation => "sharemesh/1/attestation",
-            MessageKind::JobRequest => "sharemesh/1/job-request",
-            MessageKind::Quote => "sharemesh/1/quote",
-            MessageKind::Accept => "sharemesh/1/accept",
-            MessageKind::Reject => "sharemesh/1/reject",
-            MessageKind::TokenChunk => "sharemesh/1/token-chunk",
-            MessageKind::Receipt => "sharemesh/1/receipt",
-            MessageKind::OutputCommitment => "sharemesh/1/output-commitment",
-            MessageKind::ReputationReport => "sharemesh/1/reputation-report",
-            MessageKind::QuoteRequest => "sharemesh/1/quote-request",
+            MessageKind::Advert => "sharemesh/2/advert",
+            MessageKind::Attestation => "sharemesh/2/attestation",
+            MessageKind::JobRequest => "sharemesh/2/job-request",
+            MessageKind::Quote => "sharemesh/2/quote",
+            MessageKind::Accept => "sharemesh/2/accept",
+            MessageKind::Reject => "sharemesh/2/reject",
+            MessageKind::TokenChunk => "sharemesh/2/token-chunk",
+            MessageKind::Receipt => "sharemesh/2/receipt",
+            MessageKind::OutputCommitment => "sharemesh/2/output-commitment",
+            MessageKind::ReputationReport => "sharemesh/2/reputation-report",
+            MessageKind::QuoteRequest => "sharemesh/2/quote-request",
+            MessageKind::FraudProof => "sharemesh/2/fraud-proof",
         }
     }
 }

@@ -6,8 +6,10 @@
 
 pub mod catalog;
 pub mod codec;
+pub mod commitment;
 pub mod envelope;
 pub mod error;
+pub mod fraud;
 pub mod ids;
 pub mod kind;
 pub mod messages;
@@ -16,8 +18,10 @@ pub mod money;
 pub mod names;
 pub mod replay;
 
+pub use commitment::{ExecutionProfile, StepFingerprint};
 pub use envelope::{Keypair, Opened, SignedEnvelope, SignerKeys, WireMessage};
 pub use error::{DecodeError, OpenError, ParseIdError, ReplayError, ValidationError};
+pub use fraud::{ChainLink, Evidence, FraudProof, ProofError};
 pub use ids::{Digest, JobId, ModelId, NodeId};
 pub use kind::MessageKind;
 pub use messages::*;
@@ -27,7 +31,7 @@ pub use replay::ReplayGuard;
 
 /// The protocol version this crate speaks. Carried in every envelope, every topic
 /// name and every stream protocol id.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Largest encoded envelope accepted from the network.
 pub const MAX_ENVELOPE_BYTES: usize = 1024 * 1024;

@@ -6,7 +6,7 @@
 //!
 //! so a node that holds only the header and the tensor data's digest can check that
 //! the header belongs to a model id, and count tokens with it, without the weights.
-//! `/sharemesh/model-header/1` carries it: the asker writes the 32-byte model id; the
+//! `/sharemesh/model-header/2` carries it: the asker writes the 32-byte model id; the
 //! provider answers `tensor digest (32 bytes) ‖ header length (u64, big-endian) ‖
 //! header`, or a length of 0 for a model it does not serve.
 

@@ -29,11 +29,11 @@ impl StreamName {
     /// The protocol id, `/sharemesh/<name>/<version>`.
     pub const fn id(self) -> &'static str {
         match self {
-            StreamName::Infer => "/sharemesh/infer/1",
-            StreamName::Quote => "/sharemesh/quote/1",
-            StreamName::Kademlia => "/sharemesh/kad/1",
-            StreamName::Identify => "/sharemesh/id/1",
-            StreamName::ModelHeader => "/sharemesh/model-header/1",
+            StreamName::Infer => "/sharemesh/infer/2",
+            StreamName::Quote => "/sharemesh/quote/2",
+            StreamName::Kademlia => "/sharemesh/kad/2",
+            StreamName::Identify => "/sharemesh/id/2",
+            StreamName::ModelHeader => "/sharemesh/model-header/2",
         }
     }
 }
@@ -44,22 +44,26 @@ pub enum GossipTopic {
     Adverts,
     Attestations,
     Reputation,
+    /// Signed fraud proofs (SPEC.md §12).
+    FraudProofs,
 }
 
 impl GossipTopic {
-    pub const ALL: [GossipTopic; 3] = [
+    pub const ALL: [GossipTopic; 4] = [
         GossipTopic::Adverts,
         GossipTopic::Attestations,
         GossipTopic::Reputation,
+        GossipTopic::FraudProofs,
     ];
 
     /// The topic name, `sharemesh/<version>/<name>` (gossipsub keeps its own protocol
     /// id; networks are told apart by topic).
     pub const fn name(self) -> &'static str {
         match self {
-            GossipTopic::Adverts => "sharemesh/1/adverts",
-            GossipTopic::Attestations => "sharemesh/1/attestations",
-            GossipTopic::Reputation => "sharemesh/1/reputation",
+            GossipTopic::Adverts => "sharemesh/2/adverts",
+            GossipTopic::Attestations => "sharemesh/2/attestations",
+            GossipTopic::Reputation => "sharemesh/2/reputation",
+            GossipTopic::FraudProofs => "sharemesh/2/fraud-proofs",
         }
     }
 }

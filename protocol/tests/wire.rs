@@ -149,6 +149,7 @@ fn arb_job_request(buyer: NodeId, provider: NodeId) -> impl Strategy<Value = Job
                 max_price_per_token: NanoUsd(price),
                 tier,
                 deadline_ms,
+                audit_commitment: Digest::from_bytes([job_id.as_bytes()[0]; 32]),
             },
         )
 }
@@ -188,12 +189,11 @@ proptest! {
         let buyer = keypair(2);
         round_trip(&buyer, &QuoteRequest { job_id: job, buyer: buyer.node_id(), provider: provider.node_id(), model: ModelId::from_bytes([5; 32]), tier: Tier::Reserved, max_price_per_token: NanoUsd(price), max_tokens: (a % 131_072) + 1 });
         round_trip(&provider, &Quote { job_id: job, provider: provider.node_id(), price_per_token: NanoUsd(price), queue_wait_ms: a, expected_milli_tokens_per_second: b });
-        round_trip(&provider, &Accept { job_id: job, provider: provider.node_id(), price_per_token: NanoUsd(price), prompt_tokens: a, credit_window_tokens: b });
+        round_trip(&provider, &Accept { job_id: job, provider: provider.node_id(), price_per_token: NanoUsd(price), prompt_tokens: a, credit_window_tokens: b, profile: ExecutionProfile { engine: "sharemesh-kernels".into(), version: "1".into(), isa: text.clone(), quantization: "Q4_1".into(), device: "cpu".into() } });
         round_trip(&provider, &Reject { job_id: job, provider: provider.node_id(), reason: RejectReason::OverCapacity, detail: text.clone() });
-        round_trip(&provider, &TokenChunk { job_id: job, provider: provider.node_id(), first_index: a, token_ids: vec![b, a], text_delta: text, finish: Some(FinishReason::Length) });
+        round_trip(&provider, &TokenChunk { job_id: job, provider: provider.node_id(), first_index: a, token_ids: vec![b, a], text_delta: text, finish: Some(FinishReason::Length), fingerprints: vec![StepFingerprint { top: vec![(b, 2.0f32.to_bits()), (a, 1.0f32.to_bits())] }, StepFingerprint { top: vec![(a, 0.5f32.to_bits())] }], commitment: Digest::from_bytes([b as u8; 32]) });
         let tokens = u64::from(a) + u64::from(b);
-        round_trip(&buyer, &Receipt { job_id: job, provider: provider.node_id(), buyer: buyer.node_id(), prompt_tokens: u64::from(a), completion_tokens: u64::from(b), price_per_token: NanoUsd(price), amount: NanoUsd(price * tokens) });
-        round_trip(&provider, &OutputCommitment { job_id: job, provider: provider.node_id(), request_hash: Digest::from_bytes([a as u8; 32]), output_hash: Digest::from_bytes([b as u8; 32]), output_tokens: a });
+        round_trip(&buyer, &Receipt { job_id: job, provider: provider.node_id(), buyer: buyer.node_id(), prompt_tokens: u64::from(a), completion_tokens: u64::from(b), price_per_token: NanoUsd(price), amount: NanoUsd(price * tokens), commitment: Digest::from_bytes([a as u8; 32]) });
         round_trip(&buyer, &ReputationReport { reporter: buyer.node_id(), subject: provider.node_id(), epoch: u64::from(a), outcomes: OutcomeCounts { completed: a, failed: b, stalled: 1, verified_ok: 2, verified_mismatch: 3 }, evidence: vec![Digest::from_bytes([1; 32])] });
         round_trip(&provider, &Attestation { node: provider.node_id(), gpus: vec![GpuFingerprint { name: "NVIDIA H200".into(), uuid: "GPU-1".into(), vram_bytes: 1 << 30, driver_version: "560".into(), cuda_version: "12.6".into() }], cpu_model: "x86".into(), cpu_cores: 2, ram_bytes: 1 << 34, benchmarks: vec![BenchmarkResult { model: ModelId::from_bytes([5; 32]), threads: 2, prefill_milli_tokens_per_second: a, generation_milli_tokens_per_second: b }] });
     }
@@ -396,13 +396,23 @@ fn trailing_bytes_are_refused() {
 fn other_versions_are_refused() {
     let key = keypair(1);
     let mut envelope = key.seal(&sample_advert(&key), 1, NOW, 60_000).unwrap();
-    envelope.version = 2;
+    // Version 1 (before commitment chains) and a future 3 are both refused.
+    envelope.version = 1;
     let bytes = envelope.to_bytes().unwrap();
     assert!(matches!(
         SignedEnvelope::from_bytes(&bytes),
         Err(DecodeError::UnsupportedVersion {
-            got: 2,
-            supported: 1
+            got: 1,
+            supported: 2
+        })
+    ));
+    envelope.version = 3;
+    let bytes = envelope.to_bytes().unwrap();
+    assert!(matches!(
+        SignedEnvelope::from_bytes(&bytes),
+        Err(DecodeError::UnsupportedVersion {
+            got: 3,
+            supported: 2
         })
     ));
 }
@@ -421,6 +431,7 @@ fn receipt_golden_bytes() {
         completion_tokens: 30,
         price_per_token: NanoUsd(250),
         amount: NanoUsd(10_500),
+        commitment: Digest::from_bytes([0xcd; 32]),
     };
     let envelope = buyer.seal(&receipt, 42, NOW, 60_000).unwrap();
     let bytes = envelope.to_bytes().unwrap();
@@ -431,14 +442,14 @@ fn receipt_golden_bytes() {
     );
     assert_eq!(
         &bytes[..6],
-        &[1, 0, 7, 0, 0, 0],
-        "version 1, kind Receipt (7)"
+        &[2, 0, 7, 0, 0, 0],
+        "version 2, kind Receipt (7)"
     );
     assert_eq!(digest, GOLDEN_RECEIPT_DIGEST, "encoding drifted");
 }
 
 const GOLDEN_RECEIPT_DIGEST: &str =
-    "3b748d0693b613296c6e360ac434b19f6c5c7d55e7548043e0f1a4555f2aad16";
+    "b75e4ef1bd390be2a91b6a177cc731d815616aab06e4ffae5f859f3807ecffe2";
 
 #[test]
 fn a_quote_request_for_no_tokens_is_refused_by_name() {

@@ -1,4 +1,4 @@
-//! The provider side of `/sharemesh/model-header/1`: a buyer asks for a model's GGUF
+//! The provider side of `/sharemesh/model-header/2`: a buyer asks for a model's GGUF
 //! header (to count prompt tokens and check text itself) and gets it with the tensor
 //! data's digest, which together prove it is the model's (SPEC §1, §8).
 
@@ -20,7 +20,7 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 const SEND_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Provider {
-    /// Answers `/sharemesh/model-header/1` streams until the mesh stops.
+    /// Answers `/sharemesh/model-header/2` streams until the mesh stops.
     pub async fn serve_headers(self: Arc<Self>) -> anyhow::Result<()> {
         self.accept_streams(
             MODEL_HEADER_PROTOCOL,

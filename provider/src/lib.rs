@@ -1,4 +1,4 @@
-//! The provider side of `/sharemesh/infer/1`: checks a signed job request, runs it on
+//! The provider side of `/sharemesh/infer/2`: checks a signed job request, runs it on
 //! the engine, streams each token as a signed chunk, and pauses when the buyer's
 //! receipts fall more than the credit window behind.
 //!
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::{AsyncReadExt, StreamExt};
 use libp2p::PeerId;
+use sharemesh_protocol::commitment::commitment_root;
 use sharemesh_protocol::{
     Accept, AvailabilityWindow, JobRequest, Keypair, MessageKind, NanoUsd, Reject, RejectReason,
     ReplayGuard, SignedEnvelope, Tier, WireMessage,
@@ -167,7 +168,7 @@ impl Provider {
             .seal(body, self.seq.next(), now_ms(), JOB_ENVELOPE_LIFETIME_MS)
     }
 
-    /// Accepts `/sharemesh/infer/1` streams until the mesh stops.
+    /// Accepts `/sharemesh/infer/2` streams until the mesh stops.
     pub async fn serve(self: Arc<Self>) -> anyhow::Result<()> {
         self.accept_streams(INFER_PROTOCOL, "job", |provider, peer, stream| async move {
             provider.handle(peer, stream).await
@@ -435,17 +436,28 @@ impl Provider {
                 _ => prompt_tokens,
             },
             credit_window_tokens: self.policy.credit_window_tokens,
+            profile: self.engine.profile(&request.model).unwrap_or_default(),
         };
         write_frame(&mut writer, &self.seal(&accept)?).await?;
+        let root = commitment_root(
+            &request.job_id,
+            &accept.provider,
+            &sharemesh_protocol::envelope::body_digest(&request)?,
+            &accept.profile,
+        );
 
         // Receipts arrive concurrently; `acked` holds the completion tokens they cover.
         let (acked_tx, mut acked) = watch::channel(0u64);
+        let heads = stream::SentHeads::default();
         let receipts = tokio::spawn(read_receipts(
             reader,
             request.clone(),
-            self.key.node_id(),
-            self.policy.price(request.tier),
-            request.billed_prompt_tokens(prompt_tokens),
+            receipts::Terms {
+                provider: self.key.node_id(),
+                price: self.policy.price(request.tier),
+                prompt_tokens: request.billed_prompt_tokens(prompt_tokens),
+                heads: heads.clone(),
+            },
             acked_tx,
             self.ledger.clone(),
         ));
@@ -461,6 +473,8 @@ impl Provider {
             writer,
             acked: acked.clone(),
             sent: 0,
+            head: root,
+            heads,
         };
         let result = self.stream_job(&mut job, events, &preempt).await;
         let sent = job.sent;

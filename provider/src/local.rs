@@ -41,6 +41,7 @@ impl Provider {
             price_per_token: NanoUsd::ZERO,
             prompt_tokens,
             credit_window_tokens: u32::MAX,
+            profile: self.engine.profile(&request.model).unwrap_or_default(),
         };
         Ok(LocalJob { accept, events })
     }

@@ -140,6 +140,14 @@ pub enum Adversary {
     /// fresh key, offering its models at the lowest price (a sybil flood of the order
     /// book that would also draw every buyer's first attempts).
     FloodAdverts(u32),
+    /// Serves noise tokens without running its model, with fingerprints that look
+    /// greedy, under the model's honest name and profile (the engine's `Cheat`).
+    Garbage,
+    /// Runs its model with this many of the last layers dropped: cheaper, worse, under
+    /// the honest name and profile.
+    TruncateLayers(u32),
+    /// Honest for this many jobs, then garbage (earns trust, then cheats).
+    Camouflage(u32),
 }
 
 impl std::str::FromStr for Adversary {
@@ -163,12 +171,21 @@ impl std::str::FromStr for Adversary {
             "forge-header" => Ok(Adversary::ForgeHeader),
             "slow-header" => Ok(Adversary::SlowHeader(number()?)),
             "lie-text" => Ok(Adversary::LieText(number()?)),
+            "garbage" => Ok(Adversary::Garbage),
+            "truncate-layers" => {
+                let count = u32::try_from(number()?).map_err(|_| "layer count too large")?;
+                Ok(Adversary::TruncateLayers(count))
+            }
+            "camouflage" => {
+                let jobs = u32::try_from(number()?).map_err(|_| "job count too large")?;
+                Ok(Adversary::Camouflage(jobs))
+            }
             "flood-adverts" => {
                 let count = u32::try_from(number()?).map_err(|_| "flood count too large")?;
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N)"
             )),
         }
     }
@@ -186,6 +203,12 @@ mod tests {
         assert_eq!("hijack-name".parse(), Ok(Adversary::HijackName));
         assert_eq!("lie-text:2".parse(), Ok(Adversary::LieText(2)));
         assert_eq!("flood-adverts:50".parse(), Ok(Adversary::FloodAdverts(50)));
+        assert_eq!("garbage".parse(), Ok(Adversary::Garbage));
+        assert_eq!(
+            "truncate-layers:2".parse(),
+            Ok(Adversary::TruncateLayers(2))
+        );
+        assert_eq!("camouflage:5".parse(), Ok(Adversary::Camouflage(5)));
         let err = "overbill".parse::<Adversary>().unwrap_err();
         assert!(err.contains("whole number"), "{err}");
         let err = "steal:1".parse::<Adversary>().unwrap_err();

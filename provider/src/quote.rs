@@ -1,4 +1,4 @@
-//! The provider side of `/sharemesh/quote/1`: answers a signed `QuoteRequest` with a
+//! The provider side of `/sharemesh/quote/2`: answers a signed `QuoteRequest` with a
 //! signed `Quote` (price, expected queue wait, expected speed) or a `Reject`, then
 //! closes. A quote commits the provider to nothing and changes no state.
 
@@ -18,7 +18,7 @@ use sharemesh_mesh::QUOTE_PROTOCOL;
 const QUOTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Provider {
-    /// Answers `/sharemesh/quote/1` streams until the mesh stops.
+    /// Answers `/sharemesh/quote/2` streams until the mesh stops.
     pub async fn serve_quotes(self: Arc<Self>) -> anyhow::Result<()> {
         self.accept_streams(
             QUOTE_PROTOCOL,

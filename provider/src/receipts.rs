@@ -10,13 +10,22 @@ use sharemesh_ledger::Ledger;
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_mesh::framing::read_frame;
 
+use crate::stream::SentHeads;
+
+/// What a receipt for this job must say.
+pub(super) struct Terms {
+    pub provider: sharemesh_protocol::NodeId,
+    pub price: NanoUsd,
+    pub prompt_tokens: u64,
+    /// The commitment heads sent: a receipt acknowledges one of them, at its count.
+    pub heads: SentHeads,
+}
+
 /// Reads the buyer's receipts, keeping the highest valid cumulative count.
 pub(super) async fn read_receipts(
     mut reader: futures::io::ReadHalf<libp2p::Stream>,
     request: JobRequest,
-    provider: sharemesh_protocol::NodeId,
-    price: NanoUsd,
-    prompt_tokens: u64,
+    terms: Terms,
     acked: watch::Sender<u64>,
     ledger: Option<Arc<Ledger>>,
 ) {
@@ -32,11 +41,16 @@ pub(super) async fn read_receipts(
             continue;
         };
         let receipt = &opened.body;
+        let acknowledged = (receipt.completion_tokens, receipt.commitment);
         let consistent = receipt.job_id == request.job_id
             && receipt.buyer == request.buyer
-            && receipt.provider == provider
-            && receipt.price_per_token == price
-            && receipt.prompt_tokens == prompt_tokens;
+            && receipt.provider == terms.provider
+            && receipt.price_per_token == terms.price
+            && receipt.prompt_tokens == terms.prompt_tokens
+            && terms
+                .heads
+                .lock()
+                .is_ok_and(|heads| heads.contains(&acknowledged));
         if !consistent
             || replay
                 .admit(

@@ -1,6 +1,7 @@
 //! One accepted job's stream on the provider side: a signed chunk per token while the
-//! buyer's receipts keep within the credit window, then the final chunk and the output
-//! commitment; or a `Cancelled` chunk when gold work preempts it.
+//! buyer's receipts keep within the credit window, then the final chunk; or a
+//! `Cancelled` chunk when gold work preempts it. Every chunk carries its tokens' logit
+//! fingerprints and extends the job's commitment chain (SPEC.md §12).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +9,8 @@ use std::time::Duration;
 use futures::io::WriteHalf;
 use sharemesh_engine::{EngineEvent, Generation};
 use sharemesh_mesh::framing::{write_frame, FrameError};
-use sharemesh_protocol::{FinishReason, JobRequest, OutputCommitment, TokenChunk};
+use sharemesh_protocol::commitment::commitment_step;
+use sharemesh_protocol::{Digest, FinishReason, JobRequest, StepFingerprint, TokenChunk};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::policy::Adversary;
@@ -23,7 +25,15 @@ pub(crate) struct JobStream<'a> {
     pub acked: watch::Receiver<u64>,
     /// Tokens this provider sent (resumed ones not included).
     pub sent: u64,
+    /// The commitment chain's head: the root until the first chunk, then the last
+    /// chunk's link.
+    pub head: Digest,
+    /// Every head sent, with the tokens sent by then: a receipt must acknowledge one.
+    pub heads: SentHeads,
 }
+
+/// The commitment heads a provider sent for one job, with its token count at each.
+pub(crate) type SentHeads = Arc<std::sync::Mutex<Vec<(u64, Digest)>>>;
 
 /// How a stream ended on the provider's side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,18 +55,24 @@ impl JobStream<'_> {
         (self.request.resume.len() as u64 + self.sent) as u32
     }
 
-    /// A chunk of this job: tokens with their text, or none with the finish.
+    /// The next chunk of this job (tokens with their text and fingerprints, or none
+    /// with the finish), linked into the commitment chain.
     fn chunk(
-        &self,
+        &mut self,
         provider: &Provider,
         first_index: u32,
-        token: Option<(u32, String)>,
+        token: Option<(u32, String, StepFingerprint)>,
         finish: Option<FinishReason>,
     ) -> TokenChunk {
-        let (token_ids, text_delta) = match token {
-            Some((id, text)) => (vec![id], text),
-            None => (Vec::new(), String::new()),
+        let (token_ids, text_delta, fingerprints) = match token {
+            Some((id, text, fingerprint)) => (vec![id], text, vec![fingerprint]),
+            None => (Vec::new(), String::new(), Vec::new()),
         };
+        self.head = commitment_step(&self.head, first_index, &token_ids, &fingerprints, finish);
+        let sent = self.sent + token_ids.len() as u64;
+        if let Ok(mut heads) = self.heads.lock() {
+            heads.push((sent, self.head));
+        }
         TokenChunk {
             job_id: self.request.job_id,
             provider: provider.key.node_id(),
@@ -64,6 +80,8 @@ impl JobStream<'_> {
             token_ids,
             text_delta,
             finish,
+            fingerprints,
+            commitment: self.head,
         }
     }
 
@@ -142,7 +160,8 @@ impl Provider {
                         }
                         _ => token.text_delta,
                     };
-                    let chunk = job.chunk(self, index, Some((token.token_id, text)), None);
+                    let token = (token.token_id, text, token.fingerprint);
+                    let chunk = job.chunk(self, index, Some(token), None);
                     job.write(self, &chunk, limit).await?;
                     job.sent += 1;
                 }
@@ -161,7 +180,7 @@ impl Provider {
         }
     }
 
-    /// The final chunk, the output commitment, and the job's record.
+    /// The final chunk and the job's record.
     async fn finish(
         &self,
         job: &mut JobStream<'_>,
@@ -171,17 +190,6 @@ impl Provider {
         let chunk = job.chunk(self, end, None, Some(generation.finish));
         let limit = self.policy.credit_timeout;
         job.write(self, &chunk, limit).await?;
-        let commitment = OutputCommitment {
-            job_id: job.request.job_id,
-            provider: self.key.node_id(),
-            request_hash: sharemesh_protocol::envelope::body_digest(job.request)?,
-            output_hash: sharemesh_protocol::envelope::tokens_digest(&generation.token_ids),
-            output_tokens: end,
-        };
-        let envelope = self.seal(&commitment)?;
-        tokio::time::timeout(limit, write_frame(&mut job.writer, &envelope))
-            .await
-            .map_err(|_| FrameError::Timeout(limit))??;
         tracing::info!(
             tokens = generation.generated_tokens,
             prefilled = generation.prefilled_tokens,

@@ -111,7 +111,7 @@ impl MetaValue {
 }
 
 /// A model file's header bytes (everything before the tensor data) and the sha256 of
-/// its tensor data: what `/sharemesh/model-header/1` sends, and what the model id is
+/// its tensor data: what `/sharemesh/model-header/2` sends, and what the model id is
 /// made of (`sharemesh_protocol::model_header`).
 #[derive(Clone, Debug)]
 pub struct ModelHeader {

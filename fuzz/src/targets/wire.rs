@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use sharemesh_mesh::framing::FrameReader;
 use sharemesh_protocol::{
-    Accept, Advert, Attestation, JobRequest, MessageKind, OutputCommitment, Quote, QuoteRequest,
-    Receipt, Reject, ReputationReport, SignedEnvelope, TokenChunk, WireMessage,
+    Accept, Advert, Attestation, FraudProof, JobRequest, MessageKind, Quote, QuoteRequest, Receipt,
+    Reject, ReputationReport, SignedEnvelope, TokenChunk, WireMessage,
 };
 
 use super::samples::{self, decode_and_validate};
@@ -30,13 +30,22 @@ fn decode_body(kind: MessageKind, payload: &[u8]) {
         MessageKind::Reject => decode_and_validate::<Reject>(payload),
         MessageKind::TokenChunk => decode_and_validate::<TokenChunk>(payload),
         MessageKind::Receipt => decode_and_validate::<Receipt>(payload),
-        MessageKind::OutputCommitment => decode_and_validate::<OutputCommitment>(payload),
+        // Retired: no body decodes under it any more.
+        MessageKind::OutputCommitment => {}
+        MessageKind::FraudProof => {
+            decode_and_validate::<FraudProof>(payload);
+            if let Ok(proof) =
+                sharemesh_protocol::codec::decode::<FraudProof>(payload, "payload", usize::MAX)
+            {
+                let _ = proof.evidence();
+            }
+        }
         MessageKind::ReputationReport => decode_and_validate::<ReputationReport>(payload),
         MessageKind::QuoteRequest => decode_and_validate::<QuoteRequest>(payload),
     }
 }
 
-const KINDS: [MessageKind; 11] = [
+const KINDS: [MessageKind; 12] = [
     MessageKind::Advert,
     MessageKind::Attestation,
     MessageKind::JobRequest,
@@ -48,6 +57,7 @@ const KINDS: [MessageKind; 11] = [
     MessageKind::OutputCommitment,
     MessageKind::ReputationReport,
     MessageKind::QuoteRequest,
+    MessageKind::FraudProof,
 ];
 
 fn open_as_its_kind(envelope: &SignedEnvelope) {

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::at_most;
 use super::*;
+use crate::commitment::{ExecutionProfile, StepFingerprint};
 use crate::error::ValidationError;
 use crate::ids::{Digest, JobId, ModelId, NodeId};
 use crate::money::NanoUsd;
@@ -164,6 +165,9 @@ pub struct JobRequest {
     /// Completion tokens already delivered by an earlier provider: continue after them,
     /// exactly as an uninterrupted run would.
     pub resume: Vec<u32>,
+    /// `audit_commitment(secret, job_id)`: the buyer's commitment to the secret that
+    /// decides, after delivery, whether this job is verified (SPEC.md §12).
+    pub audit_commitment: Digest,
 }
 
 impl JobRequest {
@@ -239,6 +243,8 @@ pub struct Accept {
     pub prompt_tokens: u32,
     /// How many tokens the provider will send beyond the last receipt before pausing.
     pub credit_window_tokens: u32,
+    /// What will produce the logits: the profile a verifier replays on.
+    pub profile: ExecutionProfile,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -288,11 +294,29 @@ pub struct TokenChunk {
     pub token_ids: Vec<u32>,
     pub text_delta: String,
     pub finish: Option<FinishReason>,
+    /// One fingerprint of the raw logits per token, in order.
+    pub fingerprints: Vec<StepFingerprint>,
+    /// The chain head after this chunk: `commitment_step(previous head, first_index,
+    /// token_ids, fingerprints, finish)`, from `commitment_root` for the first chunk.
+    pub commitment: Digest,
 }
 
 impl TokenChunk {
     pub fn validate(&self) -> Result<(), ValidationError> {
         at_most("token_ids", self.token_ids.len(), MAX_TOKENS_PER_CHUNK)?;
+        if self.fingerprints.len() != self.token_ids.len() {
+            return Err(ValidationError::field(
+                "fingerprints",
+                format!(
+                    "{} fingerprints for {} tokens",
+                    self.fingerprints.len(),
+                    self.token_ids.len()
+                ),
+            ));
+        }
+        for step in &self.fingerprints {
+            step.validate()?;
+        }
         if self.text_delta.len() > MAX_TEXT_BYTES {
             return Err(ValidationError::field("text_delta", "over the text limit"));
         }
@@ -312,6 +336,9 @@ pub struct Receipt {
     pub price_per_token: NanoUsd,
     /// `(prompt_tokens + completion_tokens) × price_per_token`.
     pub amount: NanoUsd,
+    /// The provider's commitment-chain head after the last chunk this receipt pays
+    /// for: what the buyer acknowledges having received (SPEC.md §12).
+    pub commitment: Digest,
 }
 
 impl Receipt {
@@ -324,6 +351,7 @@ impl Receipt {
         prompt_tokens: u64,
         completion_tokens: u64,
         price_per_token: NanoUsd,
+        commitment: Digest,
     ) -> Option<Self> {
         let mut receipt = Self {
             job_id,
@@ -333,6 +361,7 @@ impl Receipt {
             completion_tokens,
             price_per_token,
             amount: NanoUsd::ZERO,
+            commitment,
         };
         receipt.amount = receipt.expected_amount()?;
         Some(receipt)
@@ -354,16 +383,4 @@ impl Receipt {
             None => Err(ValidationError::field("amount", "tokens × price overflows")),
         }
     }
-}
-
-/// The provider's commitment to what it produced: evidence for later verification.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputCommitment {
-    pub job_id: JobId,
-    pub provider: NodeId,
-    /// sha256 of the canonical encoding of the `JobRequest` body.
-    pub request_hash: Digest,
-    /// sha256 over the output token ids (little-endian u32s).
-    pub output_hash: Digest,
-    pub output_tokens: u32,
 }

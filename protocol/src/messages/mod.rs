@@ -158,6 +158,7 @@ mod tests {
             completion_tokens: 5,
             price_per_token: NanoUsd(100),
             amount: NanoUsd(1500),
+            commitment: crate::Digest::from_bytes([3; 32]),
         };
         assert!(receipt.validate().is_ok());
         receipt.amount = NanoUsd(1499);

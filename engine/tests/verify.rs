@@ -1,0 +1,127 @@
+#![allow(clippy::unwrap_used)]
+//! Verification by re-execution on the real model (SmolLM2-135M-Instruct Q4_1): a
+//! teacher-forced replay on the same execution profile reproduces every fingerprint
+//! an honest job committed to, bit for bit, sampled or greedy, resumed or not; a
+//! truncated network or garbage under the same name differs at every step.
+
+mod support;
+
+use sharemesh_engine::{Cheat, GenerateRequest, LoadedModel, ReplayRequest};
+use sharemesh_protocol::{ChatMessage, Prompt, Role, Sampling, StepFingerprint};
+
+fn load() -> LoadedModel {
+    let path = support::default_model_path();
+    support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct")
+}
+
+fn prompt() -> Prompt {
+    Prompt::Chat(vec![ChatMessage {
+        role: Role::User,
+        content: "Name three rivers of Europe and say one thing about each.".into(),
+    }])
+}
+
+/// Generates and returns (tokens, the fingerprint committed with each new token).
+fn serve(
+    model: &mut LoadedModel,
+    sampling: Sampling,
+    resume: Vec<u32>,
+) -> (Vec<u32>, Vec<StepFingerprint>) {
+    let request = GenerateRequest {
+        model: model.descriptor.id,
+        prompt: prompt(),
+        sampling,
+        resume,
+        ignore_eos: true,
+    };
+    let mut fingerprints = Vec::new();
+    let generation = model
+        .generate(&request, |event| {
+            fingerprints.push(event.fingerprint.clone());
+            true
+        })
+        .unwrap();
+    (generation.token_ids, fingerprints)
+}
+
+fn replay(model: &mut LoadedModel, outputs: &[u32], from: usize) -> Vec<StepFingerprint> {
+    let request = ReplayRequest {
+        model: model.descriptor.id,
+        prompt: prompt(),
+        outputs: outputs.to_vec(),
+        from,
+        seed: 0,
+    };
+    let replayed = model.replay(&request).unwrap();
+    assert_eq!(replayed.profile, model.profile());
+    replayed.fingerprints
+}
+
+/// Largest |logit difference| over the tokens both fingerprints list (∞ if none).
+fn gap(a: &StepFingerprint, b: &StepFingerprint) -> f32 {
+    a.top
+        .iter()
+        .filter_map(|&(id, bits)| b.logit_of(id).map(|v| (f32::from_bits(bits) - v).abs()))
+        .fold(None, |m: Option<f32>, d| Some(m.map_or(d, |m| m.max(d))))
+        .unwrap_or(f32::INFINITY)
+}
+
+#[test]
+fn an_honest_job_replays_bit_for_bit_and_cheats_do_not() {
+    let mut model = load();
+    assert_eq!(model.profile().engine, "sharemesh-kernels");
+    let sampled = Sampling {
+        temperature: 0.9,
+        top_p: 0.95,
+        seed: 42,
+        max_tokens: 70,
+        ..Sampling::default()
+    };
+    // Honest, sampled: every step's fingerprint equals the replay's, in one batch pass.
+    let (tokens, committed) = serve(&mut model, sampled.clone(), vec![]);
+    assert_eq!(committed.len(), tokens.len());
+    assert_eq!(replay(&mut model, &tokens, 0), committed);
+    // Honest, resumed after 30 delivered tokens: its steps replay too.
+    let (resumed, resumed_committed) = serve(&mut model, sampled.clone(), tokens[..30].to_vec());
+    assert_eq!(resumed, tokens, "exact resume");
+    assert_eq!(replay(&mut model, &resumed, 30), resumed_committed);
+    assert_eq!(resumed_committed, committed[30..]);
+
+    // A truncated network (two layers dropped) under the same name and profile.
+    let mut truncated = load();
+    truncated.truncate_layers(2).unwrap();
+    let (cheap_tokens, cheap_committed) = serve(&mut truncated, sampled.clone(), vec![]);
+    let honest_view = replay(&mut model, &cheap_tokens, 0);
+    let differing = honest_view
+        .iter()
+        .zip(&cheap_committed)
+        .filter(|(a, b)| a != b)
+        .count();
+    let mut gaps: Vec<f32> = honest_view
+        .iter()
+        .zip(&cheap_committed)
+        .map(|(a, b)| gap(a, b))
+        .collect();
+    gaps.sort_by(f32::total_cmp);
+    println!(
+        "truncate-layers:2 — {differing}/{} steps differ; top-k logit gap min {:.3} median {:.3}",
+        cheap_committed.len(),
+        gaps[0],
+        gaps[gaps.len() / 2]
+    );
+    assert_eq!(differing, cheap_committed.len());
+
+    // Garbage: noise tokens with fingerprints that name them the best.
+    let mut garbage = load();
+    garbage.cheat = Cheat::Garbage;
+    let (noise, noise_committed) = serve(&mut garbage, sampled, vec![]);
+    let honest_view = replay(&mut model, &noise, 0);
+    assert!(honest_view
+        .iter()
+        .zip(&noise_committed)
+        .all(|(a, b)| a != b));
+    println!(
+        "honest same-profile replays: 0 differing steps of {}",
+        committed.len() + 40
+    );
+}

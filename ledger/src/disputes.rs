@@ -1,0 +1,297 @@
+//! Disputes: a receipt is *pending* for the dispute window after it was issued and
+//! *final* after it. Without a chain, a provider's "stake" is exactly its pending
+//! earnings: a confirmed fraud proof voids every pending receipt of that provider in
+//! this ledger (the buyer's money comes back to its budgets), and the proof is kept,
+//! so the provider stays known as a cheat across restarts (SPEC.md §12).
+
+use serde::Serialize;
+use sharemesh_protocol::{NodeId, SignedEnvelope};
+use sled::transaction::TransactionError;
+use sled::transaction::{ConflictableTransactionError, Transactional};
+
+use crate::{key, move_amount, read_stored, spend, Ledger, LedgerError, Side};
+
+/// How long a receipt stays open to a fraud proof by default.
+pub const DEFAULT_DISPUTE_WINDOW_MS: u64 = 24 * 3_600_000;
+
+/// What a fraud proof took back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Voided {
+    pub receipts: u64,
+    pub amount_nano_usd: u64,
+}
+
+/// Money by settlement state, from one side's ledger.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Settlement {
+    /// Within the dispute window: a fraud proof may still void it.
+    pub pending_nano_usd: u64,
+    /// Past the dispute window.
+    pub final_nano_usd: u64,
+    /// Voided by a fraud proof.
+    pub voided_nano_usd: u64,
+    pub dispute_window_ms: u64,
+}
+
+impl Ledger {
+    pub fn dispute_window_ms(&self) -> u64 {
+        self.dispute_window_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets the dispute window (operators; tests shorten it).
+    pub fn set_dispute_window_ms(&self, window_ms: u64) {
+        self.dispute_window_ms
+            .store(window_ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Keeps `proof` (a checked, confirmed fraud proof against `provider`) and voids
+    /// every receipt of `provider` still pending at `now_ms`, taking its amount out of
+    /// the running totals in the same transaction.
+    pub fn record_fraud(
+        &self,
+        provider: &NodeId,
+        proof: &SignedEnvelope,
+        now_ms: u64,
+    ) -> Result<Voided, LedgerError> {
+        let bytes = proof
+            .to_bytes()
+            .map_err(|e| LedgerError::Invalid(e.to_string()))?;
+        if !self.frauds.contains_key(provider.as_bytes())? {
+            self.frauds.insert(provider.as_bytes(), bytes)?;
+        }
+        let window = self.dispute_window_ms();
+        let mut voided = Voided::default();
+        for entry in self.receipts.iter() {
+            let (receipt_key, value) = entry?;
+            let Ok(stored) = read_stored(&value) else {
+                continue;
+            };
+            let receipt = &stored.body;
+            let pending = stored.issued_at_ms.saturating_add(window) > now_ms;
+            if &receipt.provider != provider || !pending {
+                continue;
+            }
+            let trees = (&self.voided, &self.totals, &self.receipt_api_keys);
+            let done = trees.transaction(|(voids, totals, api_keys)| {
+                if voids.get(&receipt_key)?.is_some() {
+                    return Ok(false);
+                }
+                voids.insert(receipt_key.as_ref(), &now_ms.to_be_bytes())?;
+                let api_key = api_keys
+                    .get(&receipt_key)?
+                    .map(|id| String::from_utf8_lossy(&id).into_owned());
+                let buckets =
+                    spend::buckets(&receipt.buyer, api_key.as_deref(), stored.issued_at_ms);
+                move_amount(totals, &buckets, receipt.amount.0, false)?;
+                Ok::<_, ConflictableTransactionError<LedgerError>>(true)
+            });
+            let done = done.map_err(|e| match e {
+                TransactionError::Abort(e) => e,
+                TransactionError::Storage(e) => LedgerError::Storage(e),
+            })?;
+            if done {
+                voided.receipts += 1;
+                voided.amount_nano_usd += receipt.amount.0;
+            }
+        }
+        self.db.flush()?;
+        Ok(voided)
+    }
+
+    /// Providers with a confirmed fraud proof on record, and the proofs.
+    pub fn frauds(&self) -> Result<Vec<(NodeId, SignedEnvelope)>, LedgerError> {
+        let mut frauds = Vec::new();
+        for entry in self.frauds.iter() {
+            let (provider, proof) = entry?;
+            let (Ok(provider), Ok(proof)) = (
+                <[u8; 32]>::try_from(provider.as_ref()),
+                SignedEnvelope::from_bytes(&proof),
+            ) else {
+                continue;
+            };
+            frauds.push((NodeId::from_bytes(provider), proof));
+        }
+        Ok(frauds)
+    }
+
+    /// Whether the receipt stored under this (job, provider) was voided.
+    pub(crate) fn is_voided(&self, receipt_key: &[u8]) -> Result<bool, LedgerError> {
+        Ok(self.voided.contains_key(receipt_key)?)
+    }
+
+    /// `me`'s money on `side`, by settlement state at `now_ms`.
+    pub fn settlement(
+        &self,
+        me: &NodeId,
+        side: Side,
+        now_ms: u64,
+    ) -> Result<Settlement, LedgerError> {
+        let window = self.dispute_window_ms();
+        let mut settlement = Settlement {
+            dispute_window_ms: window,
+            ..Settlement::default()
+        };
+        for (receipt, issued_at) in self.receipts()? {
+            let mine = match side {
+                Side::Earnings => &receipt.provider == me,
+                Side::Spend => &receipt.buyer == me,
+            };
+            if !mine {
+                continue;
+            }
+            let amount = receipt.amount.0;
+            if self.is_voided(&key(&receipt))? {
+                settlement.voided_nano_usd += amount;
+            } else if issued_at.saturating_add(window) > now_ms {
+                settlement.pending_nano_usd += amount;
+            } else {
+                settlement.final_nano_usd += amount;
+            }
+        }
+        Ok(settlement)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{report, Period, SpendScope};
+    use sharemesh_protocol::{Digest, JobId, Keypair, NanoUsd, Receipt};
+
+    const HOUR: u64 = 3_600_000;
+
+    fn sealed(buyer: &Keypair, provider: &Keypair, job: u8, at_ms: u64) -> SignedEnvelope {
+        let receipt = Receipt::new(
+            JobId::from_bytes([job; 16]),
+            provider.node_id(),
+            buyer.node_id(),
+            10,
+            90,
+            NanoUsd(10),
+            Digest::from_bytes([job; 32]),
+        )
+        .unwrap();
+        buyer.seal(&receipt, 1, at_ms, 60_000).unwrap()
+    }
+
+    #[test]
+    fn a_fraud_proof_voids_pending_receipts_and_refunds_budgets_but_not_final_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        let (buyer, cheat, honest) = (
+            Keypair::from_secret([1; 32]),
+            Keypair::from_secret([2; 32]),
+            Keypair::from_secret([3; 32]),
+        );
+        let now = 100 * 24 * HOUR + 12 * HOUR;
+        // Final (two days old), pending (one hour old), and another provider's.
+        ledger
+            .record_receipt(&sealed(&buyer, &cheat, 1, now - 48 * HOUR), Some("team"))
+            .unwrap();
+        ledger
+            .record_receipt(&sealed(&buyer, &cheat, 2, now - HOUR), Some("team"))
+            .unwrap();
+        ledger
+            .record_receipt(&sealed(&buyer, &honest, 3, now - HOUR), Some("team"))
+            .unwrap();
+        let spent_today = || {
+            ledger
+                .spent(SpendScope::Buyer(&buyer.node_id()), Period::Day(now))
+                .unwrap()
+        };
+        let key_month = || {
+            ledger
+                .spent(SpendScope::ApiKey("team"), Period::Month(now))
+                .unwrap()
+        };
+        assert_eq!(spent_today(), 2000);
+        let month_before = key_month();
+
+        let proof = buyer
+            .seal(
+                &sealed(&buyer, &cheat, 9, now)
+                    .open_archived::<Receipt>()
+                    .unwrap()
+                    .body,
+                2,
+                now,
+                60_000,
+            )
+            .unwrap();
+        let voided = ledger.record_fraud(&cheat.node_id(), &proof, now).unwrap();
+        assert_eq!(
+            voided,
+            Voided {
+                receipts: 1,
+                amount_nano_usd: 1000
+            }
+        );
+        // The pending job's money is back in the budgets; the final one stays spent.
+        assert_eq!(spent_today(), 1000);
+        assert_eq!(key_month(), month_before - 1000);
+        // Once voided, always voided: a second proof takes nothing more, and a later
+        // receipt for the voided job is refused.
+        assert_eq!(
+            ledger.record_fraud(&cheat.node_id(), &proof, now).unwrap(),
+            Voided::default()
+        );
+        let late = Receipt::new(
+            JobId::from_bytes([2; 16]),
+            cheat.node_id(),
+            buyer.node_id(),
+            10,
+            95,
+            NanoUsd(10),
+            Digest::from_bytes([2; 32]),
+        )
+        .unwrap();
+        let late = buyer.seal(&late, 7, now, 60_000).unwrap();
+        assert!(matches!(
+            ledger.record_receipt(&late, None),
+            Err(LedgerError::Invalid(_))
+        ));
+
+        let spend = report(&ledger, &buyer.node_id(), Side::Spend, 0, now).unwrap();
+        assert_eq!(
+            spend.total.amount_nano_usd, 2000,
+            "voided money is not spend"
+        );
+        assert_eq!(
+            spend.settlement,
+            Settlement {
+                pending_nano_usd: 1000,
+                final_nano_usd: 1000,
+                voided_nano_usd: 1000,
+                dispute_window_ms: DEFAULT_DISPUTE_WINDOW_MS
+            }
+        );
+        let earned = ledger
+            .settlement(&cheat.node_id(), Side::Earnings, now)
+            .unwrap();
+        assert_eq!(
+            (
+                earned.pending_nano_usd,
+                earned.final_nano_usd,
+                earned.voided_nano_usd
+            ),
+            (0, 1000, 1000)
+        );
+        assert_eq!(ledger.frauds().unwrap().len(), 1);
+
+        // After a restart the proof and the voids are still there, and totals rebuilt
+        // from scratch leave voided receipts out.
+        drop(ledger);
+        let ledger = Ledger::open(dir.path()).unwrap();
+        assert_eq!(ledger.frauds().unwrap()[0].0, cheat.node_id());
+        ledger.totals.clear().unwrap();
+        ledger.build_totals().unwrap();
+        assert_eq!(
+            ledger
+                .spent(SpendScope::Buyer(&buyer.node_id()), Period::Day(now))
+                .unwrap(),
+            1000
+        );
+    }
+}

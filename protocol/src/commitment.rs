@@ -1,0 +1,363 @@
+//! What a provider commits to while it streams: per-step logit fingerprints, the
+//! execution profile that produced them, and the hash chain that binds every chunk of
+//! a job to the request and to each other (SPEC.md §12).
+//!
+//! A verifier that replays the job teacher-forced on the same execution profile gets
+//! the same logits bit for bit (batch-invariant kernels), so any fingerprint that
+//! differs is proof the provider did not run what it named. Pure: no I/O.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::error::ValidationError;
+use crate::ids::{Digest, JobId, NodeId};
+use crate::messages::FinishReason;
+
+/// Logits kept per step: the top `FINGERPRINT_TOP_K` (token, logit) pairs.
+pub const FINGERPRINT_TOP_K: usize = 8;
+
+/// One generation step's logits, reduced to the top-k (token id, logit bits) pairs,
+/// highest logit first (ties: lower id first). Taken from the model's raw logits,
+/// before penalties, temperature or sampling.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StepFingerprint {
+    /// `(token id, f32::to_bits(logit))`.
+    pub top: Vec<(u32, u32)>,
+}
+
+impl StepFingerprint {
+    /// The fingerprint of a logit vector. NaNs sort below every number, so a broken
+    /// model still gets a well-defined fingerprint (which will not match an honest one).
+    pub fn from_logits(logits: &[f32]) -> Self {
+        let k = FINGERPRINT_TOP_K.min(logits.len());
+        // Keep the best k in a small sorted buffer: one pass, no full sort.
+        let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+        let key = |v: f32| if v.is_nan() { f32::NEG_INFINITY } else { v };
+        for (id, &value) in logits.iter().enumerate() {
+            let value = key(value);
+            if top.len() == k && top.last().is_some_and(|&(_, worst)| value <= worst) {
+                continue;
+            }
+            let at = top.partition_point(|&(_, v)| v >= value);
+            top.insert(at, (id as u32, value));
+            top.truncate(k);
+        }
+        Self {
+            top: top.into_iter().map(|(id, v)| (id, v.to_bits())).collect(),
+        }
+    }
+
+    /// The highest-scoring token: what greedy decoding without penalties picks.
+    pub fn best_token(&self) -> Option<u32> {
+        self.top.first().map(|&(id, _)| id)
+    }
+
+    /// The logit of `token`, if it is among the top k.
+    pub fn logit_of(&self, token: u32) -> Option<f32> {
+        self.top
+            .iter()
+            .find(|&&(id, _)| id == token)
+            .map(|&(_, bits)| f32::from_bits(bits))
+    }
+
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if self.top.is_empty() || self.top.len() > FINGERPRINT_TOP_K {
+            return Err(ValidationError::field(
+                "fingerprints",
+                format!("each step holds 1..={FINGERPRINT_TOP_K} pairs"),
+            ));
+        }
+        let ordered = self.top.windows(2).all(|pair| {
+            let (a, b) = (f32::from_bits(pair[0].1), f32::from_bits(pair[1].1));
+            a > b || (a == b && pair[0].0 < pair[1].0) || (a.is_nan() || b.is_nan())
+        });
+        if !ordered {
+            return Err(ValidationError::field(
+                "fingerprints",
+                "pairs must be ordered by logit, highest first",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What produced a job's logits. Two runs replay each other bit for bit when
+/// [`ExecutionProfile::replays_exactly`] holds; otherwise only a tolerance check is
+/// possible.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ExecutionProfile {
+    /// `sharemesh-kernels`, `candle`, `scripted`.
+    pub engine: String,
+    /// The engine's arithmetic version: runs with the same version compute the same
+    /// bits (for `sharemesh-kernels`, whatever the instruction set).
+    pub version: String,
+    /// Instruction set used (`avx512-vnni`, `avx2`, `scalar`); informational for the
+    /// kernels, whose every ISA gives the same bits.
+    pub isa: String,
+    /// The weights' quantization as loaded (`Q4_1`).
+    pub quantization: String,
+    /// `cpu`, `cuda`, `metal`.
+    pub device: String,
+}
+
+impl ExecutionProfile {
+    /// Whether a replay on `other` must reproduce this profile's logits bit for bit.
+    /// The kernels promise it across instruction sets (SPEC.md §12); candle promises
+    /// it only on the same device and instruction set.
+    pub fn replays_exactly(&self, other: &ExecutionProfile) -> bool {
+        let same_arithmetic = self.engine == other.engine
+            && self.version == other.version
+            && self.quantization == other.quantization
+            && self.device == other.device;
+        if self.engine == "sharemesh-kernels" {
+            same_arithmetic
+        } else {
+            same_arithmetic && self.isa == other.isa
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        for (field, value) in [
+            ("profile.engine", &self.engine),
+            ("profile.version", &self.version),
+            ("profile.isa", &self.isa),
+            ("profile.quantization", &self.quantization),
+            ("profile.device", &self.device),
+        ] {
+            if value.len() > 64 {
+                return Err(ValidationError::field(field, "longer than 64 bytes"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for ExecutionProfile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}-{}/{}-{}/{}",
+            self.engine, self.version, self.device, self.isa, self.quantization
+        )
+    }
+}
+
+const ROOT_DOMAIN: &[u8] = b"sharemesh/2/commitment-root\0";
+const STEP_DOMAIN: &[u8] = b"sharemesh/2/commitment-step\0";
+
+/// `h_0`: binds the chain to the job, the provider, the exact request (its body
+/// digest) and the execution profile the provider accepted with.
+pub fn commitment_root(
+    job: &JobId,
+    provider: &NodeId,
+    request_digest: &Digest,
+    profile: &ExecutionProfile,
+) -> Digest {
+    let mut hasher = Sha256::new();
+    hasher.update(ROOT_DOMAIN);
+    hasher.update(job.as_bytes());
+    hasher.update(provider.as_bytes());
+    hasher.update(request_digest.as_bytes());
+    for part in [
+        &profile.engine,
+        &profile.version,
+        &profile.isa,
+        &profile.quantization,
+        &profile.device,
+    ] {
+        hasher.update((part.len() as u32).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    Digest::from_bytes(hasher.finalize().into())
+}
+
+/// `h_k = H(h_{k-1} ‖ first_index ‖ tokens ‖ fingerprints ‖ finish)`: one link per
+/// chunk, so the head commits to every token, every fingerprint and the ending.
+pub fn commitment_step(
+    previous: &Digest,
+    first_index: u32,
+    tokens: &[u32],
+    fingerprints: &[StepFingerprint],
+    finish: Option<FinishReason>,
+) -> Digest {
+    let mut hasher = Sha256::new();
+    hasher.update(STEP_DOMAIN);
+    hasher.update(previous.as_bytes());
+    hasher.update(first_index.to_le_bytes());
+    hasher.update((tokens.len() as u32).to_le_bytes());
+    for token in tokens {
+        hasher.update(token.to_le_bytes());
+    }
+    hasher.update((fingerprints.len() as u32).to_le_bytes());
+    for step in fingerprints {
+        hasher.update((step.top.len() as u32).to_le_bytes());
+        for (id, bits) in &step.top {
+            hasher.update(id.to_le_bytes());
+            hasher.update(bits.to_le_bytes());
+        }
+    }
+    hasher.update([match finish {
+        None => 0u8,
+        Some(FinishReason::Stop) => 1,
+        Some(FinishReason::Length) => 2,
+        Some(FinishReason::Cancelled) => 3,
+        Some(FinishReason::Error) => 4,
+    }]);
+    Digest::from_bytes(hasher.finalize().into())
+}
+
+fn audit_hash(domain: &[u8], secret: &[u8; 32], job: &JobId) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(domain);
+    hasher.update(secret);
+    hasher.update(job.as_bytes());
+    hasher.finalize().into()
+}
+
+/// The buyer's commitment to its audit secret, sent with the request: which jobs get
+/// verified is drawn from the secret after delivery, so a provider cannot tell a
+/// checked job from an unchecked one, and the buyer cannot pick after the fact.
+pub fn audit_commitment(secret: &[u8; 32], job: &JobId) -> Digest {
+    Digest::from_bytes(audit_hash(b"sharemesh/2/audit-commitment\0", secret, job))
+}
+
+/// The audit draw in `[0, 1)`: the job is verified when it falls below the rate the
+/// buyer applies to that provider.
+pub fn audit_draw(secret: &[u8; 32], job: &JobId) -> f64 {
+    let digest = audit_hash(b"sharemesh/2/audit-draw\0", secret, job);
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&digest[..8]);
+    (u64::from_le_bytes(head) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A teacher-forced replay to run (verification work): the logits a model gives after
+/// `prompt` and each prefix of `outputs`, fingerprinted for steps `from..`. Carries no
+/// commitment, so a replayer must compute what it returns.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplayRequest {
+    pub model: crate::ids::ModelId,
+    pub prompt: crate::messages::Prompt,
+    /// Completion tokens as delivered (a resumed prefix included).
+    pub outputs: Vec<u32>,
+    /// The first step to fingerprint (the steps before it are context only).
+    pub from: usize,
+    /// The job's sampling seed: only a scripted engine's tokens depend on it (real
+    /// logits do not depend on sampling).
+    pub seed: u64,
+}
+
+/// What a replay gave: one fingerprint per step `from..outputs.len()`, and the profile
+/// it ran on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplayResult {
+    pub fingerprints: Vec<StepFingerprint>,
+    pub profile: ExecutionProfile,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn fingerprint_keeps_the_top_k_in_order_with_ties_by_id() {
+        let logits = [0.5, 3.0, -1.0, 3.0, f32::NAN, 2.0, 7.0, 0.0, 1.0, 1.5, 0.25];
+        let fp = StepFingerprint::from_logits(&logits);
+        let ids: Vec<u32> = fp.top.iter().map(|&(id, _)| id).collect();
+        assert_eq!(ids, vec![6, 1, 3, 5, 9, 8, 0, 10]);
+        assert_eq!(fp.best_token(), Some(6));
+        assert_eq!(fp.logit_of(5), Some(2.0));
+        assert!(fp.validate().is_ok());
+        let shuffled = StepFingerprint {
+            top: vec![fp.top[1], fp.top[0]],
+        };
+        assert!(shuffled.validate().is_err());
+        assert!(StepFingerprint::default().validate().is_err());
+    }
+
+    #[test]
+    fn fingerprint_of_a_short_vector_holds_all_of_it() {
+        let fp = StepFingerprint::from_logits(&[1.0, 2.0]);
+        assert_eq!(fp.top, vec![(1, 2.0f32.to_bits()), (0, 1.0f32.to_bits())]);
+    }
+
+    #[test]
+    fn every_part_of_a_step_changes_the_link() {
+        let root = Digest::from_bytes([1; 32]);
+        let fp = StepFingerprint::from_logits(&[1.0, 2.0, 3.0]);
+        let base = commitment_step(&root, 4, &[2], std::slice::from_ref(&fp), None);
+        let other_fp = StepFingerprint::from_logits(&[1.0, 2.0, 3.5]);
+        let variants = [
+            commitment_step(
+                &Digest::from_bytes([2; 32]),
+                4,
+                &[2],
+                std::slice::from_ref(&fp),
+                None,
+            ),
+            commitment_step(&root, 5, &[2], std::slice::from_ref(&fp), None),
+            commitment_step(&root, 4, &[1], std::slice::from_ref(&fp), None),
+            commitment_step(&root, 4, &[2], &[other_fp], None),
+            commitment_step(
+                &root,
+                4,
+                &[2],
+                std::slice::from_ref(&fp),
+                Some(FinishReason::Stop),
+            ),
+        ];
+        for variant in variants {
+            assert_ne!(variant, base);
+        }
+    }
+
+    #[test]
+    fn kernels_replay_across_isas_but_not_across_quantizations() {
+        let kernels = ExecutionProfile {
+            engine: "sharemesh-kernels".into(),
+            version: "1".into(),
+            isa: "avx512-vnni".into(),
+            quantization: "Q4_1".into(),
+            device: "cpu".into(),
+        };
+        let avx2 = ExecutionProfile {
+            isa: "avx2".into(),
+            ..kernels.clone()
+        };
+        assert!(kernels.replays_exactly(&avx2));
+        let q8 = ExecutionProfile {
+            quantization: "Q8_0".into(),
+            ..kernels.clone()
+        };
+        assert!(!kernels.replays_exactly(&q8));
+        let candle = ExecutionProfile {
+            engine: "candle".into(),
+            ..kernels.clone()
+        };
+        let candle_avx2 = ExecutionProfile {
+            isa: "avx2".into(),
+            ..candle.clone()
+        };
+        assert!(!candle.replays_exactly(&candle_avx2));
+        assert!(!kernels.replays_exactly(&candle));
+    }
+
+    #[test]
+    fn audit_draws_are_uniform_enough_and_bound_to_the_secret() {
+        let job = JobId::from_bytes([9; 16]);
+        let draws: Vec<f64> = (0..2000u32)
+            .map(|i| {
+                let mut secret = [0u8; 32];
+                secret[..4].copy_from_slice(&i.to_le_bytes());
+                audit_draw(&secret, &job)
+            })
+            .collect();
+        assert!(draws.iter().all(|d| (0.0..1.0).contains(d)));
+        let below_tenth = draws.iter().filter(|&&d| d < 0.1).count();
+        assert!((120..=280).contains(&below_tenth), "{below_tenth}");
+        assert_ne!(
+            audit_commitment(&[1; 32], &job),
+            audit_commitment(&[2; 32], &job)
+        );
+    }
+}
