@@ -65,6 +65,17 @@ pub struct AuditStats {
     pub replayed_tokens: u64,
 }
 
+/// The auditor's state as `GET /v1/trust` shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AuditView {
+    pub stats: AuditStats,
+    /// Whether this node holds a model to replay with (`--verify`, or a provider's).
+    pub replays: bool,
+    pub dropped_for_fraud: Vec<String>,
+    pub suspected: Vec<String>,
+    pub verified_jobs: std::collections::BTreeMap<String, u32>,
+}
+
 /// The auditor's state: who is verified, suspected or dropped.
 pub struct Auditor {
     pub policy: AuditPolicy,
@@ -119,6 +130,35 @@ impl Auditor {
     pub(crate) fn count(&self, change: impl FnOnce(&mut AuditStats)) {
         if let Ok(mut stats) = self.stats.lock() {
             change(&mut stats);
+        }
+    }
+
+    /// What this gateway knows, for `GET /v1/trust`.
+    pub fn view(&self) -> AuditView {
+        let sorted = |mut ids: Vec<NodeId>| {
+            ids.sort();
+            ids.into_iter().map(|id| id.to_string()).collect()
+        };
+        AuditView {
+            stats: self.stats(),
+            replays: self.replayer().is_some(),
+            dropped_for_fraud: sorted(
+                self.banned
+                    .read()
+                    .map(|b| b.iter().copied().collect())
+                    .unwrap_or_default(),
+            ),
+            suspected: sorted(
+                self.suspected
+                    .lock()
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default(),
+            ),
+            verified_jobs: self
+                .verified
+                .lock()
+                .map(|v| v.iter().map(|(id, n)| (id.to_string(), *n)).collect())
+                .unwrap_or_default(),
         }
     }
 

@@ -181,12 +181,19 @@ async fn get_model(State(state): State<GatewayState>, Path(id): Path<String>) ->
         .unwrap_or_else(|| ApiError::model_not_found(&id).into_response())
 }
 
+/// `GET /v1/trust`: verification counters, providers dropped for fraud, suspected
+/// providers and verified jobs per provider (SPEC §12).
+async fn trust_view(State(state): State<GatewayState>) -> Json<audit::AuditView> {
+    Json(state.dispatcher.trust().auditor.view())
+}
+
 /// The OpenAI routes (the node puts [`access::guard`] in front of them).
 pub fn router(state: GatewayState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(list_models))
+        .route("/v1/trust", get(trust_view))
         .route("/v1/models/{id}", get(get_model))
         .with_state(state)
 }

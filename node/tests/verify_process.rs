@@ -1,0 +1,155 @@
+#![allow(clippy::unwrap_used)]
+//! Verified work with real processes and the real model: a provider that runs the
+//! model with two layers dropped (cheaper, worse) under its honest name and profile
+//! serves a gateway that holds the model (`--verify`). The gateway replays the job,
+//! finds the fingerprints differ, voids the cheat's pay and drops it; the fraud proof
+//! gossips to a second verifying gateway that never dealt with the cheat, which
+//! replays the disputed step itself and drops it too. Both then route to the honest
+//! provider and get the model's own answer.
+
+mod common;
+
+use std::process::Command;
+
+use serde_json::Value;
+use sharemesh_engine::{oneshot_generate, Device, LoadedModel};
+use sharemesh_protocol::{ChatMessage, Prompt, Role, Sampling};
+
+const QUESTION: &str = "Name a large river in Europe.";
+const MAX_TOKENS: u32 = 10;
+
+fn reference() -> String {
+    sharemesh_engine::set_threads(1);
+    let mut model = LoadedModel::load(
+        &common::default_model_path(),
+        common::DEFAULT_MODEL_ID.parse().unwrap(),
+        "smollm2-135m-instruct",
+        Device::Cpu,
+    )
+    .unwrap();
+    let prompt = Prompt::Chat(vec![ChatMessage {
+        role: Role::User,
+        content: QUESTION.into(),
+    }]);
+    let sampling = Sampling {
+        max_tokens: MAX_TOKENS,
+        ..Sampling::default()
+    };
+    oneshot_generate(&mut model, prompt, sampling).unwrap().text
+}
+
+fn ask(http: &str) -> Value {
+    let body = serde_json::json!({
+        "model": "smollm2-135m-instruct",
+        "messages": [{"role": "user", "content": QUESTION}],
+        "temperature": 0, "max_tokens": MAX_TOKENS,
+    });
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-m",
+            "120",
+            "-H",
+            "content-type: application/json",
+            "-d",
+        ])
+        .arg(body.to_string())
+        .arg(format!("http://{http}/v1/chat/completions"))
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn dropped(http: &str, peer: &str) -> bool {
+    common::get_json(http, "/v1/trust")["dropped_for_fraud"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|p| p == peer))
+}
+
+#[test]
+fn a_truncated_model_is_caught_unpaid_and_dropped_by_both_verifying_gateways() {
+    let expected = reference();
+    let model = common::default_model_path();
+    let model = model.to_str().unwrap();
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_honest, honest) = common::provider(dirs[0].path(), None, &["--price", "0.1"]);
+    let bootstrap = honest["listen"][0].as_str().unwrap().to_owned();
+    let (_cheat, cheat) = common::provider(
+        dirs[1].path(),
+        Some(&bootstrap),
+        &["--price", "0.05", "--adversary", "truncate-layers:2"],
+    );
+    let verifying = [
+        "--verify",
+        model,
+        "--verify-threads",
+        "1",
+        "--quote-k",
+        "0",
+        "--warm-standby-every",
+        "0",
+        "--count-wait-ms",
+        "60000",
+    ];
+    let (_buyer, buyer) = common::gateway(&bootstrap, dirs[2].path(), 2, &verifying);
+    let (_other, other) = common::gateway(&bootstrap, dirs[3].path(), 2, &verifying);
+    let peer = |ready: &Value| ready["peer_id"].as_str().unwrap().to_owned();
+    let (honest, cheat) = (peer(&honest), peer(&cheat));
+    // Gossip meshes form within a few heartbeats.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+
+    // The cheaper provider serves first: a plausible answer from a worse network.
+    let first = ask(&buyer);
+    assert_eq!(
+        first["sharemesh"]["providers"][0],
+        cheat.as_str(),
+        "{first}"
+    );
+    assert_ne!(
+        first["choices"][0]["message"]["content"],
+        expected.as_str(),
+        "{first}"
+    );
+    let cost = first["sharemesh"]["cost_nano_usd"].as_u64().unwrap();
+    assert!(cost > 0, "{first}");
+
+    common::wait_until(60, "the buyer's replay to convict the cheat", || {
+        dropped(&buyer, &cheat)
+    });
+    let trust = common::get_json(&buyer, "/v1/trust");
+    assert_eq!(trust["stats"]["frauds_found"], 1, "{trust}");
+    let spend = common::get_json(&buyer, "/v1/account/spend");
+    assert_eq!(spend["settlement"]["voided_nano_usd"], cost, "{spend}");
+    assert_eq!(spend["total"]["amount_nano_usd"], 0, "{spend}");
+
+    common::wait_until(
+        60,
+        "the other gateway to confirm the gossiped proof",
+        || dropped(&other, &cheat),
+    );
+    let trust = common::get_json(&other, "/v1/trust");
+    assert_eq!(trust["stats"]["frauds_confirmed_from_gossip"], 1, "{trust}");
+    assert!(!dropped(&other, &honest));
+
+    // Both route around the cheat now and get the model's own answer.
+    for http in [&buyer, &other] {
+        let answer = ask(http);
+        assert_eq!(
+            answer["sharemesh"]["providers"][0],
+            honest.as_str(),
+            "{answer}"
+        );
+        assert_eq!(
+            answer["choices"][0]["message"]["content"],
+            expected.as_str()
+        );
+    }
+    common::wait_until(60, "the honest job to verify", || {
+        common::get_json(&buyer, "/v1/trust")["stats"]["verified_ok"] == 1
+    });
+    assert_eq!(
+        common::get_json(&buyer, "/v1/trust")["stats"]["frauds_found"],
+        1
+    );
+}
