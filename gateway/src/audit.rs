@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use futures::future::BoxFuture;
 pub use sharemesh_protocol::commitment::{ReplayRequest as ReplayJob, ReplayResult};
 use sharemesh_protocol::{ExecutionProfile, FraudProof, JobId, ModelId, NanoUsd, NodeId};
+use sharemesh_reputation::AuditRule;
 use tokio::sync::Semaphore;
 
 use crate::transcript::Transcript;
@@ -31,10 +32,9 @@ pub trait Replayer: Send + Sync + 'static {
 /// How often to verify.
 #[derive(Clone, Debug)]
 pub struct AuditPolicy {
-    /// The lowest rate, for a provider with a long verified record.
-    pub floor: f64,
-    /// Every job of a provider with fewer verified jobs than this is verified.
-    pub newcomer_jobs: u32,
+    /// The rate rule (`sharemesh_reputation::AuditRule`: every job of a newcomer,
+    /// falling with the verified record to a floor).
+    pub rule: AuditRule,
     /// A price below this share of the quoted median counts as cheap: verified always.
     pub cheap_below: f64,
     /// Replays in flight at once; more are skipped (and counted).
@@ -44,8 +44,7 @@ pub struct AuditPolicy {
 impl Default for AuditPolicy {
     fn default() -> Self {
         Self {
-            floor: 0.05,
-            newcomer_jobs: 8,
+            rule: AuditRule::default(),
             cheap_below: 0.5,
             max_in_flight: 2,
         }
@@ -187,9 +186,7 @@ impl Auditor {
         }
     }
 
-    /// The share of `provider`'s jobs to verify: every job while it is new, cheap or
-    /// suspected; then `2 / (1 + verified jobs)`, never below the floor (the
-    /// Proof-of-Sampling rule with the record standing in for future earnings).
+    /// The share of `provider`'s jobs to verify (see [`AuditRule`]).
     pub fn rate(&self, provider: &NodeId, price: NanoUsd, median_price: NanoUsd) -> f64 {
         let verified = self
             .verified
@@ -197,10 +194,7 @@ impl Auditor {
             .map_or(0, |v| v.get(provider).copied().unwrap_or(0));
         let suspected = self.suspected.lock().is_ok_and(|s| s.contains(provider));
         let cheap = (price.0 as f64) < self.policy.cheap_below * median_price.0 as f64;
-        if suspected || cheap || verified < self.policy.newcomer_jobs {
-            return 1.0;
-        }
-        (2.0 / (1.0 + f64::from(verified))).clamp(self.policy.floor, 1.0)
+        self.policy.rule.rate(verified, suspected, cheap)
     }
 
     /// A permit to replay now, or `None` (skipped) when enough replays are running.

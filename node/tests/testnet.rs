@@ -313,6 +313,52 @@ fn the_market_simulation_prints_a_table_and_writes_csv() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--load must be in (0, 10]"));
 }
 
+#[test]
+fn the_trust_simulation_prints_verified_and_control_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sharemesh(
+        dir.path(),
+        &[
+            "testnet",
+            "trust-sim",
+            "--providers",
+            "30",
+            "--jobs",
+            "2000",
+            "--buyers",
+            "4",
+            "--seeds",
+            "1",
+            "--ring",
+            "5",
+            "--control",
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = reports.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    let (control, verified) = (&rows[0], &rows[1]);
+    assert_eq!(control["verify"], false);
+    assert!(
+        control["garbage_paid_share"].as_f64().unwrap() > 0.1,
+        "{control}"
+    );
+    assert!(
+        verified["garbage_paid_share"].as_f64().unwrap() < 0.02,
+        "{verified}"
+    );
+    assert_eq!(verified["honest_false_positives"], 0);
+    let bad = sharemesh(dir.path(), &["testnet", "trust-sim", "--malicious", "2"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--malicious must be within 0..=1"));
+}
+
 /// `--netns`: every node in its own network namespace (a host of its own) joined by veth
 /// pairs to a bridge; a chat completion crosses them, and `down` removes every
 /// namespace and interface it made. Needs root; skipped with a message otherwise.

@@ -1,8 +1,12 @@
 //! Local reputation: a small set of scored actions, a bounded score, and half-life
 //! decay. Pure: time is always an argument (Unix milliseconds), nothing is read from a
-//! clock or the network. `../shared/design/TRUST.md` describes where this is going
-//! (EigenTrust views, gossiped reports, verification); this crate holds the local,
-//! per-provider part that the market uses to rank providers today.
+//! clock or the network. The local, per-provider book the market ranks with, and
+//! ([`eigentrust`]) the trust view over verified dealings and others' reports, with
+//! the audit rate rule (SPEC.md §12).
+
+mod eigentrust;
+
+pub use eigentrust::{eigentrust, AuditRule, Dealings, TrustParams};
 
 use std::collections::HashMap;
 use std::hash::Hash;

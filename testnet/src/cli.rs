@@ -24,6 +24,11 @@ pub enum TestnetCommand {
     /// Simulate the market without inference: the gateway's auction against random and
     /// round-robin on synthetic providers and a bursty trace (table; optional CSV/JSON).
     MarketSim(MarketSimArgs),
+    /// Simulate the trust layer against adversaries (garbage, substitution, truncated
+    /// models, camouflage, whitewashing, drop-outs, a sybil ring, lazy verifiers):
+    /// verification at the gateway's audit rate, fraud proofs, voided pay and EigenTrust
+    /// views; prints a table per seed and ring size.
+    TrustSim(TrustSimArgs),
     /// Simulate many mesh nodes in this process on the memory transport (synthetic
     /// adverts, no inference) and report how adverts spread.
     Simulate(crate::sim::SimulateArgs),
@@ -70,6 +75,76 @@ pub struct UpArgs {
     /// The emulated link of every node (providers and gateways).
     #[command(flatten)]
     pub link: crate::LinkArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct TrustSimArgs {
+    #[arg(long, default_value_t = 100)]
+    pub providers: usize,
+    /// Share of providers that cheat or drop out.
+    #[arg(long, default_value_t = 0.3)]
+    pub malicious: f64,
+    #[arg(long, default_value_t = 20_000)]
+    pub jobs: usize,
+    #[arg(long, default_value_t = 20)]
+    pub buyers: usize,
+    #[arg(long, default_value_t = 3)]
+    pub lazy_verifiers: usize,
+    /// Sybil ring sizes to run (each is a row per seed).
+    #[arg(long, value_delimiter = ',', default_value = "5,100")]
+    pub ring: Vec<usize>,
+    /// Seeds to run.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    pub seeds: Vec<u64>,
+    /// Run without verification too (the control rows).
+    #[arg(long)]
+    pub control: bool,
+    /// Print the reports as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn trust_sim(args: &TrustSimArgs) -> Result<()> {
+    use crate::trust_sim::{simulate, table, TrustSimConfig};
+    if !(0.0..=1.0).contains(&args.malicious)
+        || args.providers == 0
+        || args.jobs == 0
+        || args.buyers == 0
+    {
+        anyhow::bail!(
+            "--malicious must be within 0..=1 and --providers, --jobs, --buyers at least 1"
+        );
+    }
+    let mut reports = Vec::new();
+    let verify_modes: &[bool] = if args.control {
+        &[false, true]
+    } else {
+        &[true]
+    };
+    for &verify in verify_modes {
+        for &ring in &args.ring {
+            for &seed in &args.seeds {
+                let config = TrustSimConfig {
+                    providers: args.providers,
+                    malicious: args.malicious,
+                    jobs: args.jobs,
+                    buyers: args.buyers,
+                    lazy_verifiers: args.lazy_verifiers,
+                    ring,
+                    seed,
+                    verify,
+                    ..TrustSimConfig::default()
+                };
+                reports.push(simulate(&config));
+            }
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        print!("{}", table(&reports));
+    }
+    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -226,6 +301,7 @@ pub fn run(data_dir: &Path, command: TestnetCommand, resolve_model: ModelResolve
             );
         }
         TestnetCommand::MarketSim(args) => market_sim(&args)?,
+        TestnetCommand::TrustSim(args) => trust_sim(&args)?,
         TestnetCommand::Simulate(args) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

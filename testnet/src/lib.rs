@@ -12,6 +12,7 @@ pub mod netns;
 pub mod scenario;
 pub mod sim;
 pub mod sse;
+pub mod trust_sim;
 
 pub use link_args::LinkArgs;
 
