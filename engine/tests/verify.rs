@@ -6,7 +6,7 @@
 
 mod support;
 
-use sharemesh_engine::{Cheat, GenerateRequest, LoadedModel, ReplayRequest};
+use sharemesh_engine::{Cheat, LoadedModel, ReplayRequest};
 use sharemesh_protocol::{ChatMessage, Prompt, Role, Sampling, StepFingerprint};
 
 fn load() -> LoadedModel {
@@ -27,21 +27,7 @@ fn serve(
     sampling: Sampling,
     resume: Vec<u32>,
 ) -> (Vec<u32>, Vec<StepFingerprint>) {
-    let request = GenerateRequest {
-        model: model.descriptor.id,
-        prompt: prompt(),
-        sampling,
-        resume,
-        ignore_eos: true,
-    };
-    let mut fingerprints = Vec::new();
-    let generation = model
-        .generate(&request, |event| {
-            fingerprints.push(event.fingerprint.clone());
-            true
-        })
-        .unwrap();
-    (generation.token_ids, fingerprints)
+    support::serve_fingerprinted(model, prompt(), sampling, resume)
 }
 
 fn replay(model: &mut LoadedModel, outputs: &[u32], from: usize) -> Vec<StepFingerprint> {
@@ -59,11 +45,7 @@ fn replay(model: &mut LoadedModel, outputs: &[u32], from: usize) -> Vec<StepFing
 
 /// Largest |logit difference| over the tokens both fingerprints list (∞ if none).
 fn gap(a: &StepFingerprint, b: &StepFingerprint) -> f32 {
-    a.top
-        .iter()
-        .filter_map(|&(id, bits)| b.logit_of(id).map(|v| (f32::from_bits(bits) - v).abs()))
-        .fold(None, |m: Option<f32>, d| Some(m.map_or(d, |m| m.max(d))))
-        .unwrap_or(f32::INFINITY)
+    a.gap(b).unwrap_or(f32::INFINITY)
 }
 
 #[test]

@@ -10,13 +10,16 @@
 //! provider's pending receipts; every node that can replay the proof confirms it and
 //! drops the provider; one that cannot only raises its audit rate for it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::BoxFuture;
+use sharemesh_protocol::commitment::{median_gap, CROSS_PROFILE_TOLERANCE};
 pub use sharemesh_protocol::commitment::{ReplayRequest as ReplayJob, ReplayResult};
-use sharemesh_protocol::{ExecutionProfile, FraudProof, JobId, ModelId, NanoUsd, NodeId};
-use sharemesh_reputation::AuditRule;
+use sharemesh_protocol::{
+    ExecutionProfile, FraudProof, JobId, ModelId, NanoUsd, NodeId, StepFingerprint,
+};
+use sharemesh_reputation::{AuditRule, Dealings};
 use tokio::sync::Semaphore;
 
 use crate::transcript::Transcript;
@@ -57,6 +60,8 @@ pub struct AuditStats {
     pub drawn: u64,
     pub verified_ok: u64,
     pub frauds_found: u64,
+    /// Jobs replayed on another profile beyond the tolerance (no proof; suspected).
+    pub suspicious: u64,
     pub frauds_confirmed_from_gossip: u64,
     pub proofs_unconfirmed: u64,
     pub proofs_refuted: u64,
@@ -73,18 +78,30 @@ pub struct AuditView {
     pub dropped_for_fraud: Vec<String>,
     pub suspected: Vec<String>,
     pub verified_jobs: std::collections::BTreeMap<String, u32>,
+    /// Verified jobs reporters this node trusts vouched for, per provider.
+    pub vouched_jobs: std::collections::BTreeMap<String, u32>,
 }
 
 /// The auditor's state: who is verified, suspected or dropped.
 pub struct Auditor {
     pub policy: AuditPolicy,
     replayer: RwLock<Option<Arc<dyn Replayer>>>,
-    verified: Mutex<HashMap<NodeId, u32>>,
+    /// What this node verified itself, per provider (what its reports say).
+    dealings: Mutex<BTreeMap<NodeId, Dealings>>,
+    /// Verified jobs per provider that reporters this node trusts vouched for.
+    vouched: RwLock<BTreeMap<NodeId, u32>>,
     suspected: Mutex<HashSet<NodeId>>,
     banned: RwLock<HashSet<NodeId>>,
     stats: Mutex<AuditStats>,
     in_flight: Arc<Semaphore>,
+    /// Tokens/s measured on the last jobs of each provider (newest last, ≤ 3).
+    speeds: Mutex<HashMap<NodeId, VecDeque<f64>>>,
 }
+
+/// Speed measurements kept per provider.
+const SPEED_SAMPLES: usize = 3;
+/// Providers whose speed is remembered; beyond it the map starts over.
+const MAX_SPEED_RECORDS: usize = 10_000;
 
 /// What a segment's audit found.
 #[derive(Debug)]
@@ -94,7 +111,10 @@ pub enum Finding {
     /// A step differs on a profile that replays exactly (or breaks the greedy rule):
     /// the unsigned proof.
     Fraud(Box<FraudProof>),
-    /// Nothing provable: another profile, no replayer for the model, or a replay error.
+    /// Replayed on another profile, and further from it than the calibrated tolerance
+    /// allows (median step gap): no proof, but the provider is suspect here.
+    Suspicious { gap: f32 },
+    /// Nothing checked: no replayer for the model, or a replay error.
     Unchecked(String),
 }
 
@@ -104,11 +124,13 @@ impl Auditor {
         Self {
             policy,
             replayer: RwLock::new(None),
-            verified: Mutex::default(),
+            dealings: Mutex::default(),
+            vouched: RwLock::default(),
             suspected: Mutex::default(),
             banned: RwLock::default(),
             stats: Mutex::default(),
             in_flight: Arc::new(Semaphore::new(permits)),
+            speeds: Mutex::default(),
         }
     }
 
@@ -154,8 +176,17 @@ impl Auditor {
                     .unwrap_or_default(),
             ),
             verified_jobs: self
-                .verified
+                .dealings
                 .lock()
+                .map(|v| {
+                    v.iter()
+                        .map(|(id, d)| (id.to_string(), d.verified_jobs))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            vouched_jobs: self
+                .vouched
+                .read()
                 .map(|v| v.iter().map(|(id, n)| (id.to_string(), *n)).collect())
                 .unwrap_or_default(),
         }
@@ -174,24 +205,102 @@ impl Auditor {
             .is_ok_and(|mut banned| banned.insert(provider))
     }
 
+    pub fn is_suspected(&self, provider: &NodeId) -> bool {
+        self.suspected.lock().is_ok_and(|s| s.contains(provider))
+    }
+
     pub(crate) fn suspect(&self, provider: NodeId) {
         if let Ok(mut suspected) = self.suspected.lock() {
             suspected.insert(provider);
         }
     }
 
-    pub(crate) fn verified_ok(&self, provider: NodeId) {
-        if let Ok(mut verified) = self.verified.lock() {
-            *verified.entry(provider).or_default() += 1;
+    pub(crate) fn verified_ok(&self, provider: NodeId, tokens: u64) {
+        if let Ok(mut dealings) = self.dealings.lock() {
+            let entry = dealings.entry(provider).or_default();
+            entry.verified_jobs += 1;
+            entry.verified_tokens += tokens;
         }
     }
 
-    /// The share of `provider`'s jobs to verify (see [`AuditRule`]).
+    pub(crate) fn verified_mismatch(&self, provider: NodeId) {
+        if let Ok(mut dealings) = self.dealings.lock() {
+            dealings.entry(provider).or_default().mismatches += 1;
+        }
+    }
+
+    /// What this node verified itself, per provider.
+    pub fn dealings(&self) -> BTreeMap<NodeId, Dealings> {
+        self.dealings.lock().map(|d| d.clone()).unwrap_or_default()
+    }
+
+    /// Restores dealings saved before a restart (unknown providers only).
+    pub(crate) fn restore_dealings(&self, saved: BTreeMap<NodeId, Dealings>) {
+        if let Ok(mut dealings) = self.dealings.lock() {
+            for (provider, d) in saved {
+                dealings.entry(provider).or_insert(d);
+            }
+        }
+    }
+
+    /// Replaces what trusted reporters vouched for (after a view is recomputed).
+    pub(crate) fn set_vouched(&self, vouched: BTreeMap<NodeId, u32>) {
+        if let Ok(mut slot) = self.vouched.write() {
+            *slot = vouched;
+        }
+    }
+
+    /// Records the decode speed a job of `provider` arrived at (first token to last:
+    /// the round trip and the prefill are not in it).
+    pub fn record_speed(&self, provider: NodeId, tokens_per_second: f64) {
+        if !tokens_per_second.is_finite() || tokens_per_second <= 0.0 {
+            return;
+        }
+        let Ok(mut speeds) = self.speeds.lock() else {
+            return;
+        };
+        if speeds.len() >= MAX_SPEED_RECORDS && !speeds.contains_key(&provider) {
+            speeds.clear();
+        }
+        let samples = speeds.entry(provider).or_default();
+        samples.push_back(tokens_per_second);
+        if samples.len() > SPEED_SAMPLES {
+            samples.pop_front();
+        }
+    }
+
+    /// The median of the last three measured speeds of `provider`, once there are three.
+    pub fn measured_speed(&self, provider: &NodeId) -> Option<f64> {
+        let speeds = self.speeds.lock().ok()?;
+        let samples = speeds.get(provider)?;
+        if samples.len() < SPEED_SAMPLES {
+            return None;
+        }
+        let mut sorted: Vec<f64> = samples.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        Some(sorted[sorted.len() / 2])
+    }
+
+    /// Providers dropped for fraud.
+    pub fn convicted(&self) -> BTreeSet<NodeId> {
+        self.banned
+            .read()
+            .map(|b| b.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The share of `provider`'s jobs to verify (see [`AuditRule`]): its verified
+    /// record is what this node verified plus what reporters it trusts vouched for.
     pub fn rate(&self, provider: &NodeId, price: NanoUsd, median_price: NanoUsd) -> f64 {
-        let verified = self
-            .verified
+        let own = self
+            .dealings
             .lock()
+            .map_or(0, |d| d.get(provider).map_or(0, |d| d.verified_jobs));
+        let vouched = self
+            .vouched
+            .read()
             .map_or(0, |v| v.get(provider).copied().unwrap_or(0));
+        let verified = own.saturating_add(vouched);
         let suspected = self.suspected.lock().is_ok_and(|s| s.contains(provider));
         let cheap = (price.0 as f64) < self.policy.cheap_below * median_price.0 as f64;
         self.policy.rule.rate(verified, suspected, cheap)
@@ -234,11 +343,7 @@ pub async fn examine(
     let Some(own) = replayer.profile(&model) else {
         return Finding::Unchecked(format!("this node does not hold model {model}"));
     };
-    if !profile.replays_exactly(&own) {
-        return Finding::Unchecked(format!(
-            "the job ran on {profile}, which {own} cannot replay bit for bit"
-        ));
-    }
+    let exact = profile.replays_exactly(&own);
     let sent = transcript.sent();
     if sent == 0 {
         return Finding::Honest { steps: 0 };
@@ -254,9 +359,21 @@ pub async fn examine(
         Ok(replayed) => replayed,
         Err(err) => return Finding::Unchecked(format!("replay failed: {err}")),
     };
+    if replayed.fingerprints.len() < sent {
+        return Finding::Unchecked("the replay scored fewer steps than were sent".into());
+    }
+    if !exact {
+        // Another profile: no bit-exact proof, only a calibrated tolerance.
+        let committed: Vec<StepFingerprint> = transcript.committed().into_iter().cloned().collect();
+        let gap = median_gap(&committed, &replayed.fingerprints).unwrap_or(0.0);
+        return if gap > CROSS_PROFILE_TOLERANCE {
+            Finding::Suspicious { gap }
+        } else {
+            Finding::Honest { steps: sent }
+        };
+    }
     match transcript.first_disagreement(&replayed.fingerprints) {
-        None if replayed.fingerprints.len() >= sent => Finding::Honest { steps: sent },
-        None => Finding::Unchecked("the replay scored fewer steps than were sent".into()),
+        None => Finding::Honest { steps: sent },
         Some(found) => {
             match transcript.proof(reporter, found.index, found.replayed, replayed.profile) {
                 Some(proof) => Finding::Fraud(Box::new(proof)),
@@ -326,4 +443,146 @@ pub fn audit_secret(job: &JobId) -> ([u8; 32], sharemesh_protocol::Digest) {
     let secret: [u8; 32] = rand::rng().random();
     let commitment = sharemesh_protocol::commitment::audit_commitment(&secret, job);
     (secret, commitment)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use futures::FutureExt;
+    use sharemesh_protocol::commitment::{commitment_root, commitment_step};
+    use sharemesh_protocol::envelope::body_digest;
+    use sharemesh_protocol::{
+        Accept, Digest, JobRequest, Keypair, Prompt, Sampling, Tier, TokenChunk,
+    };
+
+    fn profile(engine: &str) -> ExecutionProfile {
+        ExecutionProfile {
+            engine: engine.into(),
+            version: "1".into(),
+            isa: "avx2".into(),
+            quantization: "Q4_1".into(),
+            device: "cpu".into(),
+        }
+    }
+
+    fn fp(token: u32, logit: f32) -> StepFingerprint {
+        StepFingerprint {
+            top: vec![
+                (token, logit.to_bits()),
+                (token + 1, (logit - 2.0).to_bits()),
+            ],
+        }
+    }
+
+    /// A three-token job served on the kernels, each step committing `fp(token, 5.0)`.
+    fn transcript() -> Transcript {
+        let (buyer, provider) = (Keypair::from_secret([1; 32]), Keypair::from_secret([2; 32]));
+        let request = JobRequest {
+            job_id: JobId::from_bytes([3; 16]),
+            buyer: buyer.node_id(),
+            provider: provider.node_id(),
+            model: ModelId::from_bytes([4; 32]),
+            prompt: Prompt::Text("hi".into()),
+            sampling: Sampling {
+                temperature: 0.7,
+                ..Sampling::default()
+            },
+            max_price_per_token: NanoUsd(10),
+            tier: Tier::OnDemand,
+            deadline_ms: 0,
+            resume: vec![],
+            audit_commitment: Digest::from_bytes([0; 32]),
+        };
+        let accept = Accept {
+            job_id: request.job_id,
+            provider: provider.node_id(),
+            price_per_token: NanoUsd(10),
+            prompt_tokens: 2,
+            credit_window_tokens: 64,
+            profile: profile("sharemesh-kernels"),
+        };
+        let mut head = commitment_root(
+            &request.job_id,
+            &provider.node_id(),
+            &body_digest(&request).unwrap(),
+            &accept.profile,
+        );
+        let mut transcript = Transcript::new(
+            buyer.seal(&request, 1, 0, 60_000).unwrap(),
+            provider.seal(&accept, 1, 0, 60_000).unwrap(),
+            request.clone(),
+            accept,
+        );
+        for (i, token) in [10u32, 20, 30].into_iter().enumerate() {
+            let fingerprints = vec![fp(token, 5.0)];
+            head = commitment_step(&head, i as u32, &[token], &fingerprints, None);
+            let chunk = TokenChunk {
+                job_id: request.job_id,
+                provider: provider.node_id(),
+                first_index: i as u32,
+                token_ids: vec![token],
+                text_delta: String::new(),
+                finish: None,
+                fingerprints,
+                commitment: head,
+            };
+            transcript.push(provider.seal(&chunk, 1, 0, 60_000).unwrap(), chunk);
+        }
+        transcript
+    }
+
+    /// Replays with fixed logits for each step, on `engine`.
+    struct Fixed {
+        engine: &'static str,
+        logit: f32,
+    }
+
+    impl Replayer for Fixed {
+        fn profile(&self, _: &ModelId) -> Option<ExecutionProfile> {
+            Some(profile(self.engine))
+        }
+        fn replay(&self, job: ReplayJob) -> BoxFuture<'static, Result<ReplayResult, String>> {
+            let fingerprints = job.outputs[job.from..]
+                .iter()
+                .map(|&t| fp(t, self.logit))
+                .collect();
+            let profile = profile(self.engine);
+            async move {
+                Ok(ReplayResult {
+                    fingerprints,
+                    profile,
+                })
+            }
+            .boxed()
+        }
+    }
+
+    async fn finding(engine: &'static str, logit: f32) -> Finding {
+        let replayer: Arc<dyn Replayer> = Arc::new(Fixed { engine, logit });
+        examine(&transcript(), Some(replayer), NodeId::from_bytes([9; 32])).await
+    }
+
+    #[tokio::test]
+    async fn the_same_profile_is_exact_and_another_has_a_tolerance() {
+        assert!(matches!(
+            finding("sharemesh-kernels", 5.0).await,
+            Finding::Honest { steps: 3 }
+        ));
+        // One ulp off on the same profile is fraud, with a proof at the first step.
+        let Finding::Fraud(proof) = finding("sharemesh-kernels", 5.000_001).await else {
+            panic!("same profile, different bits");
+        };
+        assert_eq!(proof.step, 0);
+        assert!(proof.evidence().is_ok());
+        // On candle: 0.4 apart is honest noise, 3.0 apart is suspicious (no proof).
+        assert!(matches!(
+            finding("candle", 5.4).await,
+            Finding::Honest { steps: 3 }
+        ));
+        assert!(matches!(finding("candle", 8.0).await, Finding::Suspicious { gap } if gap > 2.9));
+        // No model: nothing checked.
+        let none = examine(&transcript(), None, NodeId::from_bytes([9; 32])).await;
+        assert!(matches!(none, Finding::Unchecked(_)));
+    }
 }

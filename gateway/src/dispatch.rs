@@ -232,13 +232,35 @@ impl Dispatcher {
     ) -> (Vec<Candidate>, Tier) {
         let now = now_ms();
         let book = self.reliability.lock().ok();
-        let reliability =
-            |provider: &NodeId| book.as_ref().map_or(0.5, |b| b.success_rate(provider, now));
+        // Half this node's own success rate with the provider, half its standing in
+        // this node's trust view (verified work, its own and trusted reporters'): a
+        // fresh key starts below a provider with a verified record.
+        let trust = self.trust.standing.trust();
+        let best = live
+            .iter()
+            .filter_map(|e| trust.get(&e.advert.provider).copied())
+            .fold(0.0, f64::max);
+        let reliability = |provider: &NodeId| {
+            let success = book.as_ref().map_or(0.5, |b| b.success_rate(provider, now));
+            let standing = match trust.get(provider) {
+                Some(t) if best > 0.0 => (t / best).clamp(0.0, 1.0),
+                _ => 0.0,
+            };
+            let base = 0.5 * success + 0.5 * standing;
+            // Hardware claims that do not fit together halve it.
+            if self.trust.attestations.is_flagged(provider) {
+                base * 0.5
+            } else {
+                base
+            }
+        };
+        let measured_speed = |provider: &NodeId| self.trust.auditor.measured_speed(provider);
         let context = plan::Context {
             live,
             defaults: &self.defaults,
             rtt_ms,
             reliability: &reliability,
+            measured_speed: &measured_speed,
             now_ms: now,
         };
         plan::candidates(model, request, &context)
@@ -710,7 +732,6 @@ impl Dispatcher {
             completion_tokens: report.tokens,
             amount_nano_usd: amount.0,
         });
-        let Some(ledger) = &self.ledger else { return };
         let ttft = report
             .first_token
             .map(|t| (t - report.started).as_secs_f64() * 1000.0);
@@ -718,6 +739,11 @@ impl Dispatcher {
             .first_token
             .filter(|_| report.tokens > 1)
             .map(|t| (report.tokens - 1) as f64 / t.elapsed().as_secs_f64().max(1e-9));
+        // Every job is a check of the advertised speed (enough tokens to mean it).
+        if let Some(tps) = tps.filter(|_| report.tokens >= SPEED_CHECK_MIN_TOKENS) {
+            self.trust.auditor.record_speed(report.provider, tps);
+        }
+        let Some(ledger) = &self.ledger else { return };
         let record = JobRecord {
             job_id: response.job_id,
             provider: report.provider,
@@ -743,6 +769,9 @@ impl Dispatcher {
         }
     }
 }
+
+/// A segment shorter than this says too little about a provider's speed.
+const SPEED_CHECK_MIN_TOKENS: u64 = 8;
 
 /// The median price among the quoted candidates: what "cheap" is measured against.
 fn median_price(candidates: &VecDeque<Candidate>) -> NanoUsd {

@@ -5,6 +5,7 @@
 //! provides hands its in-process provider over as a [`segment::LocalRoute`].
 
 pub mod access;
+pub mod attest;
 pub mod audit;
 pub mod budget;
 pub mod buyer;
@@ -16,6 +17,7 @@ pub mod plan;
 pub mod quote;
 mod respond;
 pub mod segment;
+pub mod standing;
 pub mod transcript;
 pub mod trust;
 pub mod vocab;
@@ -183,8 +185,18 @@ async fn get_model(State(state): State<GatewayState>, Path(id): Path<String>) ->
 
 /// `GET /v1/trust`: verification counters, providers dropped for fraud, suspected
 /// providers and verified jobs per provider (SPEC §12).
-async fn trust_view(State(state): State<GatewayState>) -> Json<audit::AuditView> {
-    Json(state.dispatcher.trust().auditor.view())
+async fn trust_view(State(state): State<GatewayState>) -> Json<Value> {
+    let trust = state.dispatcher.trust();
+    let mut view = serde_json::to_value(trust.auditor.view()).unwrap_or_default();
+    let standing: std::collections::BTreeMap<String, f64> = trust
+        .standing
+        .trust()
+        .into_iter()
+        .map(|(id, t)| (id.to_string(), t))
+        .collect();
+    view["trust"] = json!(standing);
+    view["hardware_findings"] = json!(trust.attestations.findings());
+    Json(view)
 }
 
 /// The OpenAI routes (the node puts [`access::guard`] in front of them).

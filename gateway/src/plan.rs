@@ -87,6 +87,9 @@ pub struct Context<'a> {
     pub rtt_ms: &'a HashMap<PeerId, f64>,
     /// Observed success rate of a provider, in [0, 1].
     pub reliability: &'a dyn Fn(&NodeId) -> f64,
+    /// The speed this gateway measured of a provider's recent jobs (median of the
+    /// last three, tokens/s), if it has.
+    pub measured_speed: &'a dyn Fn(&NodeId) -> Option<f64>,
     pub now_ms: u64,
 }
 
@@ -126,6 +129,10 @@ pub fn ceiling_of(request: &CompletionRequest, defaults: &RoutingDefaults) -> Na
         .unwrap_or(defaults.max_price_per_token)
 }
 
+/// A provider whose measured speed is below this share of its claim is ranked by the
+/// measured speed (TRUST.md's mystery-shopper rule: the median of the last three).
+pub const SPEED_CLAIM_TOLERANCE: f64 = 0.8;
+
 /// Eligible providers for `model`, best first by `sharemesh_market::rank`: expected
 /// cost of the request from price, latency (measured round trip, plus the advertised
 /// queue at the advertised speed), throughput and observed success rate.
@@ -160,7 +167,12 @@ pub fn candidates(
             if !ok {
                 return None;
             }
-            let speed = f64::from(offer.generation_milli_tokens_per_second) / 1000.0;
+            let claimed = f64::from(offer.generation_milli_tokens_per_second) / 1000.0;
+            // A provider slower than it claims is ranked by what was measured.
+            let speed = match (context.measured_speed)(&advert.provider) {
+                Some(measured) if measured < SPEED_CLAIM_TOLERANCE * claimed => measured,
+                _ => claimed,
+            };
             let rtt = advert
                 .provider
                 .peer_id()

@@ -2,29 +2,51 @@
 //! disputes, routing, and the fraud-proof gossip (SPEC.md §12). The auditing itself is
 //! [`crate::audit`].
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sharemesh_ledger::Ledger;
-use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::clock::{now_ms, SeqCounter};
 use sharemesh_mesh::{MeshEvent, MeshHandle};
 use sharemesh_protocol::commitment::audit_draw;
 use sharemesh_protocol::{FraudProof, JobId, Keypair, NanoUsd, NodeId, SignedEnvelope};
-use sharemesh_reputation::{Outcome, ReputationBook};
+use sharemesh_reputation::{Dealings, Outcome, ReputationBook};
+use std::collections::BTreeMap;
 use tokio::sync::broadcast;
 use tracing::Instrument;
 
+use crate::attest::Attestations;
 use crate::audit::{check_proof, examine, AuditPolicy, Auditor, Finding, ProofCheck};
+use crate::standing::Standing;
 use crate::transcript::Transcript;
 
 /// A fraud proof is signed for this long (receivers open it within).
 const PROOF_LIFETIME_MS: u64 = 30 * 24 * 3_600_000;
+/// A reputation report is valid this long (a node that stops reporting fades out).
+const REPORT_LIFETIME_MS: u64 = 24 * 3_600_000;
+/// How often a node reports and recomputes its view, by default.
+pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(60);
+/// gossipsub application score of a convicted provider: far below the graylist
+/// threshold (−400), so its gossip is ignored.
+const CONVICTED_APPLICATION_SCORE: f64 = -1000.0;
+/// The application score of the most trusted node; others in proportion.
+const TRUSTED_APPLICATION_SCORE: f64 = 10.0;
 
 pub struct Trust {
     pub auditor: Auditor,
+    /// Reports and this node's EigenTrust view.
+    pub standing: Standing,
+    /// Hardware attestations and what did not fit in them.
+    pub attestations: Attestations,
+    /// How often this node publishes its report and recomputes its view (ms).
+    report_interval_ms: AtomicU64,
     mesh: MeshHandle,
     key: Arc<Keypair>,
     ledger: Option<Arc<Ledger>>,
     reliability: Arc<Mutex<ReputationBook<NodeId>>>,
+    /// Sequence numbers of this node's reports.
+    seq: SeqCounter,
 }
 
 /// One segment to consider for verification.
@@ -46,19 +68,104 @@ impl Trust {
     ) -> Arc<Self> {
         let trust = Arc::new(Self {
             auditor: Auditor::new(policy),
+            standing: Standing::default(),
+            attestations: Attestations::default(),
+            report_interval_ms: AtomicU64::new(DEFAULT_REPORT_INTERVAL.as_millis() as u64),
             mesh,
             key,
             ledger,
             reliability,
+            seq: SeqCounter::default(),
         });
         trust.restore_bans();
         trust.listen_for_proofs();
+        trust.keep_standing();
         trust
     }
 
-    /// Providers with a confirmed proof in the ledger stay dropped after a restart.
+    /// Sets how often this node publishes its report and recomputes its view.
+    pub fn set_report_interval(&self, interval: Duration) {
+        let ms = u64::try_from(interval.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(10);
+        self.report_interval_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Every report interval: publish what this node verified, recompute its view,
+    /// and hand the view to gossipsub as application scores (a convicted provider far
+    /// below the graylist threshold, others by standing).
+    fn keep_standing(self: &Arc<Self>) {
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(interval) = this
+                    .upgrade()
+                    .map(|t| t.report_interval_ms.load(Ordering::Relaxed))
+                else {
+                    return;
+                };
+                tokio::time::sleep(Duration::from_millis(interval)).await;
+                let Some(this) = this.upgrade() else { return };
+                this.refresh_standing().await;
+            }
+        });
+    }
+
+    async fn refresh_standing(&self) {
+        let me = self.key.node_id();
+        let now = now_ms();
+        if let Some(report) = self.standing.own_report(me, &self.auditor, now / 60_000) {
+            match self
+                .key
+                .seal(&report, self.seq.next(), now, REPORT_LIFETIME_MS)
+            {
+                Ok(envelope) => {
+                    if let Err(err) = self.mesh.publish_reputation(&envelope).await {
+                        tracing::debug!(%err, "could not gossip the reputation report");
+                    }
+                }
+                Err(err) => tracing::warn!(%err, "could not sign the reputation report"),
+            }
+        }
+        self.save_dealings().await;
+        self.standing.recompute(me, &self.auditor);
+        let convicted = self.auditor.convicted();
+        let trust = self.standing.trust();
+        let best = trust.values().copied().fold(0.0, f64::max);
+        let mut scores: Vec<(libp2p::PeerId, f64)> = Vec::new();
+        for provider in &convicted {
+            if let Ok(peer) = provider.peer_id() {
+                scores.push((peer, CONVICTED_APPLICATION_SCORE));
+            }
+        }
+        for (node, t) in &trust {
+            if convicted.contains(node) || best <= 0.0 {
+                continue;
+            }
+            if let Ok(peer) = node.peer_id() {
+                scores.push((peer, TRUSTED_APPLICATION_SCORE * t / best));
+            }
+        }
+        if let Err(err) = self.mesh.set_application_scores(scores).await {
+            tracing::debug!(%err, "could not set application scores");
+        }
+    }
+
+    /// Providers with a confirmed proof in the ledger stay dropped after a restart, and
+    /// what this node verified is remembered.
     fn restore_bans(&self) {
         let Some(ledger) = &self.ledger else { return };
+        let saved = ledger
+            .dealings()
+            .ok()
+            .flatten()
+            .and_then(|bytes| serde_json::from_slice::<Vec<(String, Dealings)>>(&bytes).ok());
+        let saved: BTreeMap<NodeId, Dealings> = saved
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(id, d)| Some((id.parse().ok()?, d)))
+            .collect();
+        self.auditor.restore_dealings(saved);
         match ledger.frauds() {
             Ok(frauds) => {
                 for (provider, _) in frauds {
@@ -111,7 +218,7 @@ impl Trust {
         match finding {
             Finding::Honest { steps } => {
                 tracing::info!(steps, "verified: every step replays exactly");
-                self.auditor.verified_ok(provider);
+                self.auditor.verified_ok(provider, steps as u64);
                 self.auditor.count(|s| {
                     s.verified_ok += 1;
                     s.replayed_tokens += steps as u64;
@@ -120,13 +227,20 @@ impl Trust {
             }
             Finding::Fraud(proof) => {
                 tracing::warn!(step = proof.step, "verification found fraud");
+                let sealed = self.key.seal(&*proof, 0, now_ms(), PROOF_LIFETIME_MS);
+                if let Ok(envelope) = &sealed {
+                    self.convict(provider, envelope);
+                } else {
+                    // Unsigned, nothing can be voided or told; it still leaves routing.
+                    self.auditor.ban(provider);
+                }
+                // Counted once the provider is out of routing.
                 self.auditor.count(|s| {
                     s.frauds_found += 1;
                     s.replayed_tokens += sent as u64;
                 });
-                match self.key.seal(&*proof, 0, now_ms(), PROOF_LIFETIME_MS) {
+                match sealed {
                     Ok(envelope) => {
-                        self.convict(provider, &envelope);
                         if let Err(err) = self.mesh.publish_fraud_proof(&envelope).await {
                             tracing::warn!(%err, "could not gossip the fraud proof");
                         }
@@ -134,7 +248,37 @@ impl Trust {
                     Err(err) => tracing::error!(%err, "could not sign a fraud proof"),
                 }
             }
+            Finding::Suspicious { gap } => {
+                // Across profiles nothing is provable: a local mark and full scrutiny.
+                tracing::warn!(gap, "the replay on another profile is far off");
+                self.auditor.count(|s| {
+                    s.suspicious += 1;
+                    s.replayed_tokens += sent as u64;
+                });
+                self.auditor.suspect(provider);
+                self.record(provider, Outcome::VerifiedMismatch);
+            }
             Finding::Unchecked(why) => tracing::debug!(%why, "segment not verifiable here"),
+        }
+    }
+
+    async fn save_dealings(&self) {
+        let Some(ledger) = self.ledger.clone() else {
+            return;
+        };
+        let dealings: Vec<(String, Dealings)> = self
+            .auditor
+            .dealings()
+            .into_iter()
+            .map(|(id, d)| (id.to_string(), d))
+            .collect();
+        let Ok(encoded) = serde_json::to_vec(&dealings) else {
+            return;
+        };
+        // sled flushes to disk: off the async runtime's threads.
+        let saved = tokio::task::spawn_blocking(move || ledger.save_dealings(&encoded)).await;
+        if let Ok(Err(err)) = saved {
+            tracing::warn!(%err, "could not save verified dealings");
         }
     }
 
@@ -144,6 +288,7 @@ impl Trust {
         if !self.auditor.ban(provider) {
             return;
         }
+        self.auditor.verified_mismatch(provider);
         self.record(provider, Outcome::VerifiedMismatch);
         let Some(ledger) = &self.ledger else { return };
         match ledger.record_fraud(&provider, proof, now_ms()) {
@@ -164,6 +309,14 @@ impl Trust {
         tokio::spawn(async move {
             loop {
                 match events.recv().await {
+                    Ok(MeshEvent::ReputationReport { report, .. }) => {
+                        let Some(this) = this.upgrade() else { return };
+                        this.standing.on_report(&report, now_ms());
+                    }
+                    Ok(MeshEvent::Attestation { attestation, .. }) => {
+                        let Some(this) = this.upgrade() else { return };
+                        this.on_attestation(attestation);
+                    }
                     Ok(MeshEvent::FraudProof {
                         envelope, accused, ..
                     }) => {
@@ -181,6 +334,24 @@ impl Trust {
                 }
             }
         });
+    }
+
+    /// Checks an attestation against the node's advert and others' attestations; a
+    /// node whose claims do not fit is suspected (every job verified).
+    fn on_attestation(&self, attestation: sharemesh_protocol::Attestation) {
+        let advertised = |node: &NodeId| {
+            let book = self.mesh.book.read().ok()?;
+            book.live(now_ms())
+                .into_iter()
+                .find(|e| &e.advert.provider == node)
+                .map(|e| e.advert.hardware.clone())
+        };
+        for node in self.attestations.on_attestation(attestation, advertised) {
+            if !self.auditor.is_suspected(&node) {
+                tracing::warn!(%node, "hardware claims that do not fit together");
+            }
+            self.auditor.suspect(node);
+        }
     }
 
     async fn on_gossiped_proof(&self, envelope: SignedEnvelope, accused: NodeId) {

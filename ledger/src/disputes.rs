@@ -11,6 +11,9 @@ use sled::transaction::{ConflictableTransactionError, Transactional};
 
 use crate::{key, move_amount, read_stored, spend, Ledger, LedgerError, Side};
 
+/// Where the trust layer's dealings live in the `frauds` tree (not a 32-byte id).
+const DEALINGS_KEY: &[u8] = b"\xffdealings";
+
 /// How long a receipt stays open to a fraud proof by default.
 pub const DEFAULT_DISPUTE_WINDOW_MS: u64 = 24 * 3_600_000;
 
@@ -104,6 +107,9 @@ impl Ledger {
         let mut frauds = Vec::new();
         for entry in self.frauds.iter() {
             let (provider, proof) = entry?;
+            if provider.as_ref() == DEALINGS_KEY {
+                continue;
+            }
             let (Ok(provider), Ok(proof)) = (
                 <[u8; 32]>::try_from(provider.as_ref()),
                 SignedEnvelope::from_bytes(&proof),
@@ -113,6 +119,19 @@ impl Ledger {
             frauds.push((NodeId::from_bytes(provider), proof));
         }
         Ok(frauds)
+    }
+
+    /// Keeps the trust layer's own verified dealings (an opaque encoding the gateway
+    /// owns), so a restart does not forget what this node verified.
+    pub fn save_dealings(&self, encoded: &[u8]) -> Result<(), LedgerError> {
+        self.frauds.insert(DEALINGS_KEY, encoded)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// What [`Self::save_dealings`] kept last.
+    pub fn dealings(&self) -> Result<Option<Vec<u8>>, LedgerError> {
+        Ok(self.frauds.get(DEALINGS_KEY)?.map(|v| v.to_vec()))
     }
 
     /// Whether the receipt stored under this (job, provider) was voided.
@@ -285,6 +304,14 @@ mod tests {
         drop(ledger);
         let ledger = Ledger::open(dir.path()).unwrap();
         assert_eq!(ledger.frauds().unwrap()[0].0, cheat.node_id());
+        // The trust layer's dealings sit beside the proofs, and are not one.
+        assert_eq!(ledger.dealings().unwrap(), None);
+        ledger.save_dealings(b"[]").unwrap();
+        assert_eq!(
+            ledger.dealings().unwrap().as_deref(),
+            Some(b"[]".as_slice())
+        );
+        assert_eq!(ledger.frauds().unwrap().len(), 1);
         ledger.totals.clear().unwrap();
         ledger.build_totals().unwrap();
         assert_eq!(

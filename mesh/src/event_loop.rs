@@ -19,7 +19,9 @@ use super::orderbook::OrderBook;
 use super::peer_targets::{PeerTargets, PendingDials};
 use super::{AddressBook, Command, MeshEvent, PeerInfo};
 use crate::clock::now_ms;
-use sharemesh_protocol::{FraudProof, SignedEnvelope};
+use sharemesh_protocol::{
+    Attestation, FraudProof, ReplayGuard, ReputationReport, SignedEnvelope, WireMessage,
+};
 
 /// State the event loop keeps current for the handle to read without a command.
 pub(super) struct SharedViews {
@@ -50,6 +52,8 @@ pub(super) struct EventLoop {
     agents: HashMap<PeerId, String>,
     addresses: HashMap<PeerId, Multiaddr>,
     pending_providers: HashMap<kad::QueryId, (Vec<PeerId>, oneshot::Sender<Vec<PeerId>>)>,
+    /// Sequence numbers of reputation reports and attestations, per signer and kind.
+    reports: ReplayGuard,
 }
 
 impl EventLoop {
@@ -82,6 +86,7 @@ impl EventLoop {
             agents: HashMap::new(),
             addresses: HashMap::new(),
             pending_providers: HashMap::new(),
+            reports: ReplayGuard::new(4096),
         }
     }
 
@@ -120,6 +125,12 @@ impl EventLoop {
                     Err(err) => Err(anyhow::anyhow!("publish failed: {err}")),
                 };
                 let _ = reply.send(result);
+            }
+            Command::ApplicationScores(scores) => {
+                let gossipsub = &mut self.swarm.behaviour_mut().gossipsub;
+                for (peer, score) in scores {
+                    gossipsub.set_application_score(&peer, score);
+                }
             }
             Command::Dial(address) => {
                 if let Err(err) = self.swarm.dial(address.clone()) {
@@ -347,6 +358,10 @@ impl EventLoop {
             }
         } else if message.topic == behaviour::fraud_proofs_topic().hash() {
             self.check_fraud_proof(source, &message.data)
+        } else if message.topic == behaviour::reputation_topic().hash() {
+            self.check_report(source, &message.data)
+        } else if message.topic == behaviour::attestations_topic().hash() {
+            self.check_attestation(source, &message.data)
         } else {
             // Attestation and reputation gossip are validated by the trust layer (not
             // yet built): do not forward what nobody checked.
@@ -356,6 +371,50 @@ impl EventLoop {
             .behaviour_mut()
             .gossipsub
             .report_message_validation_result(&id, &source, verdict);
+    }
+
+    /// An attestation is forwarded when it opens and is the node's newest; it proves
+    /// only what its key claims (the trust layer checks it for consistency).
+    fn check_attestation(&mut self, source: PeerId, data: &[u8]) -> MessageAcceptance {
+        self.admit_newest::<Attestation>(source, data, |attestation| MeshEvent::Attestation {
+            attestation,
+            from: source,
+        })
+    }
+
+    /// A reputation report is forwarded when it opens and is the reporter's newest;
+    /// what it is worth is the trust layer's (the reporter's own trust in each view).
+    fn check_report(&mut self, source: PeerId, data: &[u8]) -> MessageAcceptance {
+        self.admit_newest::<ReputationReport>(source, data, |report| MeshEvent::ReputationReport {
+            report,
+            from: source,
+        })
+    }
+
+    /// Standing messages (one signer's newest wins): malformed → reject, stale →
+    /// ignore, otherwise the event and forward.
+    fn admit_newest<T: WireMessage>(
+        &mut self,
+        source: PeerId,
+        data: &[u8],
+        event: impl FnOnce(T) -> MeshEvent,
+    ) -> MessageAcceptance {
+        let now = now_ms();
+        let opened = SignedEnvelope::from_bytes(data)
+            .map_err(|e| e.to_string())
+            .and_then(|envelope| envelope.open::<T>(now).map_err(|e| e.to_string()));
+        let opened = match opened {
+            Ok(opened) => opened,
+            Err(reason) => {
+                tracing::debug!(from = %source, %reason, kind = ?T::KIND, "malformed gossip");
+                return MessageAcceptance::Reject;
+            }
+        };
+        if self.reports.admit(&opened, T::KIND, [0; 16], now).is_err() {
+            return MessageAcceptance::Ignore;
+        }
+        self.emit(event(opened.body));
+        MessageAcceptance::Accept
     }
 
     /// A fraud proof is forwarded when its signatures and chain check (anyone can

@@ -127,6 +127,16 @@ pub enum MeshEvent {
         accused: NodeId,
         from: PeerId,
     },
+    /// A hardware attestation that opened and is newer than the node's last.
+    Attestation {
+        attestation: sharemesh_protocol::Attestation,
+        from: PeerId,
+    },
+    /// A reputation report that opened and is newer than the reporter's last.
+    ReputationReport {
+        report: sharemesh_protocol::ReputationReport,
+        from: PeerId,
+    },
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -154,6 +164,8 @@ pub(crate) enum Command {
     Disconnect(PeerId),
     /// Block (`true`) or unblock peers.
     Block(Vec<PeerId>, bool),
+    /// The trust layer's standing of peers: gossipsub's application-specific score.
+    ApplicationScores(Vec<(PeerId, f64)>),
     /// Stop the event loop now: every connection drops at once, as when the process
     /// dies (in-process labs use it to play `kill -9`).
     Shutdown,
@@ -183,29 +195,42 @@ impl MeshHandle {
             .map_err(|_| anyhow::anyhow!("the mesh has stopped"))
     }
 
-    pub async fn publish_advert(&self, envelope: &SignedEnvelope) -> Result<()> {
+    async fn publish(
+        &self,
+        topic: libp2p::gossipsub::IdentTopic,
+        envelope: &SignedEnvelope,
+    ) -> Result<()> {
         let (reply, answer) = oneshot::channel();
         let data = envelope.to_bytes()?;
-        self.send(Command::Publish {
-            topic: behaviour::adverts_topic(),
-            data,
-            reply,
-        })
-        .await?;
+        self.send(Command::Publish { topic, data, reply }).await?;
         answer.await.context("the mesh has stopped")?
+    }
+
+    pub async fn publish_advert(&self, envelope: &SignedEnvelope) -> Result<()> {
+        self.publish(behaviour::adverts_topic(), envelope).await
+    }
+
+    /// Gossips this node's signed hardware attestation.
+    pub async fn publish_attestation(&self, envelope: &SignedEnvelope) -> Result<()> {
+        self.publish(behaviour::attestations_topic(), envelope)
+            .await
+    }
+
+    /// Gossips this node's signed reputation report.
+    pub async fn publish_reputation(&self, envelope: &SignedEnvelope) -> Result<()> {
+        self.publish(behaviour::reputation_topic(), envelope).await
+    }
+
+    /// Sets gossipsub's application-specific score of peers (the trust layer's view:
+    /// a convicted provider far below the graylist threshold).
+    pub async fn set_application_scores(&self, scores: Vec<(PeerId, f64)>) -> Result<()> {
+        self.send(Command::ApplicationScores(scores)).await
     }
 
     /// Gossips a signed fraud proof to the whole mesh.
     pub async fn publish_fraud_proof(&self, envelope: &SignedEnvelope) -> Result<()> {
-        let (reply, answer) = oneshot::channel();
-        let data = envelope.to_bytes()?;
-        self.send(Command::Publish {
-            topic: behaviour::fraud_proofs_topic(),
-            data,
-            reply,
-        })
-        .await?;
-        answer.await.context("the mesh has stopped")?
+        self.publish(behaviour::fraud_proofs_topic(), envelope)
+            .await
     }
 
     pub async fn dial(&self, address: Multiaddr) -> Result<()> {

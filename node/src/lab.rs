@@ -34,6 +34,9 @@ use sharemesh_protocol::{
 use sharemesh_provider::{Provider, ProviderPolicy};
 use tokio::task::JoinHandle;
 
+/// Lab gateways report what they verified and recompute their views this often.
+const LAB_REPORT_INTERVAL: Duration = Duration::from_millis(300);
+
 /// The model every lab provider serves unless its spec says otherwise.
 pub const LAB_MODEL: &str = "lab-model";
 
@@ -56,6 +59,8 @@ pub struct ProviderSpec {
     pub models: Vec<ModelDescriptor>,
     /// Wait for this provider's advert at start (an attacker's may never validate).
     pub expect_advert: bool,
+    /// What it claims its hardware is (`None`: this machine's CPU).
+    pub hardware: Option<sharemesh_provider::hardware::Hardware>,
 }
 
 impl Default for ProviderSpec {
@@ -70,6 +75,7 @@ impl Default for ProviderSpec {
             script,
             models: vec![ScriptedEngine::model(LAB_MODEL)],
             expect_advert: true,
+            hardware: None,
         }
     }
 }
@@ -221,7 +227,8 @@ impl Lab {
                 Arc::new(engine.clone()),
                 mesh.clone(),
                 spec.policy,
-                sharemesh_provider::hardware::Hardware::cpu_only(),
+                spec.hardware
+                    .unwrap_or_else(sharemesh_provider::hardware::Hardware::cpu_only),
                 None,
             );
             let tasks = vec![
@@ -260,6 +267,7 @@ impl Lab {
         if gateway.verify {
             dispatcher.trust().auditor.set_replayer(lab_replayer());
         }
+        dispatcher.trust().set_report_interval(LAB_REPORT_INTERVAL);
         let lab = Self {
             providers: started,
             gateway: dispatcher,
@@ -488,6 +496,7 @@ impl Lab {
         if spec.verify {
             dispatcher.trust().auditor.set_replayer(lab_replayer());
         }
+        dispatcher.trust().set_report_interval(LAB_REPORT_INTERVAL);
         Ok((dispatcher, mesh))
     }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use lab_support::*;
 use sharemesh_engine::Cheat;
-use sharemesh_gateway::dispatch::Dispatcher;
+use sharemesh_gateway::dispatch::{DispatchEvent, Dispatcher};
 use sharemesh_gateway::openai::RoutingOptions;
 use sharemesh_ledger::Side;
 use sharemesh_mesh::clock::now_ms;
@@ -217,4 +217,182 @@ async fn honest_providers_are_never_accused() {
     .await;
     assert_eq!(auditor.stats().frauds_found, 0);
     assert!(lab.providers.iter().all(|p| !auditor.is_banned(&p.node_id)));
+}
+
+/// Reputation travels: one gateway verifies a provider's jobs and gossips its signed
+/// report; another gateway that never dealt with that provider trusts it through the
+/// report (it trusts the reporter, which agrees with what it verified itself) and
+/// verifies its jobs less often, while a fresh key stands at zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verified_records_travel_in_signed_reports() {
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let lab = Lab::start(vec![provider(100), provider(300)], verifying(&dirs[0]))
+        .await
+        .unwrap();
+    let (known, fresh) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    let (other, _mesh) = lab.add_gateway(verifying(&dirs[1])).await.unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "adverts reach the other gateway",
+        || knows(&other, known) && knows(&other, fresh),
+    )
+    .await;
+    let auditor = &lab.gateway.trust().auditor;
+    for i in 0..10 {
+        let request = Lab::request(&format!("record {i}"), 4, RoutingOptions::default());
+        let done = lab.complete(request).await.unwrap();
+        assert_eq!(done.providers, vec![known], "the cheaper provider serves");
+    }
+    eventually(Duration::from_secs(10), "ten verified jobs", || {
+        auditor.stats().verified_ok >= 8
+    })
+    .await;
+    // The other gateway has verified nothing itself; the newcomer rule would verify
+    // every job of `known`. Once it trusts the reporter, `known` is vouched for. It
+    // trusts the reporter only after agreeing with it on something it verified itself:
+    // one job of its own.
+    let request = Lab::request("one of my own", 4, RoutingOptions::default());
+    let mut events = other.run(request, None);
+    let mut served_by = None;
+    while let Some(event) = events.recv().await {
+        match event {
+            DispatchEvent::Done { providers, .. } => {
+                served_by = Some(providers);
+                break;
+            }
+            DispatchEvent::Failed(err) => panic!("the other gateway's job failed: {err:?}"),
+            _ => {}
+        }
+    }
+    assert_eq!(served_by, Some(vec![known]));
+    let theirs = &other.trust().auditor;
+    eventually(
+        Duration::from_secs(10),
+        "the other gateway verifies its own job",
+        || theirs.stats().verified_ok == 1,
+    )
+    .await;
+    let waiting = format!(
+        "the report's record reaches the other view: {:?}",
+        theirs.view()
+    );
+    eventually(Duration::from_secs(30), &waiting, || {
+        theirs.rate(&known, NanoUsd(100), NanoUsd(100)) < 1.0
+    })
+    .await;
+    let view = theirs.view();
+    assert!(
+        view.vouched_jobs
+            .get(&known.to_string())
+            .copied()
+            .unwrap_or(0)
+            >= 7,
+        "{view:?}"
+    );
+    let standing = &other.trust().standing;
+    assert!(standing.standing(&known, &[known, fresh]) > 0.0);
+    assert_eq!(
+        standing.standing(&fresh, &[known, fresh]),
+        0.0,
+        "a fresh key starts at zero"
+    );
+    assert_eq!(theirs.rate(&fresh, NanoUsd(300), NanoUsd(300)), 1.0);
+}
+
+/// A provider that claims ten times its speed: every job is an ordinary-looking check
+/// (decode speed from first token to last, so the round trip is not counted); once
+/// the median of its last three is below 80% of the claim, it is ranked by what was
+/// measured and an honestly faster provider wins the work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_slower_than_it_claims_is_ranked_by_what_was_measured() {
+    let mut boaster = provider(100).with_token_delay(Duration::from_millis(20));
+    boaster.policy.measured_milli_tps = 1_000_000; // claims 1000 tokens/s, does 50
+    let honest = provider(100).with_token_delay(Duration::from_millis(5)); // 200 tokens/s
+    let gateway = GatewaySpec {
+        defaults: sharemesh_gateway::plan::RoutingDefaults {
+            // Time matters here: 100 µUSD per second of waiting.
+            score: sharemesh_market::ScoreWeights {
+                nano_usd_per_second: 100_000.0,
+                ..sharemesh_market::ScoreWeights::default()
+            },
+            quote_k: 0,
+            warm_standby_every: 0,
+            ..sharemesh_gateway::plan::RoutingDefaults::default()
+        },
+        ..GatewaySpec::default()
+    };
+    let lab = Lab::start(vec![boaster, honest], gateway).await.unwrap();
+    let (boaster, honest) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    let mut served = Vec::new();
+    for i in 0..6 {
+        let request = Lab::request(&format!("speed {i}"), 16, RoutingOptions::default());
+        served.push(lab.complete(request).await.unwrap().providers[0]);
+    }
+    assert_eq!(
+        served[..3],
+        [boaster; 3],
+        "its claim wins until it is measured"
+    );
+    assert_eq!(served[3..], [honest; 3], "then the measured speed ranks it");
+    let measured = lab
+        .gateway
+        .trust()
+        .auditor
+        .measured_speed(&boaster)
+        .unwrap();
+    assert!(measured < 100.0, "{measured}");
+}
+
+fn with_gpu(mut spec: ProviderSpec, uuid: &str) -> ProviderSpec {
+    let mut hardware = sharemesh_provider::hardware::Hardware::cpu_only();
+    hardware.gpus = vec![sharemesh_provider::hardware::GpuStatus {
+        name: "NVIDIA H200".into(),
+        uuid: uuid.into(),
+        vram_total_bytes: 141 << 30,
+        vram_free_bytes: 141 << 30,
+        driver_version: "560.35".into(),
+        cuda_version: "12.6".into(),
+        utilization_percent: None,
+        temperature_celsius: None,
+        power_watts: None,
+    }];
+    spec.hardware = Some(hardware);
+    spec
+}
+
+/// One GPU sold under two identities (a sybil that wants twice the exploration share,
+/// or a stolen fingerprint): the signed attestations gossiped beside the adverts give
+/// it away; both identities are suspected (every job verified) and ranked lower, and
+/// a provider with a GPU of its own is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_gpu_under_two_identities_is_noticed() {
+    let lab = Lab::start(
+        vec![
+            with_gpu(provider(100), "GPU-shared"),
+            with_gpu(provider(100), "GPU-shared"),
+            with_gpu(provider(100), "GPU-own"),
+        ],
+        GatewaySpec::default(),
+    )
+    .await
+    .unwrap();
+    let trust = lab.gateway.trust();
+    let ids: Vec<NodeId> = lab.providers.iter().map(|p| p.node_id).collect();
+    eventually(
+        Duration::from_secs(15),
+        "the attestations reach the gateway",
+        || trust.attestations.is_flagged(&ids[0]) && trust.attestations.is_flagged(&ids[1]),
+    )
+    .await;
+    assert!(!trust.attestations.is_flagged(&ids[2]));
+    assert!(trust.auditor.is_suspected(&ids[0]) && trust.auditor.is_suspected(&ids[1]));
+    assert!(!trust.auditor.is_suspected(&ids[2]));
+    let findings = trust.attestations.findings();
+    assert!(findings[&ids[0].to_string()][0].contains("also attested by 1 other identity"));
+    // Same price, same claims: the one with its own GPU ranks first.
+    let request = Lab::request("x", 4, RoutingOptions::default());
+    let (ranked, _) = lab
+        .gateway
+        .candidates(&request_model(&lab), &request, &Default::default());
+    assert_eq!(ranked[0].provider(), ids[2]);
 }

@@ -60,6 +60,17 @@ impl StepFingerprint {
             .map(|&(_, bits)| f32::from_bits(bits))
     }
 
+    /// The largest |logit difference| over the tokens both fingerprints list
+    /// (`None` when they share none): how far apart two runs of one step are.
+    pub fn gap(&self, other: &StepFingerprint) -> Option<f32> {
+        self.top
+            .iter()
+            .filter_map(|&(id, bits)| other.logit_of(id).map(|v| (f32::from_bits(bits) - v).abs()))
+            .fold(None, |most: Option<f32>, d| {
+                Some(most.map_or(d, |m| m.max(d)))
+            })
+    }
+
     pub fn validate(&self) -> Result<(), ValidationError> {
         if self.top.is_empty() || self.top.len() > FINGERPRINT_TOP_K {
             return Err(ValidationError::field(
@@ -140,6 +151,29 @@ impl std::fmt::Display for ExecutionProfile {
             self.engine, self.version, self.device, self.isa, self.quantization
         )
     }
+}
+
+/// Across profiles, a job whose median step gap exceeds this is suspect (honest
+/// kernels→candle jobs measured ≤ 0.44; TRUST.md's Q4_0 substitute ≥ 2.15).
+pub const CROSS_PROFILE_TOLERANCE: f32 = 1.0;
+
+/// A step whose fingerprints share no token counts as this far apart.
+pub const DISJOINT_GAP: f32 = 100.0;
+
+/// The median over steps of [`StepFingerprint::gap`]: the cross-profile distance of
+/// two runs of a job (SPEC §12; honest kernels→candle jobs ≤ 0.44, a network with two
+/// layers dropped ≥ 7.4, `engine/tests/cross_profile.rs`). `None` for no steps.
+pub fn median_gap(committed: &[StepFingerprint], replayed: &[StepFingerprint]) -> Option<f32> {
+    let mut gaps: Vec<f32> = committed
+        .iter()
+        .zip(replayed)
+        .map(|(a, b)| a.gap(b).unwrap_or(DISJOINT_GAP))
+        .collect();
+    if gaps.is_empty() {
+        return None;
+    }
+    gaps.sort_by(f32::total_cmp);
+    Some(gaps[gaps.len() / 2])
 }
 
 const ROOT_DOMAIN: &[u8] = b"sharemesh/2/commitment-root\0";
@@ -273,6 +307,21 @@ mod tests {
         };
         assert!(shuffled.validate().is_err());
         assert!(StepFingerprint::default().validate().is_err());
+    }
+
+    #[test]
+    fn gaps_measure_shared_tokens_and_medians_steps() {
+        let a = StepFingerprint::from_logits(&[1.0, 5.0, 3.0]);
+        let b = StepFingerprint::from_logits(&[1.5, 4.0, 3.0]);
+        assert_eq!(a.gap(&b), Some(1.0));
+        let disjoint = StepFingerprint {
+            top: vec![(9, 1.0f32.to_bits())],
+        };
+        assert_eq!(a.gap(&disjoint), None);
+        let steps = [a.clone(), a.clone(), a.clone()];
+        let replayed = [a.clone(), b, disjoint];
+        assert_eq!(median_gap(&steps, &replayed), Some(1.0));
+        assert_eq!(median_gap(&[], &[]), None);
     }
 
     #[test]

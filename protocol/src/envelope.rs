@@ -106,8 +106,8 @@ wire!(
 wire!(
     ReputationReport,
     ReputationReport,
-    8 * 1024,
-    7 * DAY,
+    32 * 1024,
+    DAY,
     |m| m.reporter,
     ReputationReport::validate
 );

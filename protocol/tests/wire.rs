@@ -194,7 +194,7 @@ proptest! {
         round_trip(&provider, &TokenChunk { job_id: job, provider: provider.node_id(), first_index: a, token_ids: vec![b, a], text_delta: text, finish: Some(FinishReason::Length), fingerprints: vec![StepFingerprint { top: vec![(b, 2.0f32.to_bits()), (a, 1.0f32.to_bits())] }, StepFingerprint { top: vec![(a, 0.5f32.to_bits())] }], commitment: Digest::from_bytes([b as u8; 32]) });
         let tokens = u64::from(a) + u64::from(b);
         round_trip(&buyer, &Receipt { job_id: job, provider: provider.node_id(), buyer: buyer.node_id(), prompt_tokens: u64::from(a), completion_tokens: u64::from(b), price_per_token: NanoUsd(price), amount: NanoUsd(price * tokens), commitment: Digest::from_bytes([a as u8; 32]) });
-        round_trip(&buyer, &ReputationReport { reporter: buyer.node_id(), subject: provider.node_id(), epoch: u64::from(a), outcomes: OutcomeCounts { completed: a, failed: b, stalled: 1, verified_ok: 2, verified_mismatch: 3 }, evidence: vec![Digest::from_bytes([1; 32])] });
+        round_trip(&buyer, &ReputationReport { reporter: buyer.node_id(), epoch: u64::from(a), entries: vec![(provider.node_id(), ReportedDealings { verified_jobs: a, verified_tokens: u64::from(b), mismatches: 1, failures: 2 })] });
         round_trip(&provider, &Attestation { node: provider.node_id(), gpus: vec![GpuFingerprint { name: "NVIDIA H200".into(), uuid: "GPU-1".into(), vram_bytes: 1 << 30, driver_version: "560".into(), cuda_version: "12.6".into() }], cpu_model: "x86".into(), cpu_cores: 2, ram_bytes: 1 << 34, benchmarks: vec![BenchmarkResult { model: ModelId::from_bytes([5; 32]), threads: 2, prefill_milli_tokens_per_second: a, generation_milli_tokens_per_second: b }] });
     }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use rand::Rng;
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_protocol::{
-    catalog::CATALOG, Advert, Keypair, Load, ModelOffer, NanoUsd, SignedEnvelope, TierPrice,
+    catalog::CATALOG, Advert, Attestation, BenchmarkResult, Keypair, Load, ModelOffer, NanoUsd,
+    SignedEnvelope, TierPrice,
 };
 
 use crate::policy::Adversary;
@@ -53,8 +54,51 @@ impl Provider {
         }
     }
 
+    /// This node's hardware claim: its NVML fingerprints (GPU name, UUID, VRAM,
+    /// driver), CPU and what it measured, signed and gossiped beside its adverts. It
+    /// proves only what the key claims; buyers check it for consistency (SPEC §12).
+    pub fn attestation(&self) -> Attestation {
+        Attestation {
+            node: self.key.node_id(),
+            gpus: self.hardware.fingerprints(),
+            cpu_model: self.hardware.cpu_model.chars().take(200).collect(),
+            cpu_cores: self.hardware.cpu_cores,
+            ram_bytes: self.hardware.ram_bytes,
+            benchmarks: self
+                .engine
+                .models()
+                .iter()
+                .take(sharemesh_protocol::MAX_MODELS_PER_ADVERT)
+                .map(|model| BenchmarkResult {
+                    model: model.id,
+                    threads: self.hardware.cpu_cores,
+                    prefill_milli_tokens_per_second: 0,
+                    generation_milli_tokens_per_second: self.policy.measured_milli_tps,
+                })
+                .collect(),
+        }
+    }
+
+    async fn publish_attestation(&self) {
+        let attestation = self.attestation();
+        match self.key.seal(
+            &attestation,
+            self.seq.next(),
+            now_ms(),
+            ATTESTATION_LIFETIME_MS,
+        ) {
+            Ok(envelope) => {
+                if let Err(err) = self.mesh.publish_attestation(&envelope).await {
+                    tracing::debug!(%err, "publishing the attestation failed");
+                }
+            }
+            Err(err) => tracing::error!(%err, "sealing the attestation failed"),
+        }
+    }
+
     /// Publishes the advert now and then every interval (well before it expires), and
-    /// announces a Kademlia provider record per model.
+    /// announces a Kademlia provider record per model; every tenth advert comes with
+    /// the node's attestation.
     pub async fn advertise(self: Arc<Self>) {
         for model in self.engine.models() {
             let _ = self.mesh.provide(model.id).await;
@@ -64,8 +108,13 @@ impl Provider {
         // next advert late, not a burst of the ones it missed: receivers rate-limit
         // each signer, and a burst would lose the newest (the current load).
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut adverts = 0u64;
         loop {
             tick.tick().await;
+            if adverts.is_multiple_of(ATTESTATION_EVERY) {
+                self.publish_attestation().await;
+            }
+            adverts += 1;
             if !self.policy.windows.is_empty()
                 && !self.policy.windows.iter().any(|w| w.contains(now_ms()))
             {
@@ -102,6 +151,11 @@ impl Provider {
         }
     }
 }
+
+/// An attestation goes out with every this many adverts (the first included).
+const ATTESTATION_EVERY: u64 = 10;
+/// How long an attestation is valid.
+const ATTESTATION_LIFETIME_MS: u64 = 3_600_000;
 
 /// `hijack-name`: every model offered under the first catalog name that is not its own.
 fn hijack_name(advert: &mut Advert) {

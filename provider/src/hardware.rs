@@ -154,3 +154,32 @@ impl Hardware {
             .collect()
     }
 }
+
+/// Evidence that a device is what a node claims, for a buyer-chosen nonce. The NVML
+/// fingerprint in `Attestation` is *not* such evidence (it proves only what the key
+/// claims); a hardware root of trust is: NVIDIA confidential computing on Hopper and
+/// later signs a report over the GPU's identity, firmware and a nonce with a key
+/// certified by NVIDIA. No implementation ships: none can be tested without such a
+/// GPU, and a stand-in would be a fake. `attestor()` says so.
+pub trait Attestor: Send + Sync {
+    /// What kind of evidence this is (e.g. `nvidia-cc`).
+    fn kind(&self) -> &'static str;
+    /// Signed evidence bound to `nonce`.
+    fn evidence(&self, nonce: &[u8; 32]) -> Result<Vec<u8>, AttestError>;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttestError {
+    #[error("no hardware attestation on this node: {0}")]
+    Unavailable(String),
+}
+
+/// The hardware attestor of this node, if any: today always none, with the reason.
+pub fn attestor(hardware: &Hardware) -> Result<Box<dyn Attestor>, AttestError> {
+    let reason = if hardware.gpus.is_empty() {
+        "no GPU".to_owned()
+    } else {
+        "confidential-computing attestation is not implemented (it needs a Hopper-class GPU in CC mode to build and test against)".to_owned()
+    };
+    Err(AttestError::Unavailable(reason))
+}

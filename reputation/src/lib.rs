@@ -5,8 +5,10 @@
 //! the audit rate rule (SPEC.md §12).
 
 mod eigentrust;
+mod view;
 
 pub use eigentrust::{eigentrust, AuditRule, Dealings, TrustParams};
+pub use view::{view, View};
 
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use sharemesh_reputation::{eigentrust, AuditRule, Dealings, TrustParams};
+use sharemesh_reputation::{view, AuditRule, Dealings, TrustParams};
 
 /// Who a simulated node is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -273,68 +273,41 @@ impl World {
             .filter(|&p| self.providers[p].convicted)
             .map(Node::Provider)
             .collect();
+        let reports: BTreeMap<Node, BTreeMap<Node, Dealings>> = self
+            .reports
+            .iter()
+            .map(|(&r, claims)| {
+                let claims = claims
+                    .iter()
+                    .map(|(&p, d)| (Node::Provider(p), *d))
+                    .collect();
+                (Node::Reporter(r), claims)
+            })
+            .collect();
         for b in 0..self.buyers.len() {
-            let view = self.view_of(b, &convicted);
-            let mut vouched: BTreeMap<usize, u32> = BTreeMap::new();
-            for (&reporter, claims) in &self.reports {
-                let trusted = reporter != b
-                    && view.get(&Node::Reporter(reporter)).copied().unwrap_or(0.0) > 0.0;
-                if !trusted {
-                    continue;
-                }
-                for (&p, claimed) in claims {
-                    let counted = claimed.verified_jobs.min(self.rule.newcomer_jobs);
-                    *vouched.entry(p).or_default() += counted;
-                }
-            }
-            self.buyers[b].view = view;
-            self.buyers[b].vouched = vouched;
+            let own: BTreeMap<Node, Dealings> = self.buyers[b]
+                .dealings
+                .iter()
+                .map(|(&p, d)| (Node::Provider(p), *d))
+                .collect();
+            let seen = view(
+                &Node::Reporter(b),
+                &own,
+                &reports,
+                &convicted,
+                &self.rule,
+                &TrustParams::default(),
+            );
+            self.buyers[b].vouched = seen
+                .vouched
+                .iter()
+                .filter_map(|(node, n)| match node {
+                    Node::Provider(p) => Some((*p, *n)),
+                    Node::Reporter(_) => None,
+                })
+                .collect();
+            self.buyers[b].view = seen.trust;
         }
-    }
-
-    /// Buyer `b`'s EigenTrust view: its own verified dealings, every report, and its
-    /// trust in each reporter from checking the reports against its own verifications.
-    fn view_of(&self, b: usize, convicted: &BTreeSet<Node>) -> BTreeMap<Node, f64> {
-        let own = &self.buyers[b].dealings;
-        let me = Node::Reporter(b);
-        let mut edges: BTreeMap<Node, BTreeMap<Node, f64>> = BTreeMap::new();
-        for (&reporter, claims) in &self.reports {
-            let row = edges.entry(Node::Reporter(reporter)).or_default();
-            for (&p, dealings) in claims {
-                row.insert(Node::Provider(p), dealings.local_trust());
-            }
-            if reporter == b {
-                continue;
-            }
-            let mut check = Dealings::default();
-            for (p, claimed) in claims {
-                // Only what this buyer verified itself can confirm or contradict.
-                let Some(mine) = own
-                    .get(p)
-                    .filter(|d| d.verified_jobs > 0 || d.mismatches > 0)
-                else {
-                    continue;
-                };
-                let agrees = (claimed.mismatches > 0) == (mine.mismatches > 0);
-                if agrees {
-                    check.verified_jobs += 1;
-                    check.verified_tokens += TOKENS_PER_JOB;
-                } else {
-                    check.mismatches += 1;
-                }
-            }
-            edges
-                .entry(me)
-                .or_default()
-                .insert(Node::Reporter(reporter), check.local_trust());
-        }
-        let mut seeds = vec![me];
-        seeds.extend(
-            own.iter()
-                .filter(|(_, d)| d.verified_jobs > 0 && d.mismatches == 0)
-                .map(|(&p, _)| Node::Provider(p)),
-        );
-        eigentrust(&edges, &seeds, convicted, &TrustParams::default())
     }
 
     fn choose(&mut self, b: usize) -> Option<usize> {

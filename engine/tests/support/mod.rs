@@ -73,3 +73,28 @@ pub fn greedy_job(
     };
     model.generate(&request, |_| true).unwrap()
 }
+
+/// Serves a job to its end (past end-of-text) and returns its tokens with the
+/// fingerprint committed with each new one.
+pub fn serve_fingerprinted(
+    model: &mut sharemesh_engine::LoadedModel,
+    prompt: sharemesh_protocol::Prompt,
+    sampling: sharemesh_protocol::Sampling,
+    resume: Vec<u32>,
+) -> (Vec<u32>, Vec<sharemesh_protocol::StepFingerprint>) {
+    let request = sharemesh_engine::GenerateRequest {
+        model: model.descriptor.id,
+        prompt,
+        sampling,
+        resume,
+        ignore_eos: true,
+    };
+    let mut fingerprints = Vec::new();
+    let generation = model
+        .generate(&request, |event| {
+            fingerprints.push(event.fingerprint.clone());
+            true
+        })
+        .unwrap();
+    (generation.token_ids, fingerprints)
+}

@@ -15,7 +15,6 @@ pub const MAX_MODELS_PER_ADVERT: usize = 32;
 pub const MAX_WINDOWS: usize = 32;
 pub const MAX_SHORT_STRING: usize = 256;
 pub const MAX_TOKENS_PER_CHUNK: usize = 4096;
-pub const MAX_EVIDENCE_HASHES: usize = 64;
 pub const MAX_GPUS: usize = 64;
 pub const MAX_ADDRESSES: usize = 16;
 
@@ -165,5 +164,38 @@ mod tests {
         assert!(receipt.validate().is_err());
         receipt.price_per_token = NanoUsd(u64::MAX);
         assert!(receipt.validate().is_err());
+    }
+
+    #[test]
+    fn reports_name_each_subject_once_and_never_the_reporter() {
+        let (me, other) = (NodeId::from_bytes([1; 32]), NodeId::from_bytes([2; 32]));
+        let dealings = ReportedDealings::default();
+        let ok = ReputationReport {
+            reporter: me,
+            epoch: 1,
+            entries: vec![(other, dealings)],
+        };
+        assert!(ok.validate().is_ok());
+        let selfish = ReputationReport {
+            entries: vec![(me, dealings)],
+            ..ok.clone()
+        };
+        assert!(selfish
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("itself"));
+        let twice = ReputationReport {
+            entries: vec![(other, dealings), (other, dealings)],
+            ..ok.clone()
+        };
+        assert!(twice.validate().unwrap_err().to_string().contains("twice"));
+        let many = ReputationReport {
+            entries: (0..=MAX_REPORT_ENTRIES)
+                .map(|i| (NodeId::from_bytes([(i % 250) as u8 + 3; 32]), dealings))
+                .collect(),
+            ..ok
+        };
+        assert!(many.validate().is_err());
     }
 }

@@ -1,40 +1,50 @@
-//! Reputation gossip.
+//! Reputation gossip: each node's own verified dealings, signed once per epoch.
 
 use serde::{Deserialize, Serialize};
 
 use super::at_most;
-use super::*;
 use crate::error::ValidationError;
-use crate::ids::{Digest, NodeId};
+use crate::ids::NodeId;
 
+/// Most subjects one report names.
+pub const MAX_REPORT_ENTRIES: usize = 256;
+
+/// What the reporter verified of one provider (its own replays only).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutcomeCounts {
-    pub completed: u32,
-    pub failed: u32,
-    pub stalled: u32,
-    pub verified_ok: u32,
-    pub verified_mismatch: u32,
+pub struct ReportedDealings {
+    pub verified_jobs: u32,
+    pub verified_tokens: u64,
+    /// Verifications that failed (each one a fraud proof the reporter published).
+    pub mismatches: u32,
+    pub failures: u32,
 }
 
-/// One reporter's view of one subject over one epoch.
+/// One reporter's verified dealings with providers, as of `epoch` (the reporter's
+/// Unix minute when it signed; the envelope's sequence number orders reports).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReputationReport {
     pub reporter: NodeId,
-    pub subject: NodeId,
     pub epoch: u64,
-    pub outcomes: OutcomeCounts,
-    /// Hashes of receipts or commitments backing the counts.
-    pub evidence: Vec<Digest>,
+    pub entries: Vec<(NodeId, ReportedDealings)>,
 }
 
 impl ReputationReport {
     pub fn validate(&self) -> Result<(), ValidationError> {
-        at_most("evidence", self.evidence.len(), MAX_EVIDENCE_HASHES)?;
-        if self.reporter == self.subject {
+        at_most("entries", self.entries.len(), MAX_REPORT_ENTRIES)?;
+        if self
+            .entries
+            .iter()
+            .any(|(subject, _)| *subject == self.reporter)
+        {
             return Err(ValidationError::field(
-                "subject",
+                "entries",
                 "a node cannot report on itself",
             ));
+        }
+        let mut subjects: Vec<&NodeId> = self.entries.iter().map(|(s, _)| s).collect();
+        subjects.sort();
+        if subjects.windows(2).any(|pair| pair[0] == pair[1]) {
+            return Err(ValidationError::field("entries", "a subject appears twice"));
         }
         Ok(())
     }

@@ -1,0 +1,218 @@
+//! Hardware claims checked for consistency (SPEC §12). A signed NVML fingerprint
+//! proves only what its key claims, so it earns no trust; what it can do is expose
+//! claims that do not fit together: one GPU (by UUID) under two identities, an advert
+//! whose hardware is not what its own attestation lists, or numbers no card has. A
+//! provider with such a finding is suspected (every job verified) and ranked lower.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use sharemesh_protocol::{Attestation, HardwareSummary, NodeId};
+
+/// The most VRAM one GPU is believed to have (a 2026 data-centre card has ≤ 288 GB).
+const MAX_PLAUSIBLE_VRAM_BYTES: u64 = 1 << 40;
+/// Attestations kept; beyond it the oldest identity is forgotten.
+const MAX_ATTESTED_NODES: usize = 10_000;
+
+/// What does not fit in one node's claims, given what others attested.
+pub fn inconsistencies(
+    attestation: &Attestation,
+    advertised: Option<&HardwareSummary>,
+    uuid_owners: &BTreeMap<String, BTreeSet<NodeId>>,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    for gpu in &attestation.gpus {
+        if gpu.uuid.is_empty() {
+            found.push(format!("GPU `{}` has no UUID", gpu.name));
+        }
+        if gpu.vram_bytes == 0 || gpu.vram_bytes > MAX_PLAUSIBLE_VRAM_BYTES {
+            found.push(format!(
+                "GPU `{}` claims {} bytes of VRAM",
+                gpu.name, gpu.vram_bytes
+            ));
+        }
+        let others: Vec<&NodeId> = uuid_owners
+            .get(&gpu.uuid)
+            .into_iter()
+            .flatten()
+            .filter(|owner| **owner != attestation.node)
+            .collect();
+        if !gpu.uuid.is_empty() && !others.is_empty() {
+            found.push(format!(
+                "GPU {} is also attested by {} other identit{}",
+                gpu.uuid,
+                others.len(),
+                if others.len() == 1 { "y" } else { "ies" }
+            ));
+        }
+    }
+    let mut uuids: Vec<&str> = attestation.gpus.iter().map(|g| g.uuid.as_str()).collect();
+    uuids.sort_unstable();
+    if uuids
+        .windows(2)
+        .any(|pair| pair[0] == pair[1] && !pair[0].is_empty())
+    {
+        found.push("one GPU listed twice".into());
+    }
+    match advertised {
+        Some(HardwareSummary::Gpu {
+            count,
+            vram_total_bytes,
+            ..
+        }) => {
+            let attested: u64 = attestation.gpus.iter().map(|g| g.vram_bytes).sum();
+            if *count as usize != attestation.gpus.len() {
+                found.push(format!(
+                    "advertises {count} GPUs, attests {}",
+                    attestation.gpus.len()
+                ));
+            } else if attested.abs_diff(*vram_total_bytes) > attested / 100 {
+                found.push(format!(
+                    "advertises {vram_total_bytes} bytes of VRAM, attests {attested}"
+                ));
+            }
+        }
+        Some(HardwareSummary::Cpu { .. }) if !attestation.gpus.is_empty() => {
+            // Serving on the CPU beside a GPU is allowed; it is worth noting only when
+            // the advert claims GPU service (above).
+        }
+        _ => {}
+    }
+    found
+}
+
+/// The attestations this node has seen and what it found in them.
+#[derive(Default)]
+pub struct Attestations {
+    latest: Mutex<BTreeMap<NodeId, Attestation>>,
+    findings: Mutex<BTreeMap<NodeId, Vec<String>>>,
+}
+
+impl Attestations {
+    /// Takes a node's newest attestation (the mesh checked signature and order) and
+    /// re-checks it and every node sharing a GPU with it. Returns the nodes with
+    /// findings now.
+    pub fn on_attestation(
+        &self,
+        attestation: Attestation,
+        advertised: impl Fn(&NodeId) -> Option<HardwareSummary>,
+    ) -> Vec<NodeId> {
+        let Ok(mut latest) = self.latest.lock() else {
+            return Vec::new();
+        };
+        if latest.len() >= MAX_ATTESTED_NODES && !latest.contains_key(&attestation.node) {
+            if let Some(first) = latest.keys().next().copied() {
+                latest.remove(&first);
+            }
+        }
+        latest.insert(attestation.node, attestation);
+        let mut owners: BTreeMap<String, BTreeSet<NodeId>> = BTreeMap::new();
+        for (node, a) in latest.iter() {
+            for gpu in &a.gpus {
+                owners.entry(gpu.uuid.clone()).or_default().insert(*node);
+            }
+        }
+        let mut flagged = Vec::new();
+        let Ok(mut findings) = self.findings.lock() else {
+            return flagged;
+        };
+        for (node, a) in latest.iter() {
+            let found = inconsistencies(a, advertised(node).as_ref(), &owners);
+            if found.is_empty() {
+                findings.remove(node);
+            } else {
+                findings.insert(*node, found);
+                flagged.push(*node);
+            }
+        }
+        flagged
+    }
+
+    pub fn is_flagged(&self, node: &NodeId) -> bool {
+        self.findings.lock().is_ok_and(|f| f.contains_key(node))
+    }
+
+    /// Findings per node, for `GET /v1/trust`.
+    pub fn findings(&self) -> BTreeMap<String, Vec<String>> {
+        self.findings
+            .lock()
+            .map(|f| f.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sharemesh_protocol::GpuFingerprint;
+
+    fn gpu(uuid: &str, vram: u64) -> GpuFingerprint {
+        GpuFingerprint {
+            name: "NVIDIA H200".into(),
+            uuid: uuid.into(),
+            vram_bytes: vram,
+            driver_version: "560".into(),
+            cuda_version: "12.6".into(),
+        }
+    }
+
+    fn attestation(node: u8, gpus: Vec<GpuFingerprint>) -> Attestation {
+        Attestation {
+            node: NodeId::from_bytes([node; 32]),
+            gpus,
+            cpu_model: "x86".into(),
+            cpu_cores: 16,
+            ram_bytes: 1 << 37,
+            benchmarks: vec![],
+        }
+    }
+
+    fn advert_gpu(count: u32, vram: u64) -> HardwareSummary {
+        HardwareSummary::Gpu {
+            name: "NVIDIA H200".into(),
+            count,
+            vram_total_bytes: vram,
+            vram_free_bytes: vram,
+        }
+    }
+
+    const GB: u64 = 1 << 30;
+
+    #[test]
+    fn one_gpu_under_two_identities_flags_both() {
+        let book = Attestations::default();
+        let advert = |_: &NodeId| Some(advert_gpu(1, 141 * GB));
+        assert!(book
+            .on_attestation(attestation(1, vec![gpu("GPU-a", 141 * GB)]), advert)
+            .is_empty());
+        assert!(book
+            .on_attestation(attestation(2, vec![gpu("GPU-b", 141 * GB)]), advert)
+            .is_empty());
+        let flagged = book.on_attestation(attestation(3, vec![gpu("GPU-a", 141 * GB)]), advert);
+        assert_eq!(flagged.len(), 2);
+        assert!(book.is_flagged(&NodeId::from_bytes([1; 32])));
+        assert!(book.is_flagged(&NodeId::from_bytes([3; 32])));
+        assert!(!book.is_flagged(&NodeId::from_bytes([2; 32])));
+    }
+
+    #[test]
+    fn adverts_must_match_their_attestation_and_numbers_must_be_plausible() {
+        let owners = BTreeMap::new();
+        let one = attestation(1, vec![gpu("GPU-a", 80 * GB)]);
+        assert!(inconsistencies(&one, Some(&advert_gpu(1, 80 * GB)), &owners).is_empty());
+        let more = inconsistencies(&one, Some(&advert_gpu(4, 320 * GB)), &owners);
+        assert!(more[0].contains("advertises 4 GPUs, attests 1"), "{more:?}");
+        let bigger = inconsistencies(&one, Some(&advert_gpu(1, 141 * GB)), &owners);
+        assert!(bigger[0].contains("bytes of VRAM"), "{bigger:?}");
+        let absurd = attestation(1, vec![gpu("GPU-a", 1 << 50)]);
+        assert!(!inconsistencies(&absurd, None, &owners).is_empty());
+        let twice = attestation(1, vec![gpu("GPU-a", GB), gpu("GPU-a", GB)]);
+        assert!(inconsistencies(&twice, None, &owners)
+            .iter()
+            .any(|f| f.contains("twice")));
+        let anonymous = attestation(1, vec![gpu("", GB)]);
+        assert!(!inconsistencies(&anonymous, None, &owners).is_empty());
+        // A CPU provider attests no GPU: nothing to find.
+        assert!(inconsistencies(&attestation(1, vec![]), None, &owners).is_empty());
+    }
+}
