@@ -349,3 +349,36 @@ fn load_kernels<R: Read + Seek>(
         )),
     })
 }
+
+/// Testnet adversary kit: writes `src` to `dst` with every matrix requantized to Q8_0
+/// (norms and vectors as they were) and `general.file_type` set to match — another
+/// file of the same network and vocabulary, for `provide --adversary substitute:PATH`
+/// and the tests that show verification catches any file swap.
+pub fn requantize_to_q8_0(src: &Path, dst: &Path) -> Result<(), EngineError> {
+    let io = |e: std::io::Error| EngineError::Io(e.to_string());
+    let bad = |e: candle_core::Error| EngineError::BadModel(e.to_string());
+    let mut reader = BufReader::new(File::open(src).map_err(io)?);
+    let content = read_content(&mut reader, src)?;
+    let mut tensors = Vec::new();
+    for name in content.tensor_infos.keys() {
+        let tensor = content
+            .tensor(&mut reader, name, &Device::Cpu)
+            .map_err(bad)?;
+        let requantized = if tensor.shape().dims().len() == 2 {
+            let values = tensor.dequantize(&Device::Cpu).map_err(bad)?;
+            candle_core::quantized::QTensor::quantize(&values, GgmlDType::Q8_0).map_err(bad)?
+        } else {
+            tensor
+        };
+        tensors.push((name.clone(), requantized));
+    }
+    let mut metadata = content.metadata.clone();
+    metadata.insert("general.file_type".into(), gguf_file::Value::U32(7));
+    let metadata: Vec<(&str, &gguf_file::Value)> =
+        metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tensors: Vec<(&str, &candle_core::quantized::QTensor)> =
+        tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
+    let mut out = std::io::BufWriter::new(File::create(dst).map_err(io)?);
+    gguf_file::write(&mut out, &metadata, &tensors).map_err(bad)?;
+    std::io::Write::flush(&mut out).map_err(io)
+}

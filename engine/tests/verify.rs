@@ -107,3 +107,46 @@ fn an_honest_job_replays_bit_for_bit_and_cheats_do_not() {
         committed.len() + 40
     );
 }
+
+/// Substitution: the same network requantized to another format (Q8_0: if anything
+/// *better* than the Q4_1 it replaces), served under the model's id and profile. Every
+/// step's logits differ from the replay of the real file, so a verifier catches any
+/// file swap, not only cheaper ones.
+#[test]
+fn a_substituted_file_differs_at_every_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let substitute_path = dir.path().join("substitute-q8_0.gguf");
+    sharemesh_engine::weights::requantize_to_q8_0(&support::default_model_path(), &substitute_path)
+        .unwrap();
+
+    let mut honest = load();
+    let mut substitute = support::load(
+        &substitute_path,
+        support::DEFAULT_MODEL_ID,
+        "smollm2-135m-instruct",
+    );
+    assert_eq!(substitute.profile().engine, "sharemesh-kernels");
+    let sampling = Sampling {
+        max_tokens: 32,
+        ..Sampling::default()
+    };
+    let (tokens, committed) = serve(&mut substitute, sampling, vec![]);
+    let replayed = replay(&mut honest, &tokens, 0);
+    let differing = replayed
+        .iter()
+        .zip(&committed)
+        .filter(|(a, b)| a != b)
+        .count();
+    let mut gaps: Vec<f32> = replayed
+        .iter()
+        .zip(&committed)
+        .map(|(a, b)| gap(a, b))
+        .collect();
+    gaps.sort_by(f32::total_cmp);
+    println!(
+        "Q8_0 substitute: {differing}/{} steps differ; top-k logit gap median {:.3}",
+        committed.len(),
+        gaps[gaps.len() / 2]
+    );
+    assert_eq!(differing, committed.len());
+}

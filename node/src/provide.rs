@@ -97,7 +97,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
     let hardware = sharemesh_provider::hardware::detect();
     hardware.log();
     let mut model: LoadedModel = crate::local_engine::load_model(data_dir, &args.model)?;
-    apply_engine_adversary(&mut model, args.adversary)?;
+    apply_engine_adversary(&mut model, args.adversary.clone())?;
     // Measure what we advertise: a short greedy run on the benchmark prompt.
     let measured = crate::local_engine::measure_with(&mut model, "Hi", 16, 1)?;
     tracing::info!(model = %model.descriptor.name, tokens_per_second = measured.generation_tokens_per_second, "measured speed");
@@ -218,6 +218,18 @@ fn apply_engine_adversary(model: &mut LoadedModel, adversary: Option<Adversary>)
         Some(Adversary::TruncateLayers(count)) => model
             .truncate_layers(count as usize)
             .context("adversary truncate-layers")?,
+        Some(Adversary::Substitute(ref path)) => {
+            // Another file's weights; the served model's id, name, quantization and
+            // file (for the header buyers fetch) kept, so it looks like the real one.
+            let honest = model.descriptor.clone();
+            let honest_file = model.path.clone();
+            let mut substitute =
+                LoadedModel::load(path, honest.id, &honest.name, engine::default_device())
+                    .with_context(|| format!("adversary substitute: loading {}", path.display()))?;
+            substitute.descriptor = honest;
+            substitute.path = honest_file;
+            *model = substitute;
+        }
         _ => return Ok(()),
     }
     tracing::warn!(

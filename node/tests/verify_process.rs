@@ -153,3 +153,59 @@ fn a_truncated_model_is_caught_unpaid_and_dropped_by_both_verifying_gateways() {
         1
     );
 }
+
+/// `--adversary substitute:PATH`: another file of the same network (requantized to
+/// Q8_0) served under the catalog model's id, header and profile. The buyer's counts
+/// and text checks pass (same vocabulary); the replay does not.
+#[test]
+fn a_substituted_file_is_caught_and_unpaid() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let substitute = dirs[1].path().join("substitute-q8_0.gguf");
+    sharemesh_engine::weights::requantize_to_q8_0(&common::default_model_path(), &substitute)
+        .unwrap();
+    let model = common::default_model_path();
+    let (_honest, honest) = common::provider(dirs[0].path(), None, &["--price", "0.1"]);
+    let bootstrap = honest["listen"][0].as_str().unwrap().to_owned();
+    let adversary = format!("substitute:{}", substitute.display());
+    let (_cheat, cheat) = common::provider(
+        dirs[1].path(),
+        Some(&bootstrap),
+        &["--price", "0.05", "--adversary", &adversary],
+    );
+    let (_buyer, buyer) = common::gateway(
+        &bootstrap,
+        dirs[2].path(),
+        2,
+        &[
+            "--verify",
+            model.to_str().unwrap(),
+            "--verify-threads",
+            "1",
+            "--quote-k",
+            "0",
+            "--warm-standby-every",
+            "0",
+            "--count-wait-ms",
+            "60000",
+        ],
+    );
+    let cheat = cheat["peer_id"].as_str().unwrap().to_owned();
+    let first = ask(&buyer);
+    assert_eq!(
+        first["sharemesh"]["providers"][0],
+        cheat.as_str(),
+        "{first}"
+    );
+    let cost = first["sharemesh"]["cost_nano_usd"].as_u64().unwrap();
+    common::wait_until(60, "the replay to convict the substitute", || {
+        dropped(&buyer, &cheat)
+    });
+    let spend = common::get_json(&buyer, "/v1/account/spend");
+    assert_eq!(spend["settlement"]["voided_nano_usd"], cost, "{spend}");
+    let again = ask(&buyer);
+    assert_ne!(
+        again["sharemesh"]["providers"][0],
+        cheat.as_str(),
+        "{again}"
+    );
+}

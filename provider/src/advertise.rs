@@ -143,7 +143,8 @@ impl Provider {
                 }
                 Err(err) => tracing::error!(%err, "sealing the advert failed"),
             }
-            if let Some(Adversary::FloodAdverts(count)) = self.policy.adversary {
+            if let Some(Adversary::FloodAdverts(count)) = &self.policy.adversary {
+                let count = *count;
                 for envelope in flood(&advert, count, self.policy.advert_lifetime) {
                     let _ = self.mesh.publish_advert(&envelope).await;
                 }

@@ -117,7 +117,7 @@ impl ThermalGuard {
 
 /// A provider running modified code, for the testnet's adversary kit and the lab's
 /// attack tests: each mode plays one attack on buyers, and the tests show what it gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Adversary {
     /// Goes silent (holding the stream open) after this many tokens.
     StallAfter(u64),
@@ -148,6 +148,9 @@ pub enum Adversary {
     TruncateLayers(u32),
     /// Honest for this many jobs, then garbage (earns trust, then cheats).
     Camouflage(u32),
+    /// Runs another GGUF file (a cheaper quantization, a fine-tune) under the served
+    /// model's id, header and profile.
+    Substitute(std::path::PathBuf),
 }
 
 impl std::str::FromStr for Adversary {
@@ -176,6 +179,7 @@ impl std::str::FromStr for Adversary {
                 let count = u32::try_from(number()?).map_err(|_| "layer count too large")?;
                 Ok(Adversary::TruncateLayers(count))
             }
+            "substitute" if !value.is_empty() => Ok(Adversary::Substitute(value.into())),
             "camouflage" => {
                 let jobs = u32::try_from(number()?).map_err(|_| "job count too large")?;
                 Ok(Adversary::Camouflage(jobs))
@@ -185,7 +189,7 @@ impl std::str::FromStr for Adversary {
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH)"
             )),
         }
     }
@@ -209,6 +213,11 @@ mod tests {
             Ok(Adversary::TruncateLayers(2))
         );
         assert_eq!("camouflage:5".parse(), Ok(Adversary::Camouflage(5)));
+        assert_eq!(
+            "substitute:/tmp/q8.gguf".parse(),
+            Ok(Adversary::Substitute("/tmp/q8.gguf".into()))
+        );
+        assert!("substitute".parse::<Adversary>().is_err());
         let err = "overbill".parse::<Adversary>().unwrap_err();
         assert!(err.contains("whole number"), "{err}");
         let err = "steal:1".parse::<Adversary>().unwrap_err();
