@@ -314,6 +314,22 @@ impl Auditor {
         }
         permit
     }
+
+    /// A permit to replay, waiting up to `limit` for one (gossiped proofs queue behind
+    /// the audits instead of running beside them all at once).
+    pub(crate) async fn permit_within(
+        &self,
+        limit: std::time::Duration,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let permit = tokio::time::timeout(limit, self.in_flight.clone().acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok);
+        if permit.is_none() {
+            self.count(|s| s.skipped += 1);
+        }
+        permit
+    }
 }
 
 /// Audits one transcript: the greedy rule first (no model needed), then a replay of

@@ -23,6 +23,8 @@ use crate::transcript::Transcript;
 
 /// A fraud proof is signed for this long (receivers open it within).
 const PROOF_LIFETIME_MS: u64 = 30 * 24 * 3_600_000;
+/// How long a gossiped proof waits for a replay slot before it is dropped.
+const PROOF_CHECK_WAIT: Duration = Duration::from_secs(30);
 /// A reputation report is valid this long (a node that stops reporting fades out).
 const REPORT_LIFETIME_MS: u64 = 24 * 3_600_000;
 /// How often a node reports and recomputes its view, by default.
@@ -359,6 +361,16 @@ impl Trust {
             return;
         };
         let reporter = opened.body.reporter;
+        // Replays are bounded: a flood of well-formed proofs (each needs the accused's
+        // own signatures, so it costs the flooder identities) waits its turn, and what
+        // waits too long is dropped.
+        let Some(_permit) = self.auditor.permit_within(PROOF_CHECK_WAIT).await else {
+            tracing::debug!(%accused, "no replay slot for a gossiped proof; dropped");
+            return;
+        };
+        if self.auditor.is_banned(&accused) {
+            return; // Another proof convicted it while this one waited.
+        }
         let check = check_proof(&opened.body, self.auditor.replayer()).await;
         tracing::info!(%accused, %reporter, ?check, "fraud proof from the mesh");
         match check {

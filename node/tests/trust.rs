@@ -396,3 +396,32 @@ async fn one_gpu_under_two_identities_is_noticed() {
         .candidates(&request_model(&lab), &request, &Default::default());
     assert_eq!(ranked[0].provider(), ids[2]);
 }
+
+/// Less unpaid work at risk with a stranger: a buyer that never paid this provider
+/// gets a credit window of at most 16 tokens; once one of its receipts is booked, the
+/// provider's full window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_that_never_paid_gets_a_small_credit_window() {
+    use sharemesh_gateway::buyer::{Billing, JobEvent};
+    let lab = Lab::start(vec![provider(100)], GatewaySpec::default())
+        .await
+        .unwrap();
+    let provider = lab.providers[0].node_id;
+    let mut windows = Vec::new();
+    for _ in 0..2 {
+        let mut job = lab
+            .open_job(provider, "pay as you go", 12, Billing::Metered(None))
+            .await
+            .unwrap();
+        while let Some(event) = job.next().await {
+            match event {
+                JobEvent::Accepted(accept) => windows.push(accept.credit_window_tokens),
+                JobEvent::Finished { .. } => break,
+                JobEvent::Failed(why) => panic!("{why}"),
+                _ => {}
+            }
+        }
+    }
+    let full = sharemesh_provider::ProviderPolicy::default().credit_window_tokens;
+    assert_eq!(windows, vec![sharemesh_provider::NEWCOMER_CREDIT_WINDOW, full]);
+}

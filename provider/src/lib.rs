@@ -13,8 +13,8 @@ use futures::{AsyncReadExt, StreamExt};
 use libp2p::PeerId;
 use sharemesh_protocol::commitment::commitment_root;
 use sharemesh_protocol::{
-    Accept, AvailabilityWindow, JobRequest, Keypair, MessageKind, NanoUsd, Reject, RejectReason,
-    ReplayGuard, SignedEnvelope, Tier, WireMessage,
+    Accept, AvailabilityWindow, JobRequest, Keypair, MessageKind, NanoUsd, NodeId, Reject,
+    RejectReason, ReplayGuard, SignedEnvelope, Tier, WireMessage,
 };
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -123,7 +123,13 @@ pub struct Provider {
     /// Interruptible jobs in progress, each with the signal that preempts it.
     interruptible: Mutex<Vec<(sharemesh_protocol::JobId, Arc<tokio::sync::Notify>)>>,
     buyer_limits: BuyerLimits,
+    /// Buyers that have paid this provider a receipt: they get the full credit window.
+    paying_buyers: receipts::PayingBuyers,
 }
+
+/// The credit window a buyer that has never paid this provider gets (at most): less
+/// unpaid work at risk with a stranger, still twice the buyer's receipt cadence.
+pub const NEWCOMER_CREDIT_WINDOW: u32 = 16;
 
 impl Provider {
     /// Signals the oldest interruptible job to stop (it ends with `Cancelled`, and the
@@ -157,7 +163,18 @@ impl Provider {
             replay: Mutex::new(ReplayGuard::new(100_000)),
             ledger,
             interruptible: Mutex::new(Vec::new()),
+            paying_buyers: receipts::PayingBuyers::default(),
         })
+    }
+
+    /// The credit window `buyer` gets: the policy's once it has paid here, at most
+    /// [`NEWCOMER_CREDIT_WINDOW`] before.
+    fn credit_window_for(&self, buyer: &NodeId) -> u32 {
+        if self.paying_buyers.contains(buyer) {
+            self.policy.credit_window_tokens
+        } else {
+            self.policy.credit_window_tokens.min(NEWCOMER_CREDIT_WINDOW)
+        }
     }
 
     fn seal<T: WireMessage>(
@@ -435,7 +452,7 @@ impl Provider {
                 }
                 _ => prompt_tokens,
             },
-            credit_window_tokens: self.policy.credit_window_tokens,
+            credit_window_tokens: self.credit_window_for(&request.buyer),
             profile: self.engine.profile(&request.model).unwrap_or_default(),
         };
         write_frame(&mut writer, &self.seal(&accept)?).await?;
@@ -457,6 +474,7 @@ impl Provider {
                 price: self.policy.price(request.tier),
                 prompt_tokens: request.billed_prompt_tokens(prompt_tokens),
                 heads: heads.clone(),
+                paying: self.paying_buyers.clone(),
             },
             acked_tx,
             self.ledger.clone(),
@@ -475,6 +493,7 @@ impl Provider {
             sent: 0,
             head: root,
             heads,
+            window: u64::from(accept.credit_window_tokens),
         };
         let result = self.stream_job(&mut job, events, &preempt).await;
         let sent = job.sent;

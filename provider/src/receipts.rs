@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sharemesh_protocol::{JobRequest, MessageKind, NanoUsd, Receipt, ReplayGuard};
+use sharemesh_protocol::{JobRequest, MessageKind, NanoUsd, NodeId, Receipt, ReplayGuard};
 use tokio::sync::watch;
 
 use sharemesh_ledger::Ledger;
@@ -12,13 +12,37 @@ use sharemesh_mesh::framing::read_frame;
 
 use crate::stream::SentHeads;
 
+/// Buyers that have paid this provider (a receipt booked), bounded: past the bound the
+/// set starts over (the cost is one smaller window for a returning buyer).
+#[derive(Clone, Default)]
+pub(crate) struct PayingBuyers(Arc<std::sync::Mutex<std::collections::HashSet<NodeId>>>);
+
+const MAX_PAYING_BUYERS: usize = 100_000;
+
+impl PayingBuyers {
+    pub(crate) fn contains(&self, buyer: &NodeId) -> bool {
+        self.0.lock().is_ok_and(|set| set.contains(buyer))
+    }
+
+    fn insert(&self, buyer: NodeId) {
+        if let Ok(mut set) = self.0.lock() {
+            if set.len() >= MAX_PAYING_BUYERS && !set.contains(&buyer) {
+                set.clear();
+            }
+            set.insert(buyer);
+        }
+    }
+}
+
 /// What a receipt for this job must say.
 pub(super) struct Terms {
-    pub provider: sharemesh_protocol::NodeId,
+    pub provider: NodeId,
     pub price: NanoUsd,
     pub prompt_tokens: u64,
     /// The commitment heads sent: a receipt acknowledges one of them, at its count.
     pub heads: SentHeads,
+    /// Where a buyer that paid is remembered.
+    pub paying: PayingBuyers,
 }
 
 /// Reads the buyer's receipts, keeping the highest valid cumulative count.
@@ -78,6 +102,7 @@ pub(super) async fn read_receipts(
                 continue;
             }
         }
+        terms.paying.insert(receipt.buyer);
         acked.send_modify(|a| *a = (*a).max(receipt.completion_tokens));
     }
 }

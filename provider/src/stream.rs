@@ -30,6 +30,8 @@ pub(crate) struct JobStream<'a> {
     pub head: Digest,
     /// Every head sent, with the tokens sent by then: a receipt must acknowledge one.
     pub heads: SentHeads,
+    /// Tokens this provider sends beyond the last receipt (the `Accept`'s window).
+    pub window: u64,
 }
 
 /// The commitment heads a provider sent for one job, with its token count at each.
@@ -125,7 +127,7 @@ impl Provider {
         mut events: mpsc::Receiver<EngineEvent>,
         preempt: &Arc<Notify>,
     ) -> Result<Streamed, FrameError> {
-        let window = u64::from(self.policy.credit_window_tokens);
+        let window = job.window;
         let limit = self.policy.credit_timeout;
         loop {
             let event = tokio::select! {
