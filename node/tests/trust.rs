@@ -423,5 +423,8 @@ async fn a_buyer_that_never_paid_gets_a_small_credit_window() {
         }
     }
     let full = sharemesh_provider::ProviderPolicy::default().credit_window_tokens;
-    assert_eq!(windows, vec![sharemesh_provider::NEWCOMER_CREDIT_WINDOW, full]);
+    assert_eq!(
+        windows,
+        vec![sharemesh_provider::NEWCOMER_CREDIT_WINDOW, full]
+    );
 }
