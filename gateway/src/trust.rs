@@ -227,6 +227,15 @@ impl Trust {
                 });
                 self.record(provider, Outcome::VerifiedOk);
             }
+            Finding::Fraud(proof) if proof.evidence().is_err() => {
+                // A transcript can hold a chunk that failed other checks (a gap, a
+                // broken link): a proof cut from it would not check anywhere, and
+                // gossiping it would cost this node its gossip score.
+                tracing::warn!("fraud found, but the transcript does not make a valid proof");
+                self.auditor.count(|s| s.replayed_tokens += sent as u64);
+                self.auditor.suspect(provider);
+                self.record(provider, Outcome::Misbehaved);
+            }
             Finding::Fraud(proof) => {
                 tracing::warn!(step = proof.step, "verification found fraud");
                 let sealed = self.key.seal(&*proof, 0, now_ms(), PROOF_LIFETIME_MS);
@@ -374,18 +383,19 @@ impl Trust {
         let check = check_proof(&opened.body, self.auditor.replayer()).await;
         tracing::info!(%accused, %reporter, ?check, "fraud proof from the mesh");
         match check {
+            // Each counter moves once its effect is in place.
             ProofCheck::Confirmed => {
-                self.auditor.count(|s| s.frauds_confirmed_from_gossip += 1);
                 self.convict(accused, &envelope);
+                self.auditor.count(|s| s.frauds_confirmed_from_gossip += 1);
             }
             ProofCheck::Refuted => {
-                self.auditor.count(|s| s.proofs_refuted += 1);
                 self.record(reporter, Outcome::Misbehaved);
+                self.auditor.count(|s| s.proofs_refuted += 1);
             }
             ProofCheck::Unconfirmed(_) => {
                 // An accusation this node cannot check only raises its scrutiny.
-                self.auditor.count(|s| s.proofs_unconfirmed += 1);
                 self.auditor.suspect(accused);
+                self.auditor.count(|s| s.proofs_unconfirmed += 1);
             }
         }
     }

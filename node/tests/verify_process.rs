@@ -115,8 +115,10 @@ fn a_truncated_model_is_caught_unpaid_and_dropped_by_both_verifying_gateways() {
     assert!(cost > 0, "{first}");
 
     common::wait_until(60, "the buyer's replay to convict the cheat", || {
-        dropped(&buyer, &cheat)
+        // Counted once the cheat is out of routing and its pay voided.
+        common::get_json(&buyer, "/v1/trust")["stats"]["frauds_found"] == 1
     });
+    assert!(dropped(&buyer, &cheat));
     let trust = common::get_json(&buyer, "/v1/trust");
     assert_eq!(trust["stats"]["frauds_found"], 1, "{trust}");
     let spend = common::get_json(&buyer, "/v1/account/spend");
@@ -126,10 +128,9 @@ fn a_truncated_model_is_caught_unpaid_and_dropped_by_both_verifying_gateways() {
     common::wait_until(
         60,
         "the other gateway to confirm the gossiped proof",
-        || dropped(&other, &cheat),
+        || common::get_json(&other, "/v1/trust")["stats"]["frauds_confirmed_from_gossip"] == 1,
     );
-    let trust = common::get_json(&other, "/v1/trust");
-    assert_eq!(trust["stats"]["frauds_confirmed_from_gossip"], 1, "{trust}");
+    assert!(dropped(&other, &cheat));
     assert!(!dropped(&other, &honest));
 
     // Both route around the cheat now and get the model's own answer.
@@ -198,8 +199,9 @@ fn a_substituted_file_is_caught_and_unpaid() {
     );
     let cost = first["sharemesh"]["cost_nano_usd"].as_u64().unwrap();
     common::wait_until(60, "the replay to convict the substitute", || {
-        dropped(&buyer, &cheat)
+        common::get_json(&buyer, "/v1/trust")["stats"]["frauds_found"] == 1
     });
+    assert!(dropped(&buyer, &cheat));
     let spend = common::get_json(&buyer, "/v1/account/spend");
     assert_eq!(spend["settlement"]["voided_nano_usd"], cost, "{spend}");
     let again = ask(&buyer);
