@@ -469,12 +469,15 @@ impl Lab {
     pub async fn add_gateway(&self, spec: GatewaySpec) -> Result<(Arc<Dispatcher>, MeshHandle)> {
         let seed = GATEWAY_SEED + 1 + NEXT_PORT.fetch_add(1, Ordering::SeqCst);
         let gateway_key = key(seed);
-        let bootstrap = self
+        let mut bootstrap = self
             .providers
             .first()
             .context("a lab without providers")?
             .mesh
             .listen_addrs();
+        // Also straight to the first gateway: gossip between the two (reports, proofs)
+        // then needs no relay through a provider's mesh.
+        bootstrap.extend(self.gateway_mesh.listen_addrs());
         let config = mesh_config(
             next_address()?,
             bootstrap,
