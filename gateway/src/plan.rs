@@ -147,7 +147,7 @@ pub fn candidates(
     let ceiling = ceiling_of(request, defaults);
     let region = routing.region.clone().or_else(|| defaults.region.clone());
     let tokens = request.sampling.max_tokens;
-    let eligible: Vec<Candidate> = context
+    let eligible: Vec<(Candidate, bool)> = context
         .live
         .iter()
         .filter_map(|entry| {
@@ -161,9 +161,7 @@ pub fn candidates(
                 && routing
                     .min_vram_bytes
                     .is_none_or(|min| advert.hardware.vram_total_bytes() >= min)
-                && advert.available_at(context.now_ms)
-                && (load.max_concurrent == 0
-                    || load.active_jobs + load.queue_depth < load.max_concurrent);
+                && advert.available_at(context.now_ms);
             if !ok {
                 return None;
             }
@@ -191,19 +189,32 @@ pub fn candidates(
                 tokens_per_second: speed,
                 reliability: (context.reliability)(&advert.provider),
             };
-            Some(Candidate {
-                entry: entry.clone(),
-                price,
-                rtt_ms: rtt,
-                view,
-            })
+            Some((
+                Candidate {
+                    entry: entry.clone(),
+                    price,
+                    rtt_ms: rtt,
+                    view,
+                },
+                load.is_full(),
+            ))
         })
         .collect();
-    let views: Vec<OfferView> = eligible.iter().map(|c| c.view).collect();
+    let views: Vec<OfferView> = eligible.iter().map(|(c, _)| c.view).collect();
     let order = sharemesh_market::rank(&views, tokens, &defaults.score);
-    let mut slots: Vec<Option<Candidate>> = eligible.into_iter().map(Some).collect();
+    // A provider whose last advert said it was full stays a candidate, after every one
+    // with room: adverts are seconds old, a burst that filled it may be over (its quote
+    // or its refusal is the live answer), and refusing outright turned a finished burst
+    // into a 503 until the next advert.
+    let (with_room, full): (Vec<usize>, Vec<usize>) =
+        order.into_iter().partition(|&i| !eligible[i].1);
+    let mut slots: Vec<Option<Candidate>> = eligible.into_iter().map(|(c, _)| Some(c)).collect();
     (
-        order.into_iter().filter_map(|i| slots[i].take()).collect(),
+        with_room
+            .into_iter()
+            .chain(full)
+            .filter_map(|i| slots[i].take())
+            .collect(),
         tier,
     )
 }

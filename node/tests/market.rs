@@ -168,35 +168,40 @@ async fn eligibility_and_ranking() {
             .map(|c| c.entry.advert.provider)
             .collect()
     };
-    // Outside its window (12) and at capacity (13): never chosen. Cheapest first.
-    assert_eq!(pick(RoutingOptions::default()), vec![ids[1], ids[0]]);
+    // Outside its window (12): never chosen. Cheapest first, but one whose advert says
+    // it is at capacity (13, the cheapest) after every provider with room: its live
+    // quote or refusal decides, a stale advert does not turn it into a 503.
+    assert_eq!(
+        pick(RoutingOptions::default()),
+        vec![ids[1], ids[0], ids[3]]
+    );
     assert_eq!(
         pick(RoutingOptions {
             region: Some("eu".into()),
             ..Default::default()
         }),
-        vec![ids[0]]
+        vec![ids[0], ids[3]]
     );
     assert_eq!(
         pick(RoutingOptions {
             max_price_per_token: Some(NanoUsd(60)),
             ..Default::default()
         }),
-        vec![ids[1]]
+        vec![ids[1], ids[3]]
     );
     assert_eq!(
         pick(RoutingOptions {
             min_vram_bytes: Some(16_000_000_000),
             ..Default::default()
         }),
-        vec![ids[0]]
+        vec![ids[0], ids[3]]
     );
     assert_eq!(
         pick(RoutingOptions {
             interruptible: true,
             ..Default::default()
         }),
-        vec![ids[0]]
+        vec![ids[0], ids[3]]
     );
     assert_eq!(
         pick(RoutingOptions {

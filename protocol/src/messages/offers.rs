@@ -157,6 +157,14 @@ pub struct Load {
     pub max_concurrent: u32,
 }
 
+impl Load {
+    /// Whether running plus queued work has reached the provider's bound (0: no bound).
+    pub fn is_full(&self) -> bool {
+        self.max_concurrent != 0
+            && self.active_jobs.saturating_add(self.queue_depth) >= self.max_concurrent
+    }
+}
+
 /// A provider's standing offer: what it serves, how fast, at what price, when.
 /// Its sequence number, issue time and expiry are the envelope's.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
