@@ -128,7 +128,7 @@ pub(super) fn run(
     let mut token_ids = request.resume.clone();
     let mut finish = FinishReason::Length;
     let mut stopped_by_sequence = false;
-    let garbage = cheat.serves_garbage(model.jobs_run);
+    let garbage = cheat.serves_garbage(model.jobs_run, !request.resume.is_empty());
     model.jobs_run += 1;
     for index in request.resume.len()..max_tokens {
         let (token, fingerprint) = if garbage {

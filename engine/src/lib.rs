@@ -90,14 +90,19 @@ pub enum Cheat {
     Garbage,
     /// Honest for the first `honest_jobs` jobs, garbage after (earn trust, then cheat).
     Camouflage { honest_jobs: u32 },
+    /// Honest on fresh jobs, garbage on resumed ones (failovers and the windows other
+    /// nodes have it re-run to verify someone else's work): a lazy verifier that skips
+    /// the costly re-prefill of a context it is paid to recompute.
+    LazyResume,
 }
 
 impl Cheat {
-    fn serves_garbage(self, jobs_run: u32) -> bool {
+    fn serves_garbage(self, jobs_run: u32, resumed: bool) -> bool {
         match self {
             Cheat::None => false,
             Cheat::Garbage => true,
             Cheat::Camouflage { honest_jobs } => jobs_run >= honest_jobs,
+            Cheat::LazyResume => resumed,
         }
     }
 }

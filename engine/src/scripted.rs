@@ -185,7 +185,7 @@ impl ScriptedEngine {
         let garbage = self
             .script
             .cheat
-            .serves_garbage(u32::try_from(jobs_run).unwrap_or(u32::MAX));
+            .serves_garbage(u32::try_from(jobs_run).unwrap_or(u32::MAX), resumed > 0);
         for index in resumed..length {
             tokio::time::sleep(self.script.token_delay).await;
             let token_id = if garbage {

@@ -114,6 +114,9 @@ pub enum Finding {
     /// Replayed on another profile, and further from it than the calibrated tolerance
     /// allows (median step gap): no proof, but the provider is suspect here.
     Suspicious { gap: f32 },
+    /// Two runs of the same window differ and nothing settled who is wrong (no third
+    /// provider, or it agreed with neither): every party is suspect here.
+    Disputed { parties: Vec<NodeId> },
     /// Nothing checked: no replayer for the model, or a replay error.
     Unchecked(String),
 }

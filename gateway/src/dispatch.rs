@@ -191,20 +191,26 @@ impl Dispatcher {
         self.key.node_id()
     }
 
+    /// Has other providers re-run windows of what this node cannot replay itself, paid
+    /// from this node's ledger like its own jobs (SPEC §12, `--verify-by-providers`).
+    pub fn outsource_verification(&self, policy: crate::outsource::OutsourcePolicy) {
+        let segments = Segments::new(
+            self.mesh.clone(),
+            self.key.clone(),
+            self.ledger.clone(),
+            self.defaults.stall_timeout,
+        );
+        self.trust
+            .outsource(crate::outsource::Outsourcing::new(segments, policy));
+    }
+
     pub fn mesh(&self) -> &MeshHandle {
         &self.mesh
     }
 
     /// Live adverts, less providers dropped for fraud.
     fn live(&self) -> Vec<Arc<BookEntry>> {
-        let mut live = self
-            .mesh
-            .book
-            .read()
-            .map(|b| b.live(now_ms()))
-            .unwrap_or_default();
-        live.retain(|entry| !self.trust.auditor.is_banned(&entry.advert.provider));
-        live
+        self.trust.live()
     }
 
     /// A catalog name or model id → the model id, if anyone offers it now.

@@ -13,6 +13,7 @@ pub mod dispatch;
 pub mod error;
 pub mod keys;
 pub mod openai;
+pub mod outsource;
 pub mod plan;
 pub mod quote;
 mod respond;
@@ -196,6 +197,9 @@ async fn trust_view(State(state): State<GatewayState>) -> Json<Value> {
         .collect();
     view["trust"] = json!(standing);
     view["hardware_findings"] = json!(trust.attestations.findings());
+    if let Some(outsourcing) = trust.outsourcing() {
+        view["outsourced"] = json!(outsourcing.stats());
+    }
     Json(view)
 }
 

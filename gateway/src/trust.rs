@@ -3,7 +3,7 @@
 //! [`crate::audit`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use sharemesh_ledger::Ledger;
@@ -18,6 +18,7 @@ use tracing::Instrument;
 
 use crate::attest::Attestations;
 use crate::audit::{check_proof, examine, AuditPolicy, Auditor, Finding, ProofCheck};
+use crate::outsource::Outsourcing;
 use crate::standing::Standing;
 use crate::transcript::Transcript;
 
@@ -49,6 +50,8 @@ pub struct Trust {
     reliability: Arc<Mutex<ReputationBook<NodeId>>>,
     /// Sequence numbers of this node's reports.
     seq: SeqCounter,
+    /// Checks bought from other providers where this node cannot replay a model.
+    outsourcing: OnceLock<Arc<Outsourcing>>,
 }
 
 /// One segment to consider for verification.
@@ -78,11 +81,34 @@ impl Trust {
             ledger,
             reliability,
             seq: SeqCounter::default(),
+            outsourcing: OnceLock::new(),
         });
         trust.restore_bans();
         trust.listen_for_proofs();
         trust.keep_standing();
         trust
+    }
+
+    /// Buys checks from other providers for what this node cannot replay itself (set
+    /// once; `gateway --verify-by-providers`).
+    pub fn outsource(&self, outsourcing: Outsourcing) {
+        let _ = self.outsourcing.set(Arc::new(outsourcing));
+    }
+
+    pub fn outsourcing(&self) -> Option<&Arc<Outsourcing>> {
+        self.outsourcing.get()
+    }
+
+    /// Live adverts, less providers dropped for fraud.
+    pub(crate) fn live(&self) -> Vec<Arc<sharemesh_mesh::orderbook::BookEntry>> {
+        let mut live = self
+            .mesh
+            .book
+            .read()
+            .map(|b| b.live(now_ms()))
+            .unwrap_or_default();
+        live.retain(|entry| !self.auditor.is_banned(&entry.advert.provider));
+        live
     }
 
     /// Sets how often this node publishes its report and recomputes its view.
@@ -188,6 +214,9 @@ impl Trust {
     /// own (the response is not held up).
     pub fn consider(self: &Arc<Self>, audit: SegmentAudit) {
         let provider = audit.transcript.provider();
+        if let Some(outsourcing) = self.outsourcing() {
+            outsourcing.learn(provider, audit.transcript.profile());
+        }
         let rate = self
             .auditor
             .rate(&provider, audit.price, audit.median_price);
@@ -208,7 +237,18 @@ impl Trust {
                 let _permit = permit;
                 let replayer = this.auditor.replayer();
                 let reporter = this.key.node_id();
-                let finding = examine(&audit.transcript, replayer, reporter).await;
+                let mut finding = examine(&audit.transcript, replayer, reporter).await;
+                if let (Finding::Unchecked(_), Some(outsourcing)) = (&finding, this.outsourcing()) {
+                    let live = this.live();
+                    finding = outsourcing
+                        .examine(&audit.transcript, &live, reporter)
+                        .await;
+                    if outsourcing.draws_canary() {
+                        if let Some(planted) = outsourcing.plant(&live, reporter).await {
+                            this.act_on_planted(planted).await;
+                        }
+                    }
+                }
                 this.act_on(provider, finding, audit.transcript.sent())
                     .await;
             }
@@ -227,7 +267,15 @@ impl Trust {
                 });
                 self.record(provider, Outcome::VerifiedOk);
             }
+            Finding::Disputed { parties } => {
+                tracing::warn!(?parties, "two runs of a window differ, unsettled");
+                for party in parties {
+                    self.auditor.suspect(party);
+                }
+                self.auditor.count(|s| s.replayed_tokens += sent as u64);
+            }
             Finding::Fraud(proof) if proof.evidence().is_err() => {
+                let provider = proof.provider;
                 // A transcript can hold a chunk that failed other checks (a gap, a
                 // broken link): a proof cut from it would not check anywhere, and
                 // gossiping it would cost this node its gossip score.
@@ -237,7 +285,9 @@ impl Trust {
                 self.record(provider, Outcome::Misbehaved);
             }
             Finding::Fraud(proof) => {
-                tracing::warn!(step = proof.step, "verification found fraud");
+                // The audited provider, or a verifier proven wrong.
+                let provider = proof.provider;
+                tracing::warn!(step = proof.step, %provider, "verification found fraud");
                 let sealed = self.key.seal(&*proof, 0, now_ms(), PROOF_LIFETIME_MS);
                 if let Ok(envelope) = &sealed {
                     self.convict(provider, envelope);
@@ -270,6 +320,23 @@ impl Trust {
                 self.record(provider, Outcome::VerifiedMismatch);
             }
             Finding::Unchecked(why) => tracing::debug!(%why, "segment not verifiable here"),
+        }
+    }
+
+    /// A planted window's outcome: only a proven-wrong verifier is acted on (a pass is
+    /// what a verifier is paid for, not a record).
+    async fn act_on_planted(&self, finding: Finding) {
+        match finding {
+            Finding::Fraud(proof) => {
+                let verifier = proof.provider;
+                self.act_on(verifier, Finding::Fraud(proof), 0).await;
+            }
+            Finding::Disputed { parties } => {
+                for party in parties {
+                    self.auditor.suspect(party);
+                }
+            }
+            _ => {}
         }
     }
 

@@ -75,6 +75,14 @@ pub struct GatewayArgs {
     /// provider, fewer as its record grows. Also confirms fraud proofs others gossip.
     #[arg(long)]
     pub verify: Option<String>,
+    /// Where this node cannot replay a job's model itself, buy a window of it re-run by
+    /// another provider as an ordinary paid job, and compare (SPEC §12): bit-exact on
+    /// the same execution profile, a third provider settling a difference.
+    #[arg(long)]
+    pub verify_by_providers: bool,
+    /// Steps per window bought with --verify-by-providers.
+    #[arg(long, default_value_t = sharemesh_gateway::outsource::DEFAULT_WINDOW, value_parser = clap::value_parser!(usize))]
+    pub verify_window: usize,
     /// CPU threads for verification replays (with --verify; default: all cores).
     #[arg(long)]
     pub verify_threads: Option<usize>,
@@ -127,6 +135,7 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         };
         let ledger = open_ledger(data_dir)?;
         ledger.set_dispute_window_ms(args.dispute_window_secs.saturating_mul(1000));
+        let defaults_ceiling = defaults.max_price_per_token;
         let dispatcher = Dispatcher::new(mesh.clone(), key, defaults, Some(ledger.clone()), budget);
         if let Some(model) = &args.verify {
             let model_args = crate::local_engine::ModelArgs {
@@ -139,6 +148,16 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             let engine: Arc<dyn TokenEngine> = Arc::new(Engine::spawn(vec![loaded], 4));
             let replayer = crate::replay::EngineReplayer(engine);
             dispatcher.trust().auditor.set_replayer(Arc::new(replayer));
+        }
+        if args.verify_by_providers {
+            if args.verify_window == 0 {
+                anyhow::bail!("--verify-window must be at least 1 step");
+            }
+            dispatcher.outsource_verification(sharemesh_gateway::outsource::OutsourcePolicy {
+                window: args.verify_window,
+                max_price_per_token: defaults_ceiling,
+                ..Default::default()
+            });
         }
         let gateway = sharemesh_gateway::GatewayState { dispatcher };
         let http = http::serve(

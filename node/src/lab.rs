@@ -108,6 +108,9 @@ pub struct GatewaySpec {
     /// The gateway holds the lab model and verifies jobs by replaying them on an
     /// honest scripted engine (`gateway --verify`).
     pub verify: bool,
+    /// The gateway buys verification windows from other providers
+    /// (`gateway --verify-by-providers`).
+    pub outsource: Option<sharemesh_gateway::outsource::OutsourcePolicy>,
 }
 
 /// Lab providers refresh every 200 ms: a per-signer rate to match (the real default is
@@ -264,10 +267,7 @@ impl Lab {
             ledger.clone(),
             gateway.budget,
         );
-        if gateway.verify {
-            dispatcher.trust().auditor.set_replayer(lab_replayer());
-        }
-        dispatcher.trust().set_report_interval(LAB_REPORT_INTERVAL);
+        equip_verification(&dispatcher, gateway.verify, gateway.outsource);
         let lab = Self {
             providers: started,
             gateway: dispatcher,
@@ -496,10 +496,7 @@ impl Lab {
             ledger,
             spec.budget,
         );
-        if spec.verify {
-            dispatcher.trust().auditor.set_replayer(lab_replayer());
-        }
-        dispatcher.trust().set_report_interval(LAB_REPORT_INTERVAL);
+        equip_verification(&dispatcher, spec.verify, spec.outsource);
         Ok((dispatcher, mesh))
     }
 
@@ -507,6 +504,22 @@ impl Lab {
     pub fn provider(&self, id: NodeId) -> Option<&LabProvider> {
         self.providers.iter().find(|p| p.node_id == id)
     }
+}
+
+/// A lab gateway's verification: replays on the lab model (`--verify`), windows bought
+/// from providers (`--verify-by-providers`), reports at the lab's pace.
+fn equip_verification(
+    dispatcher: &Dispatcher,
+    verify: bool,
+    outsource: Option<sharemesh_gateway::outsource::OutsourcePolicy>,
+) {
+    if verify {
+        dispatcher.trust().auditor.set_replayer(lab_replayer());
+    }
+    if let Some(policy) = outsource {
+        dispatcher.outsource_verification(policy);
+    }
+    dispatcher.trust().set_report_interval(LAB_REPORT_INTERVAL);
 }
 
 /// An honest scripted engine serving the lab model: what a verifying gateway replays on.

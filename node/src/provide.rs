@@ -82,7 +82,8 @@ pub struct ProvideArgs {
     /// numbers chunks one further than it sent), `lie-text:N` (after N tokens, text its
     /// tokens do not spell), `hijack-name`, `flood-adverts:N`, `garbage` (noise
     /// tokens), `truncate-layers:N` (a cheaper network under the honest name),
-    /// `camouflage:N` (honest for N jobs, then garbage) (README, attacks).
+    /// `camouflage:N` (honest for N jobs, then garbage), `substitute:PATH`,
+    /// `lazy-verifier` (garbage on resumed jobs only) (README, attacks).
     #[arg(long, hide = true)]
     pub adversary: Option<sharemesh_provider::policy::Adversary>,
 }
@@ -212,6 +213,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
 fn apply_engine_adversary(model: &mut LoadedModel, adversary: Option<Adversary>) -> Result<()> {
     match adversary {
         Some(Adversary::Garbage) => model.cheat = engine::Cheat::Garbage,
+        Some(Adversary::LazyVerifier) => model.cheat = engine::Cheat::LazyResume,
         Some(Adversary::Camouflage(honest_jobs)) => {
             model.cheat = engine::Cheat::Camouflage { honest_jobs }
         }

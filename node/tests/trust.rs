@@ -21,28 +21,10 @@ use sharemesh_mesh::clock::now_ms;
 use sharemesh_node::lab::{GatewaySpec, Lab, ProviderSpec};
 use sharemesh_protocol::{NanoUsd, NodeId};
 
-fn cheating(price: u64, cheat: Cheat) -> ProviderSpec {
-    let mut spec = provider(price);
-    spec.script.cheat = cheat;
-    spec
-}
-
 fn verifying(dir: &tempfile::TempDir) -> GatewaySpec {
     GatewaySpec {
         verify: true,
         ..with_ledger(dir)
-    }
-}
-
-/// Polls `done` every 20 ms for up to `limit`.
-async fn eventually(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !done() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -429,4 +411,118 @@ async fn a_buyer_that_never_paid_gets_a_small_credit_window() {
         windows,
         vec![sharemesh_provider::NEWCOMER_CREDIT_WINDOW, full]
     );
+}
+
+/// A gateway that buys its checks from providers (`--verify-by-providers`; planting
+/// off, so only the check and its tie-break run).
+fn buying_checks(dir: &tempfile::TempDir, canary_rate: f64) -> GatewaySpec {
+    GatewaySpec {
+        outsource: Some(sharemesh_gateway::outsource::OutsourcePolicy {
+            window: 6,
+            canary_rate,
+            ..Default::default()
+        }),
+        ..with_ledger(dir)
+    }
+}
+
+/// A light client without the model: a window of the garbage job is re-run by another
+/// provider as a paid resume, differs, and a third provider settles it against the
+/// cheat, whose pay is voided; the honest verifiers are paid and never accused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_without_the_model_has_providers_check_and_catches_garbage() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = Lab::start(
+        vec![cheating(50, Cheat::Garbage), provider(100), provider(100)],
+        buying_checks(&dir, 0.0),
+    )
+    .await
+    .unwrap();
+    let cheat = lab.providers[0].node_id;
+    let request = Lab::request("tell me a story", 12, RoutingOptions::default());
+    let served = lab.complete(request).await.unwrap();
+    assert_eq!(served.providers, vec![cheat]);
+    let trust = lab.gateway.trust();
+    eventually(
+        Duration::from_secs(20),
+        "the bought check convicts the cheat",
+        || trust.auditor.stats().frauds_found == 1,
+    )
+    .await;
+    assert!(trust.auditor.is_banned(&cheat));
+    let bought = trust.outsourcing().unwrap().stats();
+    assert_eq!(bought.disputes, 1, "{bought:?}");
+    assert_eq!(bought.windows_run, 2, "check and tie-break: {bought:?}");
+    assert_eq!(bought.verifiers_caught, 0);
+    // The verifiers were paid like any job: six steps, and the five prompt tokens too
+    // when the window starts at the first step (a fresh job, not a resume).
+    let paid = booked(&lab);
+    let mut spent = 0;
+    for verifier in &lab.providers[1..] {
+        let (tokens, amount) = paid[&verifier.node_id];
+        assert_eq!(tokens, 6, "a window of six steps");
+        assert!(amount == 600 || amount == 1100, "{amount}");
+        spent += amount;
+    }
+    assert_eq!(bought.spent_nano_usd, spent);
+    // The cheat's pay is void.
+    let ledger = lab.ledger.as_ref().unwrap();
+    let settlement = ledger
+        .settlement(&lab.gateway.node_id(), Side::Spend, now_ms())
+        .unwrap();
+    assert_eq!(settlement.voided_nano_usd, served.cost.0);
+    for verifier in &lab.providers[1..] {
+        assert!(!trust.auditor.is_suspected(&verifier.node_id));
+        assert!(!trust.auditor.is_banned(&verifier.node_id));
+    }
+}
+
+/// A verifier that skips the work it is paid for (garbage on resumed jobs, honest on
+/// fresh ones) is proven wrong: outvoted if it checks a job, or by a planted window
+/// two honest providers agreed on. Honest providers are never accused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_verifier_is_proven_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = Lab::start(
+        vec![
+            provider(50),
+            cheating(100, Cheat::LazyResume),
+            provider(100),
+        ],
+        buying_checks(&dir, 1.0),
+    )
+    .await
+    .unwrap();
+    let (served_by, lazy, honest) = (
+        lab.providers[0].node_id,
+        lab.providers[1].node_id,
+        lab.providers[2].node_id,
+    );
+    let trust = lab.gateway.trust();
+    for i in 0..4 {
+        let request = Lab::request(&format!("honest work {i}"), 12, RoutingOptions::default());
+        let (expected, _) = lab.expected(&request).unwrap();
+        let done = lab.complete(request).await.unwrap();
+        assert_eq!(done.providers, vec![served_by]);
+        assert_eq!(done.token_ids, expected);
+        let checked = trust.auditor.stats().verified_ok + trust.auditor.stats().frauds_found;
+        eventually(Duration::from_secs(20), "this job's check", || {
+            trust.auditor.stats().verified_ok + trust.auditor.stats().frauds_found > checked
+        })
+        .await;
+        if trust.auditor.is_banned(&lazy) {
+            break;
+        }
+    }
+    assert!(
+        trust.auditor.is_banned(&lazy),
+        "{:?}",
+        trust.outsourcing().unwrap().stats()
+    );
+    assert_eq!(trust.outsourcing().unwrap().stats().verifiers_caught, 1);
+    for honest in [served_by, honest] {
+        assert!(!trust.auditor.is_banned(&honest));
+        assert!(!trust.auditor.is_suspected(&honest));
+    }
+    assert_eq!(lab.ledger.as_ref().unwrap().frauds().unwrap()[0].0, lazy);
 }

@@ -67,6 +67,22 @@ fn dropped(http: &str, peer: &str) -> bool {
         .is_some_and(|d| d.iter().any(|p| p == peer))
 }
 
+/// The cheapest provider, `cheat`, serves the first request; within `limit_s` the
+/// buyer convicts it, drops it and voids what it paid it.
+fn served_then_convicted(buyer: &str, cheat: &str, limit_s: u64) {
+    let served = ask(buyer);
+    assert_eq!(served["sharemesh"]["providers"][0], cheat, "{served}");
+    let cost = served["sharemesh"]["cost_nano_usd"].as_u64().unwrap();
+    assert!(cost > 0, "{served}");
+    common::wait_until(limit_s, "the buyer to convict the cheat", || {
+        // Counted once the cheat is out of routing and its pay voided.
+        common::get_json(buyer, "/v1/trust")["stats"]["frauds_found"] == 1
+    });
+    assert!(dropped(buyer, cheat));
+    let spend = common::get_json(buyer, "/v1/account/spend");
+    assert_eq!(spend["settlement"]["voided_nano_usd"], cost, "{spend}");
+}
+
 #[test]
 fn a_truncated_model_is_caught_unpaid_and_dropped_by_both_verifying_gateways() {
     let expected = reference();
@@ -191,23 +207,64 @@ fn a_substituted_file_is_caught_and_unpaid() {
         ],
     );
     let cheat = cheat["peer_id"].as_str().unwrap().to_owned();
-    let first = ask(&buyer);
-    assert_eq!(
-        first["sharemesh"]["providers"][0],
-        cheat.as_str(),
-        "{first}"
-    );
-    let cost = first["sharemesh"]["cost_nano_usd"].as_u64().unwrap();
-    common::wait_until(60, "the replay to convict the substitute", || {
-        common::get_json(&buyer, "/v1/trust")["stats"]["frauds_found"] == 1
-    });
-    assert!(dropped(&buyer, &cheat));
-    let spend = common::get_json(&buyer, "/v1/account/spend");
-    assert_eq!(spend["settlement"]["voided_nano_usd"], cost, "{spend}");
+    served_then_convicted(&buyer, &cheat, 60);
     let again = ask(&buyer);
     assert_ne!(
         again["sharemesh"]["providers"][0],
         cheat.as_str(),
         "{again}"
     );
+}
+
+/// `gateway --verify-by-providers`: a light client without the model buys a window of
+/// the cheat's job re-run by an honest provider (a paid resume), sees the fingerprints
+/// differ from the cheat's, has the third provider settle it, and voids the cheat's pay.
+/// Two provider processes running the real model agree bit for bit.
+#[test]
+fn a_light_client_has_providers_check_and_catches_a_truncated_model() {
+    let expected = reference();
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_first, first) = common::provider(dirs[0].path(), None, &["--price", "0.1"]);
+    let bootstrap = first["listen"][0].as_str().unwrap().to_owned();
+    let (_second, _) = common::provider(dirs[1].path(), Some(&bootstrap), &["--price", "0.1"]);
+    let (_cheat, cheat) = common::provider(
+        dirs[2].path(),
+        Some(&bootstrap),
+        &["--price", "0.05", "--adversary", "truncate-layers:2"],
+    );
+    let (_buyer, buyer) = common::gateway(
+        &bootstrap,
+        dirs[3].path(),
+        3,
+        &[
+            "--verify-by-providers",
+            "--verify-window",
+            "4",
+            "--quote-k",
+            "0",
+            "--warm-standby-every",
+            "0",
+        ],
+    );
+    let cheat = cheat["peer_id"].as_str().unwrap().to_owned();
+    served_then_convicted(&buyer, &cheat, 120);
+    let trust = common::get_json(&buyer, "/v1/trust");
+    assert_eq!(trust["outsourced"]["disputes"], 1, "{trust}");
+    assert_eq!(trust["outsourced"]["windows_run"], 2, "{trust}");
+    assert!(
+        trust["outsourced"]["spent_nano_usd"].as_u64().unwrap() > 0,
+        "{trust}"
+    );
+    assert_eq!(
+        trust["suspected"].as_array().map_or(0, Vec::len),
+        0,
+        "{trust}"
+    );
+    let again = ask(&buyer);
+    assert_ne!(
+        again["sharemesh"]["providers"][0],
+        cheat.as_str(),
+        "{again}"
+    );
+    assert_eq!(again["choices"][0]["message"]["content"], expected.as_str());
 }

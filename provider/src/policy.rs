@@ -151,6 +151,9 @@ pub enum Adversary {
     /// Runs another GGUF file (a cheaper quantization, a fine-tune) under the served
     /// model's id, header and profile.
     Substitute(std::path::PathBuf),
+    /// Honest on fresh jobs, garbage on resumed ones: a lazy verifier (it is paid to
+    /// re-run windows of others' jobs and skips the work).
+    LazyVerifier,
 }
 
 impl std::str::FromStr for Adversary {
@@ -175,6 +178,7 @@ impl std::str::FromStr for Adversary {
             "slow-header" => Ok(Adversary::SlowHeader(number()?)),
             "lie-text" => Ok(Adversary::LieText(number()?)),
             "garbage" => Ok(Adversary::Garbage),
+            "lazy-verifier" => Ok(Adversary::LazyVerifier),
             "truncate-layers" => {
                 let count = u32::try_from(number()?).map_err(|_| "layer count too large")?;
                 Ok(Adversary::TruncateLayers(count))
@@ -189,7 +193,7 @@ impl std::str::FromStr for Adversary {
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier)"
             )),
         }
     }
@@ -208,6 +212,7 @@ mod tests {
         assert_eq!("lie-text:2".parse(), Ok(Adversary::LieText(2)));
         assert_eq!("flood-adverts:50".parse(), Ok(Adversary::FloodAdverts(50)));
         assert_eq!("garbage".parse(), Ok(Adversary::Garbage));
+        assert_eq!("lazy-verifier".parse(), Ok(Adversary::LazyVerifier));
         assert_eq!(
             "truncate-layers:2".parse(),
             Ok(Adversary::TruncateLayers(2))

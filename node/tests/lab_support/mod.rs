@@ -67,3 +67,22 @@ pub fn with_ledger(dir: &tempfile::TempDir) -> GatewaySpec {
         ..GatewaySpec::default()
     }
 }
+
+/// A provider whose scripted engine plays `cheat` (the verification adversaries).
+pub fn cheating(price: u64, cheat: sharemesh_engine::Cheat) -> ProviderSpec {
+    let mut spec = provider(price);
+    spec.script.cheat = cheat;
+    spec
+}
+
+/// Polls `done` every 20 ms for up to `limit`.
+pub async fn eventually(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

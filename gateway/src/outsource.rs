@@ -1,0 +1,515 @@
+//! Verification outsourced to providers (SPEC.md §12).
+//!
+//! A node that holds no model has a window of a sampled segment re-run by another
+//! provider that holds it, as an ordinary paid job: the same prompt and sampling,
+//! resumed at the window's first step and cut at its last — to the verifier it looks
+//! like a failover. On the same execution profile its signed fingerprints must equal
+//! the audited provider's bit for bit.
+//!
+//! A verifier returns no verdict, only its own signed, hash-chained work, so a verifier
+//! that "always says ok" would have to produce bit-exact logits it did not compute.
+//! When the two differ, a third provider settles it and whoever is outvoted gets a fraud
+//! proof cut from its own transcript (any node with the model can check it). Now and
+//! then a verifier is also sent a planted window whose answer two independent providers
+//! already agreed on; one that answers otherwise is proven wrong the same way.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::seq::IndexedRandom;
+use rand::Rng;
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::orderbook::BookEntry;
+use sharemesh_protocol::commitment::{median_gap, CROSS_PROFILE_TOLERANCE};
+use sharemesh_protocol::{
+    ExecutionProfile, FinishReason, JobId, JobRequest, ModelId, NanoUsd, NodeId, Sampling,
+    StepFingerprint, Tier,
+};
+
+use crate::audit::Finding;
+use crate::buyer::{Billing, JobEvent};
+use crate::segment::{SegmentTerms, Segments};
+use crate::transcript::Transcript;
+
+/// Steps re-run per check, by default: a cheater that serves a cheaper network differs
+/// at every step, so a short window catches it; where it falls is drawn after delivery.
+pub const DEFAULT_WINDOW: usize = 16;
+/// Share of outsourced checks that also send the verifier a planted window.
+pub const DEFAULT_CANARY_RATE: f64 = 0.1;
+/// Agreed windows kept for planting.
+const KNOWN_WINDOWS: usize = 32;
+/// Providers whose execution profile is remembered; beyond it the map starts over.
+const MAX_PROFILES: usize = 10_000;
+/// How long a verification window may take from request to last token.
+const WINDOW_DEADLINE: Duration = Duration::from_secs(300);
+
+/// How outsourced checks are bought.
+#[derive(Clone, Debug)]
+pub struct OutsourcePolicy {
+    /// Steps re-run per check.
+    pub window: usize,
+    /// Share of checks that also plant a known window on the verifier.
+    pub canary_rate: f64,
+    /// The most this node pays a verifier per token.
+    pub max_price_per_token: NanoUsd,
+}
+
+impl Default for OutsourcePolicy {
+    fn default() -> Self {
+        Self {
+            window: DEFAULT_WINDOW,
+            canary_rate: DEFAULT_CANARY_RATE,
+            max_price_per_token: NanoUsd(1_000_000),
+        }
+    }
+}
+
+/// What the outsourced checks did, for `GET /v1/trust` and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OutsourceStats {
+    /// Windows another provider re-ran to the end (checks, tie-breaks and plants).
+    pub windows_run: u64,
+    /// Windows that failed to run (refused, broken, unreachable).
+    pub windows_failed: u64,
+    /// Checks where the verifier and the audited provider differed.
+    pub disputes: u64,
+    pub canaries_sent: u64,
+    /// Verifiers proven wrong (outvoted in a dispute, or by a planted window).
+    pub verifiers_caught: u64,
+    /// What the windows cost, from the receipts this node signed for them.
+    pub spent_nano_usd: u64,
+}
+
+/// A window two independent providers agreed on, kept to plant on verifiers.
+#[derive(Clone, Debug)]
+struct Known {
+    request: JobRequest,
+    /// Completion tokens before the window.
+    prefix: Vec<u32>,
+    steps: Vec<(u32, StepFingerprint)>,
+    parties: [NodeId; 2],
+}
+
+/// How two runs of the same window compare, step by step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Comparison {
+    /// Equal over this many steps (the shorter run's length).
+    Same(usize),
+    /// The fingerprints differ at this step (the contexts were equal up to it).
+    Differs(usize),
+    /// Equal fingerprints, yet another token was drawn at this step.
+    Diverged(usize),
+}
+
+fn compare(a: &[(u32, StepFingerprint)], b: &[(u32, StepFingerprint)]) -> Comparison {
+    for (i, ((ta, fa), (tb, fb))) in a.iter().zip(b).enumerate() {
+        if fa != fb {
+            return Comparison::Differs(i);
+        }
+        if ta != tb {
+            return Comparison::Diverged(i);
+        }
+    }
+    Comparison::Same(a.len().min(b.len()))
+}
+
+/// The (token, fingerprint) of each step at completion index `from..end` that
+/// `transcript`'s provider sent.
+fn steps_of(transcript: &Transcript, from: usize, end: usize) -> Vec<(u32, StepFingerprint)> {
+    let first = transcript.request.resume.len();
+    transcript
+        .chunks
+        .iter()
+        .flat_map(|(_, chunk)| chunk.token_ids.iter().zip(&chunk.fingerprints))
+        .enumerate()
+        .filter(|(i, _)| (from..end).contains(&(first + i)))
+        .map(|(_, (&token, fingerprint))| (token, fingerprint.clone()))
+        .collect()
+}
+
+/// A finished window: what the verifier signed, and what it cost.
+struct Ran {
+    transcript: Transcript,
+    steps: Vec<(u32, StepFingerprint)>,
+}
+
+/// Buys verification windows from providers.
+pub struct Outsourcing {
+    segments: Segments,
+    policy: OutsourcePolicy,
+    /// The execution profile each provider named in its last `Accept`.
+    profiles: Mutex<HashMap<NodeId, ExecutionProfile>>,
+    known: Mutex<VecDeque<Known>>,
+    stats: Mutex<OutsourceStats>,
+}
+
+impl Outsourcing {
+    pub fn new(segments: Segments, policy: OutsourcePolicy) -> Self {
+        Self {
+            segments,
+            policy,
+            profiles: Mutex::default(),
+            known: Mutex::default(),
+            stats: Mutex::default(),
+        }
+    }
+
+    pub fn stats(&self) -> OutsourceStats {
+        self.stats.lock().map(|s| *s).unwrap_or_default()
+    }
+
+    fn count(&self, change: impl FnOnce(&mut OutsourceStats)) {
+        if let Ok(mut stats) = self.stats.lock() {
+            change(&mut stats);
+        }
+    }
+
+    /// Remembers the profile `provider` named, so verifiers can be chosen on the
+    /// audited job's profile (where a difference is proof, not suspicion).
+    pub fn learn(&self, provider: NodeId, profile: &ExecutionProfile) {
+        if let Ok(mut profiles) = self.profiles.lock() {
+            if profiles.len() >= MAX_PROFILES && !profiles.contains_key(&provider) {
+                profiles.clear();
+            }
+            profiles.insert(provider, profile.clone());
+        }
+    }
+
+    /// A provider to re-run a window of `model`: not one of `excluded`, at a price this
+    /// node pays; one known to run `profile` if there is any, else one whose profile
+    /// is unknown, else any; at random within that group (no provider can count on
+    /// verifying a given job).
+    fn choose(
+        &self,
+        live: &[Arc<BookEntry>],
+        model: &ModelId,
+        profile: &ExecutionProfile,
+        excluded: &[NodeId],
+    ) -> Option<(Arc<BookEntry>, Tier, NanoUsd)> {
+        let profiles = self.profiles.lock().ok()?;
+        let mut groups: [Vec<(Arc<BookEntry>, Tier, NanoUsd)>; 3] = Default::default();
+        for entry in live {
+            let advert = &entry.advert;
+            if excluded.contains(&advert.provider) {
+                continue;
+            }
+            let Some(offer) = advert.offer(model) else {
+                continue;
+            };
+            let priced = [Tier::OnDemand, Tier::Interruptible, Tier::Reserved]
+                .into_iter()
+                .filter(|tier| advert.tiers.contains(tier))
+                .find_map(|tier| Some((tier, offer.price_for(tier)?)))
+                .filter(|(_, price)| *price <= self.policy.max_price_per_token);
+            let Some((tier, price)) = priced else {
+                continue;
+            };
+            let group = match profiles.get(&advert.provider) {
+                Some(known) if known.replays_exactly(profile) => 0,
+                None => 1,
+                Some(_) => 2,
+            };
+            groups[group].push((entry.clone(), tier, price));
+        }
+        let mut rng = rand::rng();
+        groups
+            .iter()
+            .find(|g| !g.is_empty())
+            .and_then(|g| g.choose(&mut rng).cloned())
+    }
+
+    /// Runs `request`'s steps `prefix.len()..end` on the chosen provider, paid like any
+    /// job; what it signed, or why it did not finish.
+    async fn run_window(
+        &self,
+        (entry, tier, price): &(Arc<BookEntry>, Tier, NanoUsd),
+        request: &JobRequest,
+        prefix: &[u32],
+        end: usize,
+    ) -> Result<Ran, String> {
+        let job_id = JobId::from_bytes(rand::rng().random());
+        let (_, audit_commitment) = crate::audit::audit_secret(&job_id);
+        let job = JobRequest {
+            job_id,
+            buyer: self.segments.key.node_id(),
+            provider: entry.advert.provider,
+            model: request.model,
+            prompt: request.prompt.clone(),
+            sampling: Sampling {
+                max_tokens: u32::try_from(end).map_err(|_| "window end too far")?,
+                ..request.sampling.clone()
+            },
+            max_price_per_token: *price,
+            tier: *tier,
+            deadline_ms: now_ms() + WINDOW_DEADLINE.as_millis() as u64,
+            resume: prefix.to_vec(),
+            audit_commitment,
+        };
+        let terms = SegmentTerms {
+            billing: Billing::Metered(None),
+            counted: None,
+        };
+        let ran = tokio::time::timeout(WINDOW_DEADLINE, async {
+            let mut opened = self
+                .segments
+                .open(entry, job, terms)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut paid = 0;
+            let end = loop {
+                match opened.next().await {
+                    Some(JobEvent::Receipted(receipt)) => paid = receipt.amount.0,
+                    Some(JobEvent::Finished { finish }) => break Ok(finish),
+                    Some(JobEvent::Failed(why)) => break Err(why.to_string()),
+                    Some(JobEvent::Rejected(reject)) => break Err(format!("{reject:?}")),
+                    Some(_) => {}
+                    None => break Err("the stream ended without a finish".to_owned()),
+                }
+            };
+            self.count(|s| s.spent_nano_usd += paid);
+            let finish: FinishReason = end?;
+            tracing::debug!(?finish, "verification window ran");
+            opened
+                .transcript()
+                .cloned()
+                .ok_or_else(|| "no transcript".to_owned())
+        })
+        .await
+        .map_err(|_| "the window took too long".to_owned())
+        .and_then(|r| r);
+        match ran {
+            Ok(transcript) => {
+                self.count(|s| s.windows_run += 1);
+                self.learn(transcript.provider(), transcript.profile());
+                let steps = steps_of(&transcript, prefix.len(), end);
+                Ok(Ran { transcript, steps })
+            }
+            Err(why) => {
+                self.count(|s| s.windows_failed += 1);
+                Err(why)
+            }
+        }
+    }
+
+    /// Checks a window of `audited` on another provider (see the module docs).
+    /// `live` is the order book less providers dropped for fraud.
+    pub async fn examine(
+        &self,
+        audited: &Transcript,
+        live: &[Arc<BookEntry>],
+        reporter: NodeId,
+    ) -> Finding {
+        let sent = audited.sent();
+        if sent == 0 {
+            return Finding::Honest { steps: 0 };
+        }
+        let resumed = audited.request.resume.len();
+        let width = self.policy.window.clamp(1, sent);
+        let from = resumed + rand::rng().random_range(0..=sent - width);
+        let end = from + width;
+        let outputs = audited.outputs();
+        let provider = audited.provider();
+        let expected = steps_of(audited, from, end);
+        let model = audited.request.model;
+        let Some(verifier) = self.choose(live, &model, audited.profile(), &[provider, reporter])
+        else {
+            return Finding::Unchecked(format!("no other provider of {model} to verify with"));
+        };
+        let first = match self
+            .run_window(&verifier, &audited.request, &outputs[..from], end)
+            .await
+        {
+            Ok(ran) => ran,
+            Err(why) => {
+                return Finding::Unchecked(format!("the verification window failed: {why}"))
+            }
+        };
+        let verifier_id = first.transcript.provider();
+        if !audited
+            .profile()
+            .replays_exactly(first.transcript.profile())
+        {
+            // Another profile: no proof, only the calibrated tolerance.
+            let (a, b): (Vec<_>, Vec<_>) = (
+                expected.iter().map(|(_, f)| f.clone()).collect(),
+                first.steps.iter().map(|(_, f)| f.clone()).collect(),
+            );
+            let gap = median_gap(&a, &b).unwrap_or(0.0);
+            return if gap > CROSS_PROFILE_TOLERANCE {
+                Finding::Suspicious { gap }
+            } else {
+                Finding::Honest { steps: a.len() }
+            };
+        }
+        match compare(&expected, &first.steps) {
+            Comparison::Same(0) => Finding::Unchecked("the verifier ran no step".into()),
+            Comparison::Same(steps) => {
+                self.remember(Known {
+                    request: audited.request.clone(),
+                    prefix: outputs[..from].to_vec(),
+                    steps: expected[..steps].to_vec(),
+                    parties: [provider, verifier_id],
+                });
+                Finding::Honest { steps }
+            }
+            Comparison::Diverged(_) => Finding::Disputed {
+                parties: vec![provider, verifier_id],
+            },
+            Comparison::Differs(step) => {
+                self.count(|s| s.disputes += 1);
+                self.settle(audited, &expected, first, (from, end, step), live, reporter)
+                    .await
+            }
+        }
+    }
+
+    /// A third provider re-runs the disputed window; whoever it contradicts gets the
+    /// proof.
+    async fn settle(
+        &self,
+        audited: &Transcript,
+        expected: &[(u32, StepFingerprint)],
+        first: Ran,
+        (from, end, step): (usize, usize, usize),
+        live: &[Arc<BookEntry>],
+        reporter: NodeId,
+    ) -> Finding {
+        let provider = audited.provider();
+        let verifier = first.transcript.provider();
+        let disputed = Finding::Disputed {
+            parties: vec![provider, verifier],
+        };
+        let excluded = [provider, verifier, reporter];
+        let Some(third) = self.choose(live, &audited.request.model, audited.profile(), &excluded)
+        else {
+            return disputed;
+        };
+        let outputs = audited.outputs();
+        let Ok(tie) = self
+            .run_window(&third, &audited.request, &outputs[..from], end)
+            .await
+        else {
+            return disputed;
+        };
+        if !audited.profile().replays_exactly(tie.transcript.profile()) {
+            return disputed;
+        }
+        let upto = step + 1;
+        let agrees = |a: &[(u32, StepFingerprint)]| {
+            a.len() >= upto
+                && tie.steps.len() >= upto
+                && compare(&a[..upto], &tie.steps[..upto]) == Comparison::Same(upto)
+        };
+        let index = from + step;
+        match (agrees(expected), agrees(&first.steps)) {
+            (false, true) => proof_finding(audited.proof(
+                reporter,
+                index,
+                first.steps[step].1.clone(),
+                first.transcript.profile().clone(),
+            )),
+            (true, false) => {
+                self.count(|s| s.verifiers_caught += 1);
+                proof_finding(first.transcript.proof(
+                    reporter,
+                    index,
+                    expected[step].1.clone(),
+                    audited.profile().clone(),
+                ))
+            }
+            _ => disputed,
+        }
+    }
+
+    fn remember(&self, known: Known) {
+        if let Ok(mut windows) = self.known.lock() {
+            if windows.len() >= KNOWN_WINDOWS {
+                windows.pop_front();
+            }
+            windows.push_back(known);
+        }
+    }
+
+    /// Whether to plant a known window along with a check (drawn at `canary_rate`).
+    pub fn draws_canary(&self) -> bool {
+        rand::rng().random_bool(self.policy.canary_rate.clamp(0.0, 1.0))
+    }
+
+    /// Sends a provider of a known window's model (not one of the two that agreed on
+    /// it) that window again under a fresh job id; `None` when there is nothing to
+    /// plant or nobody to plant it on, a proof against the provider if it answers
+    /// otherwise.
+    pub async fn plant(&self, live: &[Arc<BookEntry>], reporter: NodeId) -> Option<Finding> {
+        let known = {
+            let windows = self.known.lock().ok()?;
+            windows
+                .iter()
+                .collect::<Vec<_>>()
+                .choose(&mut rand::rng())
+                .map(|k| (*k).clone())?
+        };
+        let profile = self.profiles.lock().ok()?.get(&known.parties[0]).cloned()?;
+        let excluded = [known.parties[0], known.parties[1], reporter];
+        let verifier = self.choose(live, &known.request.model, &profile, &excluded)?;
+        self.count(|s| s.canaries_sent += 1);
+        let from = known.prefix.len();
+        let end = from + known.steps.len();
+        let ran = self
+            .run_window(&verifier, &known.request, &known.prefix, end)
+            .await
+            .ok()?;
+        if !profile.replays_exactly(ran.transcript.profile()) {
+            return None;
+        }
+        match compare(&known.steps, &ran.steps) {
+            Comparison::Same(_) => Some(Finding::Honest { steps: 0 }),
+            Comparison::Diverged(_) => Some(Finding::Disputed {
+                parties: vec![ran.transcript.provider()],
+            }),
+            Comparison::Differs(step) => {
+                self.count(|s| s.verifiers_caught += 1);
+                Some(proof_finding(ran.transcript.proof(
+                    reporter,
+                    from + step,
+                    known.steps[step].1.clone(),
+                    profile,
+                )))
+            }
+        }
+    }
+}
+
+fn proof_finding(proof: Option<sharemesh_protocol::FraudProof>) -> Finding {
+    match proof {
+        Some(proof) => Finding::Fraud(Box::new(proof)),
+        None => Finding::Unchecked("the differing step is too far in to prove".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(token: u32, logit: f32) -> (u32, StepFingerprint) {
+        (
+            token,
+            StepFingerprint {
+                top: vec![(token, logit.to_bits())],
+            },
+        )
+    }
+
+    #[test]
+    fn comparison_names_the_first_difference() {
+        let a = vec![step(1, 1.0), step(2, 1.0), step(3, 1.0)];
+        assert_eq!(compare(&a, &a), Comparison::Same(3));
+        assert_eq!(compare(&a, &a[..2]), Comparison::Same(2));
+        let mut b = a.clone();
+        b[1] = step(2, 1.5);
+        assert_eq!(compare(&a, &b), Comparison::Differs(1));
+        let mut c = a.clone();
+        c[2].0 = 9;
+        assert_eq!(compare(&a, &c), Comparison::Diverged(2));
+    }
+}
