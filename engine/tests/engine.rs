@@ -490,3 +490,39 @@ fn corrupt_and_truncated_files_are_clear_errors() {
     std::fs::write(&header_only, &real[..4096]).unwrap();
     assert!(LoadedModel::load(&header_only, id, "x", candle_core::Device::Cpu).is_err());
 }
+
+/// What a model needs in memory, from its header alone (what a gateway holds): the
+/// tensor table sizes the weights to within the file's alignment padding, for both
+/// catalog models (Q4_1, and Q4_K_M with Q6_K and F32 tensors), and the KV cache per
+/// token follows the attention shape.
+#[test]
+fn a_header_bounds_the_memory_a_model_needs() {
+    for (path, kv_per_token) in [
+        // SmolLM2-135M: 30 layers × 3 KV heads × 64 (K and V, a byte each).
+        (support::default_model_path(), 2 * 30 * 3 * 64),
+        // Gemma 3 270M: 18 layers × 1 KV head × 256.
+        (support::gemma3_model_path(), 2 * 18 * 256),
+    ] {
+        let file = std::fs::File::open(&path).unwrap();
+        let header =
+            sharemesh_tokenizer::gguf::read_header(std::io::BufReader::new(&file)).unwrap();
+        let data = file.metadata().unwrap().len() - header.tensor_data_offset;
+        let memory = sharemesh_tokenizer::ModelMemory::of(&header);
+        assert!(
+            memory.weights_bytes <= data && data - memory.weights_bytes < 64,
+            "{}: {} of {data}",
+            path.display(),
+            memory.weights_bytes
+        );
+        assert_eq!(
+            memory.kv_bytes_per_token,
+            kv_per_token,
+            "{}",
+            path.display()
+        );
+        assert_eq!(
+            memory.needed_for(2048),
+            memory.weights_bytes + 2048 * kv_per_token
+        );
+    }
+}

@@ -81,11 +81,28 @@ pub fn inconsistencies(
     found
 }
 
+/// What is wrong with serving a model that needs `needed` bytes at least (weights and
+/// a KV cache for the advertised context, `sharemesh_tokenizer::ModelMemory`) on the
+/// advertised hardware: a GPU advert's total VRAM, or a CPU advert's RAM, below it.
+pub fn memory_shortfall(hardware: &HardwareSummary, model: &str, needed: u64) -> Option<String> {
+    let (what, has) = match hardware {
+        HardwareSummary::Gpu {
+            vram_total_bytes, ..
+        } => ("VRAM", *vram_total_bytes),
+        HardwareSummary::Cpu { ram_bytes, .. } => ("RAM", *ram_bytes),
+    };
+    (has < needed).then(|| {
+        format!("advertises {has} bytes of {what}, below the {needed} that {model} needs with its context")
+    })
+}
+
 /// The attestations this node has seen and what it found in them.
 #[derive(Default)]
 pub struct Attestations {
     latest: Mutex<BTreeMap<NodeId, Attestation>>,
     findings: Mutex<BTreeMap<NodeId, Vec<String>>>,
+    /// Adverts offering a model on less memory than it needs, per node and model.
+    short: Mutex<BTreeMap<NodeId, BTreeMap<String, String>>>,
 }
 
 impl Attestations {
@@ -130,14 +147,53 @@ impl Attestations {
 
     pub fn is_flagged(&self, node: &NodeId) -> bool {
         self.findings.lock().is_ok_and(|f| f.contains_key(node))
+            || self.short.lock().is_ok_and(|s| s.contains_key(node))
+    }
+
+    /// Records what `node`'s advert for `model` lacks (`None`: nothing); `true` when
+    /// this is a new finding.
+    pub fn note_memory(&self, node: NodeId, model: &str, finding: Option<String>) -> bool {
+        let Ok(mut short) = self.short.lock() else {
+            return false;
+        };
+        match finding {
+            Some(finding) => {
+                if short.len() >= MAX_ATTESTED_NODES && !short.contains_key(&node) {
+                    return false;
+                }
+                short
+                    .entry(node)
+                    .or_default()
+                    .insert(model.to_owned(), finding)
+                    .is_none()
+            }
+            None => {
+                if let Some(models) = short.get_mut(&node) {
+                    models.remove(model);
+                    if models.is_empty() {
+                        short.remove(&node);
+                    }
+                }
+                false
+            }
+        }
     }
 
     /// Findings per node, for `GET /v1/trust`.
     pub fn findings(&self) -> BTreeMap<String, Vec<String>> {
-        self.findings
+        let mut all: BTreeMap<String, Vec<String>> = self
+            .findings
             .lock()
             .map(|f| f.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if let Ok(short) = self.short.lock() {
+            for (node, models) in short.iter() {
+                all.entry(node.to_string())
+                    .or_default()
+                    .extend(models.values().cloned());
+            }
+        }
+        all
     }
 }
 
@@ -145,6 +201,37 @@ impl Attestations {
 mod tests {
     use super::*;
     use sharemesh_protocol::GpuFingerprint;
+
+    #[test]
+    fn too_little_memory_for_the_model_is_a_finding_until_the_advert_changes() {
+        let small_gpu = HardwareSummary::Gpu {
+            name: "tiny".into(),
+            count: 1,
+            vram_total_bytes: 64 << 20,
+            vram_free_bytes: 64 << 20,
+        };
+        let finding = memory_shortfall(&small_gpu, "m", 100 << 20).unwrap();
+        assert!(finding.contains("VRAM"), "{finding}");
+        assert_eq!(memory_shortfall(&small_gpu, "m", 64 << 20), None);
+        let cpu = HardwareSummary::Cpu {
+            cores: 8,
+            ram_bytes: 1 << 30,
+        };
+        assert!(memory_shortfall(&cpu, "m", 2 << 30)
+            .unwrap()
+            .contains("RAM"));
+        let attestations = Attestations::default();
+        let node = NodeId::from_bytes([3; 32]);
+        assert!(attestations.note_memory(node, "m", Some(finding.clone())));
+        assert!(
+            !attestations.note_memory(node, "m", Some(finding)),
+            "not new"
+        );
+        assert!(attestations.is_flagged(&node));
+        assert_eq!(attestations.findings()[&node.to_string()].len(), 1);
+        attestations.note_memory(node, "m", None);
+        assert!(!attestations.is_flagged(&node));
+    }
 
     fn gpu(uuid: &str, vram: u64) -> GpuFingerprint {
         GpuFingerprint {

@@ -14,12 +14,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::BoxFuture;
+use sharemesh_mesh::clock::now_ms;
 use sharemesh_protocol::commitment::{median_gap, CROSS_PROFILE_TOLERANCE};
 pub use sharemesh_protocol::commitment::{ReplayRequest as ReplayJob, ReplayResult};
 use sharemesh_protocol::{
     ExecutionProfile, FraudProof, JobId, ModelId, NanoUsd, NodeId, StepFingerprint,
 };
-use sharemesh_reputation::{AuditRule, Dealings};
+use sharemesh_reputation::{AuditRule, Dealings, DEALINGS_HALF_LIFE_MS};
 use tokio::sync::Semaphore;
 
 use crate::transcript::Transcript;
@@ -179,14 +180,10 @@ impl Auditor {
                     .unwrap_or_default(),
             ),
             verified_jobs: self
-                .dealings
-                .lock()
-                .map(|v| {
-                    v.iter()
-                        .map(|(id, d)| (id.to_string(), d.verified_jobs))
-                        .collect()
-                })
-                .unwrap_or_default(),
+                .dealings()
+                .iter()
+                .map(|(id, d)| (id.to_string(), d.verified_jobs))
+                .collect(),
             vouched_jobs: self
                 .vouched
                 .read()
@@ -218,23 +215,38 @@ impl Auditor {
         }
     }
 
-    pub(crate) fn verified_ok(&self, provider: NodeId, tokens: u64) {
+    /// Changes `provider`'s record, aged to now first.
+    fn deal(&self, provider: NodeId, change: impl FnOnce(&mut Dealings)) {
         if let Ok(mut dealings) = self.dealings.lock() {
             let entry = dealings.entry(provider).or_default();
-            entry.verified_jobs += 1;
-            entry.verified_tokens += tokens;
+            *entry = entry.aged(now_ms(), DEALINGS_HALF_LIFE_MS);
+            change(entry);
         }
+    }
+
+    pub(crate) fn verified_ok(&self, provider: NodeId, tokens: u64) {
+        self.deal(provider, |d| {
+            d.verified_jobs = d.verified_jobs.saturating_add(1);
+            d.verified_tokens = d.verified_tokens.saturating_add(tokens);
+        });
     }
 
     pub(crate) fn verified_mismatch(&self, provider: NodeId) {
-        if let Ok(mut dealings) = self.dealings.lock() {
-            dealings.entry(provider).or_default().mismatches += 1;
-        }
+        self.deal(provider, |d| d.mismatches = d.mismatches.saturating_add(1));
     }
 
-    /// What this node verified itself, per provider.
+    /// What this node verified itself, per provider, aged to now (verified work counts
+    /// half as much every `DEALINGS_HALF_LIFE_MS`).
     pub fn dealings(&self) -> BTreeMap<NodeId, Dealings> {
-        self.dealings.lock().map(|d| d.clone()).unwrap_or_default()
+        let now = now_ms();
+        self.dealings
+            .lock()
+            .map(|d| {
+                d.iter()
+                    .map(|(id, d)| (*id, d.aged(now, DEALINGS_HALF_LIFE_MS)))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Restores dealings saved before a restart (unknown providers only).
@@ -295,10 +307,10 @@ impl Auditor {
     /// The share of `provider`'s jobs to verify (see [`AuditRule`]): its verified
     /// record is what this node verified plus what reporters it trusts vouched for.
     pub fn rate(&self, provider: &NodeId, price: NanoUsd, median_price: NanoUsd) -> f64 {
-        let own = self
-            .dealings
-            .lock()
-            .map_or(0, |d| d.get(provider).map_or(0, |d| d.verified_jobs));
+        let own = self.dealings.lock().map_or(0, |d| {
+            d.get(provider)
+                .map_or(0, |d| d.aged(now_ms(), DEALINGS_HALF_LIFE_MS).verified_jobs)
+        });
         let vouched = self
             .vouched
             .read()

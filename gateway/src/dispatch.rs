@@ -237,6 +237,7 @@ impl Dispatcher {
         rtt_ms: &std::collections::HashMap<libp2p::PeerId, f64>,
     ) -> (Vec<Candidate>, Tier) {
         let now = now_ms();
+        self.check_memory_claims(&live, model);
         let book = self.reliability.lock().ok();
         // Half this node's own success rate with the provider, half its standing in
         // this node's trust view (verified work, its own and trusted reporters'): a
@@ -270,6 +271,29 @@ impl Dispatcher {
             now_ms: now,
         };
         plan::candidates(model, request, &context)
+    }
+
+    /// Where this gateway holds `model`'s header: an advert offering it on less memory
+    /// than its weights and a KV cache for the advertised context need is a hardware
+    /// finding (ranked lower, every job verified) until the advert changes.
+    fn check_memory_claims(&self, live: &[Arc<BookEntry>], model: &ModelId) {
+        let Some(memory) = self.vocabularies.get(model).and_then(|v| v.memory) else {
+            return;
+        };
+        let attestations = &self.trust.attestations;
+        for entry in live {
+            let Some(offer) = entry.advert.offer(model) else {
+                continue;
+            };
+            let needed = memory.needed_for(offer.model.context_length);
+            let name = offer.model.name.as_str();
+            let finding = crate::attest::memory_shortfall(&entry.advert.hardware, name, needed);
+            let provider = entry.advert.provider;
+            if attestations.note_memory(provider, name, finding) {
+                tracing::warn!(%provider, model = name, "advertised memory below what the model needs");
+                self.trust.auditor.suspect(provider);
+            }
+        }
     }
 
     fn limit_unproven(&self, candidates: Vec<Candidate>) -> Vec<Candidate> {

@@ -30,6 +30,8 @@ fn from_wire(d: &ReportedDealings) -> Dealings {
         verified_tokens: d.verified_tokens,
         mismatches: d.mismatches,
         failures: d.failures,
+        // A report's record is the reporter's, aged by it: not aged again here.
+        epoch_ms: 0,
     }
 }
 

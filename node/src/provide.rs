@@ -83,7 +83,8 @@ pub struct ProvideArgs {
     /// tokens do not spell), `hijack-name`, `flood-adverts:N`, `garbage` (noise
     /// tokens), `truncate-layers:N` (a cheaper network under the honest name),
     /// `camouflage:N` (honest for N jobs, then garbage), `substitute:PATH`,
-    /// `lazy-verifier` (garbage on resumed jobs only) (README, attacks).
+    /// `lazy-verifier` (garbage on resumed jobs only), `claim-gpu:MIB` (a GPU it does not
+    /// have) (README, attacks).
     #[arg(long, hide = true)]
     pub adversary: Option<sharemesh_provider::policy::Adversary>,
 }
@@ -95,7 +96,10 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     engine::set_threads(threads);
-    let hardware = sharemesh_provider::hardware::detect();
+    let mut hardware = sharemesh_provider::hardware::detect();
+    if let Some(Adversary::ClaimGpu(mib)) = args.adversary {
+        hardware.gpus = vec![claimed_gpu(mib)];
+    }
     hardware.log();
     let mut model: LoadedModel = crate::local_engine::load_model(data_dir, &args.model)?;
     apply_engine_adversary(&mut model, args.adversary.clone())?;
@@ -207,6 +211,21 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         wait_for_shutdown().await;
         Ok(())
     })
+}
+
+/// Testnet adversary kit (`claim-gpu:MIB`): a GPU this provider does not have.
+fn claimed_gpu(mib: u64) -> sharemesh_provider::hardware::GpuStatus {
+    sharemesh_provider::hardware::GpuStatus {
+        name: "NVIDIA GeForce GT 710".into(),
+        uuid: "GPU-claimed-00000000".into(),
+        vram_total_bytes: mib << 20,
+        vram_free_bytes: mib << 20,
+        driver_version: "470.256".into(),
+        cuda_version: "11.4".into(),
+        utilization_percent: None,
+        temperature_celsius: None,
+        power_watts: None,
+    }
 }
 
 /// Testnet adversary kit: the modes that change what the engine computes.

@@ -268,3 +268,38 @@ fn a_light_client_has_providers_check_and_catches_a_truncated_model() {
     );
     assert_eq!(again["choices"][0]["message"]["content"], expected.as_str());
 }
+
+/// `--adversary claim-gpu:64`: a provider advertising (and attesting) a 64 MiB GPU for
+/// a model whose weights alone are larger. Once the gateway holds the model's header
+/// (fetched to count the first prompt) the claim is a hardware finding: the provider is
+/// suspected and ranked lower, and `/v1/trust` says why.
+#[test]
+fn a_gpu_too_small_for_the_model_is_a_finding() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_honest, honest) = common::provider(dirs[0].path(), None, &["--price", "0.1"]);
+    let bootstrap = honest["listen"][0].as_str().unwrap().to_owned();
+    let (_claimer, claimer) = common::provider(
+        dirs[1].path(),
+        Some(&bootstrap),
+        &["--price", "0.1", "--adversary", "claim-gpu:64"],
+    );
+    let (_buyer, buyer) =
+        common::gateway(&bootstrap, dirs[2].path(), 2, &["--count-wait-ms", "60000"]);
+    let (honest, claimer) = (
+        honest["peer_id"].as_str().unwrap().to_owned(),
+        claimer["peer_id"].as_str().unwrap().to_owned(),
+    );
+    ask(&buyer);
+    common::wait_until(60, "the claim to be found", || {
+        ask(&buyer);
+        let trust = common::get_json(&buyer, "/v1/trust");
+        trust["suspected"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|p| p == claimer.as_str()))
+    });
+    let trust = common::get_json(&buyer, "/v1/trust");
+    let findings = &trust["hardware_findings"];
+    let found = findings[claimer.as_str()][0].as_str().unwrap();
+    assert!(found.contains("bytes of VRAM, below the"), "{found}");
+    assert!(findings.get(honest.as_str()).is_none(), "{trust}");
+}

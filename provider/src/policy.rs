@@ -154,6 +154,9 @@ pub enum Adversary {
     /// Honest on fresh jobs, garbage on resumed ones: a lazy verifier (it is paid to
     /// re-run windows of others' jobs and skips the work).
     LazyVerifier,
+    /// Advertises and attests a GPU with this many MiB of VRAM that it does not have
+    /// (a hardware claim that cannot hold the model it offers).
+    ClaimGpu(u64),
 }
 
 impl std::str::FromStr for Adversary {
@@ -179,6 +182,7 @@ impl std::str::FromStr for Adversary {
             "lie-text" => Ok(Adversary::LieText(number()?)),
             "garbage" => Ok(Adversary::Garbage),
             "lazy-verifier" => Ok(Adversary::LazyVerifier),
+            "claim-gpu" => Ok(Adversary::ClaimGpu(number()?)),
             "truncate-layers" => {
                 let count = u32::try_from(number()?).map_err(|_| "layer count too large")?;
                 Ok(Adversary::TruncateLayers(count))
@@ -193,7 +197,7 @@ impl std::str::FromStr for Adversary {
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB)"
             )),
         }
     }
@@ -213,6 +217,7 @@ mod tests {
         assert_eq!("flood-adverts:50".parse(), Ok(Adversary::FloodAdverts(50)));
         assert_eq!("garbage".parse(), Ok(Adversary::Garbage));
         assert_eq!("lazy-verifier".parse(), Ok(Adversary::LazyVerifier));
+        assert_eq!("claim-gpu:64".parse(), Ok(Adversary::ClaimGpu(64)));
         assert_eq!(
             "truncate-layers:2".parse(),
             Ok(Adversary::TruncateLayers(2))

@@ -23,9 +23,47 @@ pub struct Dealings {
     /// node's own verification).
     pub mismatches: u32,
     pub failures: u32,
+    /// Unix ms from which the record ages (see [`Dealings::aged`]); 0 for a record
+    /// that has not started ageing.
+    #[serde(default)]
+    pub epoch_ms: u64,
 }
 
+/// Verified work counts half as much after this long (jobs, tokens and failures halve
+/// for each whole period): a record is kept up by recent work, and one a provider
+/// earned long ago does not keep its audit rate at the floor forever.
+pub const DEALINGS_HALF_LIFE_MS: u64 = 14 * 24 * 3_600_000;
+
 impl Dealings {
+    /// The record at `now_ms`: verified jobs, verified tokens and failures halved for
+    /// each whole `half_life_ms` since its epoch, the epoch moved on by those periods
+    /// (whole periods, in integers, so frequent updates cannot round the ageing away).
+    /// Mismatches never fade: a proven cheat stays one. A record without an epoch
+    /// starts ageing at `now_ms`; a clock that went backwards ages nothing.
+    pub fn aged(&self, now_ms: u64, half_life_ms: u64) -> Dealings {
+        if self.epoch_ms == 0 || half_life_ms == 0 {
+            return Dealings {
+                epoch_ms: now_ms,
+                ..*self
+            };
+        }
+        let periods = now_ms.saturating_sub(self.epoch_ms) / half_life_ms;
+        if periods == 0 {
+            return *self;
+        }
+        let shift = u32::try_from(periods).unwrap_or(u32::MAX);
+        let halve32 = |v: u32| v.checked_shr(shift).unwrap_or(0);
+        Dealings {
+            verified_jobs: halve32(self.verified_jobs),
+            verified_tokens: self.verified_tokens.checked_shr(shift).unwrap_or(0),
+            failures: halve32(self.failures),
+            mismatches: self.mismatches,
+            epoch_ms: self
+                .epoch_ms
+                .saturating_add(periods.saturating_mul(half_life_ms)),
+        }
+    }
+
     /// Local trust, ≥ 0: nothing once anything failed verification.
     pub fn local_trust(&self) -> f64 {
         if self.mismatches > 0 {
@@ -211,6 +249,57 @@ mod tests {
             ..good
         };
         assert!((flaky.local_trust() - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn verified_work_halves_each_whole_half_life_and_mismatches_stay() {
+        let day = 86_400_000;
+        let record = Dealings {
+            verified_jobs: 40,
+            verified_tokens: 4000,
+            failures: 3,
+            mismatches: 1,
+            epoch_ms: 10 * day,
+        };
+        // A record without an epoch starts ageing now.
+        let fresh = Dealings::default().aged(5 * day, 14 * day);
+        assert_eq!(fresh.epoch_ms, 5 * day);
+        // Within the first period nothing changes, however often it is asked.
+        assert_eq!(record.aged(23 * day, 14 * day), record);
+        assert_eq!(record.aged(day, 14 * day), record, "a clock that went back");
+        let one = record.aged(24 * day, 14 * day);
+        assert_eq!(
+            (
+                one.verified_jobs,
+                one.verified_tokens,
+                one.failures,
+                one.mismatches
+            ),
+            (20, 2000, 1, 1)
+        );
+        assert_eq!(one.epoch_ms, 24 * day);
+        // Ageing in steps and at once agree.
+        assert_eq!(
+            one.aged(52 * day, 14 * day),
+            record.aged(52 * day, 14 * day)
+        );
+        let gone = record.aged(u64::MAX, 1);
+        assert_eq!(
+            (gone.verified_jobs, gone.verified_tokens, gone.mismatches),
+            (0, 0, 1)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn ageing_never_adds_and_composes(jobs in 0u32..10_000, tokens in 0u64..1 << 40,
+            start in 1u64..1 << 40, a in 0u64..1 << 36, b in 0u64..1 << 36, hl in 1u64..1 << 34) {
+            let record = Dealings { verified_jobs: jobs, verified_tokens: tokens, epoch_ms: start, ..Dealings::default() };
+            let stepped = record.aged(start + a, hl).aged(start + a + b, hl);
+            let direct = record.aged(start + a + b, hl);
+            prop_assert_eq!(stepped, direct);
+            prop_assert!(direct.verified_jobs <= jobs && direct.verified_tokens <= tokens);
+        }
     }
 
     #[test]

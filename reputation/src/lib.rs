@@ -7,7 +7,7 @@
 mod eigentrust;
 mod view;
 
-pub use eigentrust::{eigentrust, AuditRule, Dealings, TrustParams};
+pub use eigentrust::{eigentrust, AuditRule, Dealings, TrustParams, DEALINGS_HALF_LIFE_MS};
 pub use view::{view, View};
 
 use std::collections::HashMap;

@@ -162,6 +162,34 @@ pub struct GgufHeader {
     pub tensor_count: u64,
     /// Where the tensor data starts (the header's length, alignment padding included).
     pub tensor_data_offset: u64,
+    /// How many bytes of tensor data the tensor table describes: the furthest end of a
+    /// tensor (offset plus its size), for the ggml types whose size is known here; a
+    /// tensor of another type counts from its offset only, so this is a lower bound.
+    pub tensor_data_bytes: u64,
+}
+
+/// Bytes of a tensor of ggml type `ggml_type` with `elements` elements (`None`: a type
+/// whose block size is not known here).
+fn tensor_bytes(ggml_type: u32, elements: u64) -> Option<u64> {
+    // (elements per block, bytes per block), from ggml's type traits.
+    let (block, bytes) = match ggml_type {
+        0 => (1, 4),      // F32
+        1 | 30 => (1, 2), // F16, BF16
+        2 => (32, 18),    // Q4_0
+        3 => (32, 20),    // Q4_1
+        6 => (32, 22),    // Q5_0
+        7 => (32, 24),    // Q5_1
+        8 => (32, 34),    // Q8_0
+        9 => (32, 36),    // Q8_1
+        10 => (256, 84),  // Q2_K
+        11 => (256, 110), // Q3_K
+        12 => (256, 144), // Q4_K
+        13 => (256, 176), // Q5_K
+        14 => (256, 210), // Q6_K
+        15 => (256, 292), // Q8_K
+        _ => return None,
+    };
+    elements.div_ceil(block).checked_mul(bytes)
 }
 
 /// Counts the bytes read so the header's length is known and bounded.
@@ -270,6 +298,7 @@ pub fn read_header<R: Read>(reader: R) -> Result<GgufHeader, GgufError> {
         let value = input.value(kind, 0)?;
         metadata.insert(key, value);
     }
+    let mut tensor_data_bytes = 0u64;
     for _ in 0..tensor_count {
         let _name = input.string()?;
         let dims = input.u32()?;
@@ -280,11 +309,14 @@ pub fn read_header<R: Read>(reader: R) -> Result<GgufHeader, GgufError> {
                 limit: u64::from(MAX_DIMS),
             });
         }
+        let mut elements = 1u64;
         for _ in 0..dims {
-            input.u64()?;
+            elements = elements.saturating_mul(input.u64()?);
         }
-        let _ggml_type = input.u32()?;
-        let _offset = input.u64()?;
+        let ggml_type = input.u32()?;
+        let offset = input.u64()?;
+        let size = tensor_bytes(ggml_type, elements).unwrap_or(0);
+        tensor_data_bytes = tensor_data_bytes.max(offset.saturating_add(size));
     }
     let alignment = match metadata.get("general.alignment") {
         Some(value) => value.to_u64().map_err(|problem| GgufError::Metadata {
@@ -304,6 +336,7 @@ pub fn read_header<R: Read>(reader: R) -> Result<GgufHeader, GgufError> {
         metadata,
         tensor_count,
         tensor_data_offset,
+        tensor_data_bytes,
     })
 }
 
@@ -343,6 +376,8 @@ mod tests {
     fn reads_keys_arrays_and_where_the_data_starts() {
         let bytes = tiny();
         let header = read_header(bytes.as_slice()).unwrap_or_else(|e| panic!("{e}"));
+        // One F32 tensor of 4 × 2 at offset 0.
+        assert_eq!(header.tensor_data_bytes, 32);
         assert_eq!(
             header.metadata["general.architecture"].to_string(),
             Ok(&"llama".to_owned())

@@ -40,6 +40,52 @@ pub struct Vocabulary {
     /// The model's context length from its metadata (`<architecture>.context_length`),
     /// when the header names one.
     pub context_length: Option<u32>,
+    /// What serving the model needs in memory at least (from a whole header: `read`).
+    pub memory: Option<ModelMemory>,
+}
+
+/// A lower bound on the memory a model needs to be served: its weights as the tensor
+/// table sizes them, and a KV cache of one byte per element (no engine stores less).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelMemory {
+    pub weights_bytes: u64,
+    /// K and V for every layer and KV head, per token of context.
+    pub kv_bytes_per_token: u64,
+}
+
+impl ModelMemory {
+    /// From a header: `<arch>.block_count`, `<arch>.attention.head_count_kv` (else
+    /// `head_count`) and the head size (`<arch>.attention.key_length`, else
+    /// `embedding_length / head_count`); no KV bound when any is missing.
+    pub fn of(header: &gguf::GgufHeader) -> Self {
+        let metadata = &header.metadata;
+        let key = |name: &str| -> Option<u64> {
+            let arch = metadata.get("general.architecture")?.to_string().ok()?;
+            metadata.get(&format!("{arch}.{name}"))?.to_u64().ok()
+        };
+        let kv = (|| {
+            let layers = key("block_count")?;
+            let heads = key("attention.head_count")?;
+            let kv_heads = key("attention.head_count_kv").unwrap_or(heads);
+            let head_size = match key("attention.key_length") {
+                Some(size) => size,
+                None => key("embedding_length")?.checked_div(heads)?,
+            };
+            2u64.checked_mul(layers)?
+                .checked_mul(kv_heads)?
+                .checked_mul(head_size)
+        })();
+        Self {
+            weights_bytes: header.tensor_data_bytes,
+            kv_bytes_per_token: kv.unwrap_or(0),
+        }
+    }
+
+    /// Bytes needed to serve a context of `tokens`, at least.
+    pub fn needed_for(&self, tokens: u32) -> u64 {
+        self.weights_bytes
+            .saturating_add(self.kv_bytes_per_token.saturating_mul(u64::from(tokens)))
+    }
 }
 
 impl Vocabulary {
@@ -68,12 +114,17 @@ impl Vocabulary {
             tokenizer,
             chat,
             context_length,
+            memory: None,
         })
     }
 
     /// From the start of a GGUF file (or a header fetched from a provider).
     pub fn read<R: Read>(reader: R) -> Result<Self, TokenizerError> {
-        Self::from_metadata(&read_header(reader)?.metadata)
+        let header = read_header(reader)?;
+        Ok(Self {
+            memory: Some(ModelMemory::of(&header)),
+            ..Self::from_metadata(&header.metadata)?
+        })
     }
 
     /// The token ids a prompt runs as (chat prompts through the model's template):
