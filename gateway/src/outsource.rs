@@ -11,7 +11,9 @@
 //! When the two differ, a third provider settles it and whoever is outvoted gets a fraud
 //! proof cut from its own transcript (any node with the model can check it). Now and
 //! then a verifier is also sent a planted window whose answer two independent providers
-//! already agreed on; one that answers otherwise is proven wrong the same way.
+//! already agreed on — among them windows of convicted jobs, whose right answer is
+//! *not* what their provider committed to (planted mismatches) — and one that answers
+//! otherwise is proven wrong the same way.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -128,7 +130,15 @@ fn steps_of(transcript: &Transcript, from: usize, end: usize) -> Vec<(u32, StepF
         .collect()
 }
 
-/// A finished window: what the verifier signed, and what it cost.
+/// Which of two differing runs a third provider agreed with.
+enum Side {
+    A,
+    /// The second, with the third provider's id.
+    B(NodeId),
+    Neither,
+}
+
+/// A finished window: what the verifier signed.
 struct Ran {
     transcript: Transcript,
     steps: Vec<(u32, StepFingerprint)>,
@@ -177,9 +187,8 @@ impl Outsourcing {
     }
 
     /// A provider to re-run a window of `model`: not one of `excluded`, at a price this
-    /// node pays; one known to run `profile` if there is any, else one whose profile
-    /// is unknown, else any; at random within that group (no provider can count on
-    /// verifying a given job).
+    /// node pays; one known to run `profile` or not known yet if there is any, else any;
+    /// at random within that group (no provider can count on verifying a given job).
     fn choose(
         &self,
         live: &[Arc<BookEntry>],
@@ -188,7 +197,7 @@ impl Outsourcing {
         excluded: &[NodeId],
     ) -> Option<(Arc<BookEntry>, Tier, NanoUsd)> {
         let profiles = self.profiles.lock().ok()?;
-        let mut groups: [Vec<(Arc<BookEntry>, Tier, NanoUsd)>; 3] = Default::default();
+        let mut groups: [Vec<(Arc<BookEntry>, Tier, NanoUsd)>; 2] = Default::default();
         for entry in live {
             let advert = &entry.advert;
             if excluded.contains(&advert.provider) {
@@ -205,10 +214,12 @@ impl Outsourcing {
             let Some((tier, price)) = priced else {
                 continue;
             };
+            // A provider whose profile is not known yet is as likely a match as not,
+            // and drawing only among those already seen would make verifiers
+            // predictable: it stays in the first group.
             let group = match profiles.get(&advert.provider) {
-                Some(known) if known.replays_exactly(profile) => 0,
-                None => 1,
-                Some(_) => 2,
+                Some(known) if !known.replays_exactly(profile) => 1,
+                _ => 0,
             };
             groups[group].push((entry.clone(), tier, price));
         }
@@ -364,6 +375,39 @@ impl Outsourcing {
         }
     }
 
+    /// A third provider (none of `excluded`) re-runs `request`'s window after `prefix`
+    /// to `end`, where two runs `a` and `b` first differ at `step`: which of them it
+    /// agrees with up to that step (`None`: no third provider, or it could not run it on
+    /// the same profile).
+    #[allow(clippy::too_many_arguments)]
+    async fn tie_break(
+        &self,
+        live: &[Arc<BookEntry>],
+        request: &JobRequest,
+        profile: &ExecutionProfile,
+        (prefix, end, step): (&[u32], usize, usize),
+        a: &[(u32, StepFingerprint)],
+        b: &[(u32, StepFingerprint)],
+        excluded: &[NodeId],
+    ) -> Option<Side> {
+        let third = self.choose(live, &request.model, profile, excluded)?;
+        let tie = self.run_window(&third, request, prefix, end).await.ok()?;
+        if !profile.replays_exactly(tie.transcript.profile()) {
+            return None;
+        }
+        let upto = step + 1;
+        let agrees = |run: &[(u32, StepFingerprint)]| {
+            run.len() >= upto
+                && tie.steps.len() >= upto
+                && compare(&run[..upto], &tie.steps[..upto]) == Comparison::Same(upto)
+        };
+        Some(match (agrees(a), agrees(b)) {
+            (true, false) => Side::A,
+            (false, true) => Side::B(tie.transcript.provider()),
+            _ => Side::Neither,
+        })
+    }
+
     /// A third provider re-runs the disputed window; whoever it contradicts gets the
     /// proof.
     async fn settle(
@@ -377,39 +421,39 @@ impl Outsourcing {
     ) -> Finding {
         let provider = audited.provider();
         let verifier = first.transcript.provider();
-        let disputed = Finding::Disputed {
-            parties: vec![provider, verifier],
-        };
-        let excluded = [provider, verifier, reporter];
-        let Some(third) = self.choose(live, &audited.request.model, audited.profile(), &excluded)
-        else {
-            return disputed;
-        };
         let outputs = audited.outputs();
-        let Ok(tie) = self
-            .run_window(&third, &audited.request, &outputs[..from], end)
-            .await
-        else {
-            return disputed;
-        };
-        if !audited.profile().replays_exactly(tie.transcript.profile()) {
-            return disputed;
-        }
-        let upto = step + 1;
-        let agrees = |a: &[(u32, StepFingerprint)]| {
-            a.len() >= upto
-                && tie.steps.len() >= upto
-                && compare(&a[..upto], &tie.steps[..upto]) == Comparison::Same(upto)
-        };
+        let prefix = &outputs[..from];
+        let side = self
+            .tie_break(
+                live,
+                &audited.request,
+                audited.profile(),
+                (prefix, end, step),
+                expected,
+                &first.steps,
+                &[provider, verifier, reporter],
+            )
+            .await;
         let index = from + step;
-        match (agrees(expected), agrees(&first.steps)) {
-            (false, true) => proof_finding(audited.proof(
-                reporter,
-                index,
-                first.steps[step].1.clone(),
-                first.transcript.profile().clone(),
-            )),
-            (true, false) => {
+        match side {
+            Some(Side::B(third)) => {
+                // A planted mismatch for later: the right answer to this window is not
+                // what its provider committed to, so a verifier that echoes a provider
+                // (or says "ok" to anything) fails it.
+                self.remember(Known {
+                    request: audited.request.clone(),
+                    prefix: prefix.to_vec(),
+                    steps: first.steps[..=step].to_vec(),
+                    parties: [verifier, third],
+                });
+                proof_finding(audited.proof(
+                    reporter,
+                    index,
+                    first.steps[step].1.clone(),
+                    first.transcript.profile().clone(),
+                ))
+            }
+            Some(Side::A) => {
                 self.count(|s| s.verifiers_caught += 1);
                 proof_finding(first.transcript.proof(
                     reporter,
@@ -418,7 +462,15 @@ impl Outsourcing {
                     audited.profile().clone(),
                 ))
             }
-            _ => disputed,
+            Some(Side::Neither) | None => Finding::Disputed {
+                parties: vec![provider, verifier],
+            },
+        }
+    }
+
+    fn forget(&self, known: &Known) {
+        if let Ok(mut windows) = self.known.lock() {
+            windows.retain(|k| k.parties != known.parties || k.prefix != known.prefix);
         }
     }
 
@@ -462,19 +514,49 @@ impl Outsourcing {
         if !profile.replays_exactly(ran.transcript.profile()) {
             return None;
         }
+        let verifier = ran.transcript.provider();
         match compare(&known.steps, &ran.steps) {
             Comparison::Same(_) => Some(Finding::Honest { steps: 0 }),
             Comparison::Diverged(_) => Some(Finding::Disputed {
-                parties: vec![ran.transcript.provider()],
+                parties: vec![verifier],
             }),
             Comparison::Differs(step) => {
-                self.count(|s| s.verifiers_caught += 1);
-                Some(proof_finding(ran.transcript.proof(
-                    reporter,
-                    from + step,
-                    known.steps[step].1.clone(),
-                    profile,
-                )))
+                // The verifier is wrong, or the two that agreed on the window were
+                // (colluders): a third provider settles it before anyone is convicted.
+                let excluded = [known.parties[0], known.parties[1], verifier, reporter];
+                let side = self
+                    .tie_break(
+                        live,
+                        &known.request,
+                        &profile,
+                        (&known.prefix, end, step),
+                        &known.steps,
+                        &ran.steps,
+                        &excluded,
+                    )
+                    .await;
+                Some(match side {
+                    Some(Side::A) => {
+                        self.count(|s| s.verifiers_caught += 1);
+                        proof_finding(ran.transcript.proof(
+                            reporter,
+                            from + step,
+                            known.steps[step].1.clone(),
+                            profile,
+                        ))
+                    }
+                    Some(Side::B(_)) => {
+                        // The pair agreed on a wrong answer: the window is forgotten and
+                        // both are suspect.
+                        self.forget(&known);
+                        Finding::Disputed {
+                            parties: known.parties.to_vec(),
+                        }
+                    }
+                    Some(Side::Neither) | None => Finding::Disputed {
+                        parties: vec![verifier, known.parties[0], known.parties[1]],
+                    },
+                })
             }
         }
     }

@@ -237,20 +237,24 @@ impl Trust {
                 let _permit = permit;
                 let replayer = this.auditor.replayer();
                 let reporter = this.key.node_id();
-                let mut finding = examine(&audit.transcript, replayer, reporter).await;
-                if let (Finding::Unchecked(_), Some(outsourcing)) = (&finding, this.outsourcing()) {
-                    let live = this.live();
-                    finding = outsourcing
-                        .examine(&audit.transcript, &live, reporter)
-                        .await;
-                    if outsourcing.draws_canary() {
-                        if let Some(planted) = outsourcing.plant(&live, reporter).await {
-                            this.act_on_planted(planted).await;
-                        }
+                let sent = audit.transcript.sent();
+                let finding = examine(&audit.transcript, replayer, reporter).await;
+                let outsourcing = match (&finding, this.outsourcing()) {
+                    (Finding::Unchecked(_), Some(outsourcing)) => outsourcing.clone(),
+                    _ => return this.act_on(provider, finding, sent).await,
+                };
+                let live = this.live();
+                let finding = outsourcing
+                    .examine(&audit.transcript, &live, reporter)
+                    .await;
+                this.act_on(provider, finding, sent).await;
+                // Planted after the check's effects are in place (a verifier the check
+                // just convicted is not drawn again).
+                if outsourcing.draws_canary() {
+                    if let Some(planted) = outsourcing.plant(&this.live(), reporter).await {
+                        this.act_on_planted(planted).await;
                     }
                 }
-                this.act_on(provider, finding, audit.transcript.sent())
-                    .await;
             }
             .instrument(span),
         );
