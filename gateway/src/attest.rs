@@ -58,8 +58,15 @@ pub fn inconsistencies(
         Some(HardwareSummary::Gpu {
             count,
             vram_total_bytes,
+            fingerprints,
             ..
         }) => {
+            let uuids = |gpus: &[sharemesh_protocol::GpuFingerprint]| -> BTreeSet<String> {
+                gpus.iter().map(|g| g.uuid.clone()).collect()
+            };
+            if !fingerprints.is_empty() && uuids(fingerprints) != uuids(&attestation.gpus) {
+                found.push("the advert and the attestation name different GPUs".into());
+            }
             let attested: u64 = attestation.gpus.iter().map(|g| g.vram_bytes).sum();
             if *count as usize != attestation.gpus.len() {
                 found.push(format!(
@@ -123,9 +130,18 @@ impl Attestations {
             }
         }
         latest.insert(attestation.node, attestation);
+        let adverts: BTreeMap<NodeId, Option<HardwareSummary>> = latest
+            .keys()
+            .map(|node| (*node, advertised(node)))
+            .collect();
+        // A GPU's owners: whoever attests it, or names it in a signed advert.
         let mut owners: BTreeMap<String, BTreeSet<NodeId>> = BTreeMap::new();
         for (node, a) in latest.iter() {
-            for gpu in &a.gpus {
+            let advertised_gpus = match &adverts[node] {
+                Some(HardwareSummary::Gpu { fingerprints, .. }) => fingerprints.as_slice(),
+                _ => &[],
+            };
+            for gpu in a.gpus.iter().chain(advertised_gpus) {
                 owners.entry(gpu.uuid.clone()).or_default().insert(*node);
             }
         }
@@ -134,7 +150,7 @@ impl Attestations {
             return flagged;
         };
         for (node, a) in latest.iter() {
-            let found = inconsistencies(a, advertised(node).as_ref(), &owners);
+            let found = inconsistencies(a, adverts[node].as_ref(), &owners);
             if found.is_empty() {
                 findings.remove(node);
             } else {
@@ -209,6 +225,7 @@ mod tests {
             count: 1,
             vram_total_bytes: 64 << 20,
             vram_free_bytes: 64 << 20,
+            fingerprints: vec![],
         };
         let finding = memory_shortfall(&small_gpu, "m", 100 << 20).unwrap();
         assert!(finding.contains("VRAM"), "{finding}");
@@ -260,6 +277,7 @@ mod tests {
             count,
             vram_total_bytes: vram,
             vram_free_bytes: vram,
+            fingerprints: vec![],
         }
     }
 
@@ -301,5 +319,37 @@ mod tests {
         assert!(!inconsistencies(&anonymous, None, &owners).is_empty());
         // A CPU provider attests no GPU: nothing to find.
         assert!(inconsistencies(&attestation(1, vec![]), None, &owners).is_empty());
+        // The advert's own fingerprints must name the attested GPUs.
+        let with = |uuid: &str| HardwareSummary::Gpu {
+            name: "NVIDIA H200".into(),
+            count: 1,
+            vram_total_bytes: 80 * GB,
+            vram_free_bytes: 80 * GB,
+            fingerprints: vec![gpu(uuid, 80 * GB)],
+        };
+        assert!(inconsistencies(&one, Some(&with("GPU-a")), &owners).is_empty());
+        let other = inconsistencies(&one, Some(&with("GPU-z")), &owners);
+        assert!(other[0].contains("name different GPUs"), "{other:?}");
+    }
+
+    /// A GPU named in one identity's signed advert and attested by another flags both.
+    #[test]
+    fn a_gpu_in_someone_elses_advert_counts_as_shared() {
+        let book = Attestations::default();
+        let mine = NodeId::from_bytes([1; 32]);
+        let advert = move |node: &NodeId| {
+            let uuid = if *node == mine { "GPU-a" } else { "GPU-b" };
+            Some(HardwareSummary::Gpu {
+                name: "NVIDIA H200".into(),
+                count: 1,
+                vram_total_bytes: 141 * GB,
+                vram_free_bytes: 141 * GB,
+                fingerprints: vec![gpu(uuid, 141 * GB)],
+            })
+        };
+        book.on_attestation(attestation(1, vec![gpu("GPU-a", 141 * GB)]), advert);
+        // Node 2 attests GPU-a but advertises GPU-b: a mismatch, and GPU-a is shared.
+        let flagged = book.on_attestation(attestation(2, vec![gpu("GPU-a", 141 * GB)]), advert);
+        assert_eq!(flagged.len(), 2, "{:?}", book.findings());
     }
 }

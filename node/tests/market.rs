@@ -33,6 +33,7 @@ fn advert(offer: &Offer) -> (Keypair, Advert) {
                 count: 1,
                 vram_total_bytes: offer.vram_gb * 1_000_000_000,
                 vram_free_bytes: 0,
+                fingerprints: vec![],
             }
         } else {
             HardwareSummary::Cpu {

@@ -53,6 +53,7 @@ fn arb_advert(provider: NodeId) -> impl Strategy<Value = Advert> {
                     count: 1,
                     vram_total_bytes: 141 << 30,
                     vram_free_bytes: 100 << 30,
+                    fingerprints: vec![],
                 }
             } else {
                 HardwareSummary::Cpu {

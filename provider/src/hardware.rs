@@ -133,6 +133,7 @@ impl Hardware {
                 count: self.gpus.len() as u32,
                 vram_total_bytes: self.gpus.iter().map(|g| g.vram_total_bytes).sum(),
                 vram_free_bytes: self.gpus.iter().map(|g| g.vram_free_bytes).sum(),
+                fingerprints: self.fingerprints(),
             },
             None => HardwareSummary::Cpu {
                 cores: self.cpu_cores,

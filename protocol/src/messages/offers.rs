@@ -73,6 +73,9 @@ pub enum HardwareSummary {
         count: u32,
         vram_total_bytes: u64,
         vram_free_bytes: u64,
+        /// Each GPU's NVML fingerprint (name, UUID, VRAM, driver), signed with the
+        /// advert; ≤ `MAX_GPUS`, one per GPU counted.
+        fingerprints: Vec<GpuFingerprint>,
     },
     Cpu {
         cores: u32,
@@ -188,8 +191,24 @@ impl Advert {
         at_most("windows", self.windows.len(), MAX_WINDOWS)?;
         at_most("tiers", self.tiers.len(), Tier::ALL.len())?;
         at_most("addresses", self.addresses.len(), MAX_ADDRESSES)?;
-        if let HardwareSummary::Gpu { name, .. } = &self.hardware {
+        if let HardwareSummary::Gpu {
+            name,
+            count,
+            fingerprints,
+            ..
+        } = &self.hardware
+        {
             short("hardware.name", name)?;
+            at_most("hardware.fingerprints", fingerprints.len(), MAX_GPUS)?;
+            if !fingerprints.is_empty() && fingerprints.len() != *count as usize {
+                return Err(ValidationError::field(
+                    "hardware.fingerprints",
+                    "must list every GPU counted, or none",
+                ));
+            }
+            for gpu in fingerprints {
+                gpu.validate()?;
+            }
         }
         for offer in &self.models {
             offer.model.validate()?;
@@ -223,6 +242,15 @@ pub struct GpuFingerprint {
     pub cuda_version: String,
 }
 
+impl GpuFingerprint {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        short("gpus.name", &self.name)?;
+        short("gpus.uuid", &self.uuid)?;
+        short("gpus.driver_version", &self.driver_version)?;
+        short("gpus.cuda_version", &self.cuda_version)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BenchmarkResult {
     pub model: ModelId,
@@ -249,10 +277,7 @@ impl Attestation {
         at_most("benchmarks", self.benchmarks.len(), MAX_MODELS_PER_ADVERT)?;
         short("cpu_model", &self.cpu_model)?;
         for gpu in &self.gpus {
-            short("gpus.name", &gpu.name)?;
-            short("gpus.uuid", &gpu.uuid)?;
-            short("gpus.driver_version", &gpu.driver_version)?;
-            short("gpus.cuda_version", &gpu.cuda_version)?;
+            gpu.validate()?;
         }
         Ok(())
     }
