@@ -103,10 +103,38 @@ pub fn memory_shortfall(hardware: &HardwareSummary, model: &str, needed: u64) ->
     })
 }
 
+/// The attestations held, and who owns each GPU.
+#[derive(Default)]
+struct Held {
+    /// Each node's latest attestation, with when it arrived (a counter).
+    latest: BTreeMap<NodeId, (u64, Attestation)>,
+    /// GPU UUID → the nodes that attest it or name it in their signed advert.
+    owners: BTreeMap<String, BTreeSet<NodeId>>,
+    /// The UUIDs each node is listed under in `owners`.
+    indexed: BTreeMap<NodeId, BTreeSet<String>>,
+    arrivals: u64,
+}
+
+impl Held {
+    /// Takes `node` out of the owners index; the UUIDs it was listed under.
+    fn unindex(&mut self, node: &NodeId) -> BTreeSet<String> {
+        let uuids = self.indexed.remove(node).unwrap_or_default();
+        for uuid in &uuids {
+            if let Some(owners) = self.owners.get_mut(uuid) {
+                owners.remove(node);
+                if owners.is_empty() {
+                    self.owners.remove(uuid);
+                }
+            }
+        }
+        uuids
+    }
+}
+
 /// The attestations this node has seen and what it found in them.
 #[derive(Default)]
 pub struct Attestations {
-    latest: Mutex<BTreeMap<NodeId, Attestation>>,
+    held: Mutex<Held>,
     findings: Mutex<BTreeMap<NodeId, Vec<String>>>,
     /// Adverts offering a model on less memory than it needs, per node and model.
     short: Mutex<BTreeMap<NodeId, BTreeMap<String, String>>>,
@@ -114,48 +142,70 @@ pub struct Attestations {
 
 impl Attestations {
     /// Takes a node's newest attestation (the mesh checked signature and order) and
-    /// re-checks it and every node sharing a GPU with it. Returns the nodes with
+    /// re-checks it and every node that shares, or shared, a GPU with it: work in
+    /// proportion to those, not to every node held. Returns the re-checked nodes with
     /// findings now.
     pub fn on_attestation(
         &self,
         attestation: Attestation,
         advertised: impl Fn(&NodeId) -> Option<HardwareSummary>,
     ) -> Vec<NodeId> {
-        let Ok(mut latest) = self.latest.lock() else {
+        let (Ok(mut held), Ok(mut findings)) = (self.held.lock(), self.findings.lock()) else {
             return Vec::new();
         };
-        if latest.len() >= MAX_ATTESTED_NODES && !latest.contains_key(&attestation.node) {
-            if let Some(first) = latest.keys().next().copied() {
-                latest.remove(&first);
+        let node = attestation.node;
+        if held.latest.len() >= MAX_ATTESTED_NODES && !held.latest.contains_key(&node) {
+            let stalest = held
+                .latest
+                .iter()
+                .min_by_key(|(_, (arrived, _))| *arrived)
+                .map(|(id, _)| *id);
+            if let Some(stalest) = stalest {
+                held.latest.remove(&stalest);
+                held.unindex(&stalest);
+                findings.remove(&stalest);
             }
         }
-        latest.insert(attestation.node, attestation);
-        let adverts: BTreeMap<NodeId, Option<HardwareSummary>> = latest
-            .keys()
-            .map(|node| (*node, advertised(node)))
+        let before = held.unindex(&node);
+        let advert = advertised(&node);
+        let advertised_gpus = match &advert {
+            Some(HardwareSummary::Gpu { fingerprints, .. }) => fingerprints.as_slice(),
+            _ => &[],
+        };
+        let now: BTreeSet<String> = attestation
+            .gpus
+            .iter()
+            .chain(advertised_gpus)
+            .filter(|gpu| !gpu.uuid.is_empty())
+            .map(|gpu| gpu.uuid.clone())
             .collect();
-        // A GPU's owners: whoever attests it, or names it in a signed advert.
-        let mut owners: BTreeMap<String, BTreeSet<NodeId>> = BTreeMap::new();
-        for (node, a) in latest.iter() {
-            let advertised_gpus = match &adverts[node] {
-                Some(HardwareSummary::Gpu { fingerprints, .. }) => fingerprints.as_slice(),
-                _ => &[],
-            };
-            for gpu in a.gpus.iter().chain(advertised_gpus) {
-                owners.entry(gpu.uuid.clone()).or_default().insert(*node);
-            }
+        for uuid in &now {
+            held.owners.entry(uuid.clone()).or_default().insert(node);
+        }
+        held.indexed.insert(node, now.clone());
+        held.arrivals += 1;
+        let arrived = held.arrivals;
+        held.latest.insert(node, (arrived, attestation));
+        let mut recheck = BTreeSet::from([node]);
+        for uuid in before.union(&now) {
+            recheck.extend(held.owners.get(uuid).into_iter().flatten().copied());
         }
         let mut flagged = Vec::new();
-        let Ok(mut findings) = self.findings.lock() else {
-            return flagged;
-        };
-        for (node, a) in latest.iter() {
-            let found = inconsistencies(a, adverts[node].as_ref(), &owners);
-            if found.is_empty() {
-                findings.remove(node);
+        for other in recheck {
+            let Some((_, attested)) = held.latest.get(&other) else {
+                continue;
+            };
+            let hardware = if other == node {
+                advert.clone()
             } else {
-                findings.insert(*node, found);
-                flagged.push(*node);
+                advertised(&other)
+            };
+            let found = inconsistencies(attested, hardware.as_ref(), &held.owners);
+            if found.is_empty() {
+                findings.remove(&other);
+            } else {
+                findings.insert(other, found);
+                flagged.push(other);
             }
         }
         flagged
@@ -282,6 +332,32 @@ mod tests {
     }
 
     const GB: u64 = 1 << 30;
+
+    /// A node that stops sharing a GPU clears its former co-owner too; a flood of
+    /// attestations stays bounded, the stalest forgotten first.
+    #[test]
+    fn findings_follow_the_latest_claims_and_the_book_stays_bounded() {
+        let book = Attestations::default();
+        let advert = |_: &NodeId| Some(advert_gpu(1, 141 * GB));
+        book.on_attestation(attestation(1, vec![gpu("GPU-a", 141 * GB)]), advert);
+        book.on_attestation(attestation(2, vec![gpu("GPU-a", 141 * GB)]), advert);
+        assert!(book.is_flagged(&NodeId::from_bytes([1; 32])));
+        let flagged = book.on_attestation(attestation(2, vec![gpu("GPU-b", 141 * GB)]), advert);
+        assert!(flagged.is_empty(), "{flagged:?}");
+        assert!(!book.is_flagged(&NodeId::from_bytes([1; 32])));
+        for i in 0..(MAX_ATTESTED_NODES as u32 + 50) {
+            let mut id = [9u8; 32];
+            id[..4].copy_from_slice(&i.to_le_bytes());
+            let mut flood = attestation(0, vec![gpu(&format!("GPU-f{i}"), GB)]);
+            flood.node = NodeId::from_bytes(id);
+            book.on_attestation(flood, |_| None);
+        }
+        let held = book.held.lock().unwrap();
+        assert_eq!(held.latest.len(), MAX_ATTESTED_NODES);
+        assert_eq!(held.indexed.len(), MAX_ATTESTED_NODES);
+        assert_eq!(held.owners.len(), MAX_ATTESTED_NODES);
+        assert!(!held.latest.contains_key(&NodeId::from_bytes([1; 32])));
+    }
 
     #[test]
     fn one_gpu_under_two_identities_flags_both() {

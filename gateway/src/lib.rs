@@ -192,8 +192,8 @@ async fn trust_view(State(state): State<GatewayState>) -> Json<Value> {
     let standing: std::collections::BTreeMap<String, f64> = trust
         .standing
         .trust()
-        .into_iter()
-        .map(|(id, t)| (id.to_string(), t))
+        .iter()
+        .map(|(id, t)| (id.to_string(), *t))
         .collect();
     view["trust"] = json!(standing);
     view["hardware_findings"] = json!(trust.attestations.findings());

@@ -4,14 +4,16 @@
 //! reporters it trusts verified, and feeds gossipsub's application score.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use sharemesh_protocol::{NodeId, ReportedDealings, ReputationReport, MAX_REPORT_ENTRIES};
 use sharemesh_reputation::{view, Dealings, TrustParams, View};
 
 use crate::audit::Auditor;
 
-/// Reporters whose latest report is kept; the stalest is forgotten beyond it.
+/// Reporters whose latest report is kept; beyond it the least trusted (the stalest
+/// among equals) is forgotten, so a flood of fresh sybil reporters cannot push out the
+/// reporters this node trusts.
 const MAX_REPORTERS: usize = 1024;
 
 /// What one reporter claims, per provider.
@@ -22,6 +24,8 @@ pub struct Standing {
     /// Each reporter's latest report: when it arrived, and its claims.
     reports: Mutex<BTreeMap<NodeId, (u64, Claims)>>,
     view: RwLock<View<NodeId>>,
+    /// The view's trust per node, as rankings read it.
+    trust: RwLock<Arc<BTreeMap<NodeId, f64>>>,
 }
 
 fn from_wire(d: &ReportedDealings) -> Dealings {
@@ -44,19 +48,28 @@ impl Standing {
             .iter()
             .map(|(subject, d)| (*subject, from_wire(d)))
             .collect();
+        let trust = self.trust();
         let Ok(mut reports) = self.reports.lock() else {
             return;
         };
         reports.insert(report.reporter, (now_ms, claims));
         if reports.len() > MAX_REPORTERS {
-            let stalest = reports
+            let trust_of = |id: &NodeId| trust.get(id).copied().unwrap_or(0.0);
+            let weakest = reports
                 .iter()
-                .min_by_key(|(_, (seen, _))| *seen)
+                .min_by(|(a, (seen_a, _)), (b, (seen_b, _))| {
+                    trust_of(a).total_cmp(&trust_of(b)).then(seen_a.cmp(seen_b))
+                })
                 .map(|(id, _)| *id);
-            if let Some(id) = stalest {
+            if let Some(id) = weakest {
                 reports.remove(&id);
             }
         }
+    }
+
+    /// Reporters whose report is held.
+    pub fn reporters(&self) -> usize {
+        self.reports.lock().map_or(0, |r| r.len())
     }
 
     /// This node's report: what it verified itself, the most verified providers first.
@@ -112,6 +125,9 @@ impl Standing {
             &TrustParams::default(),
         );
         auditor.set_vouched(seen.vouched.clone());
+        if let Ok(mut slot) = self.trust.write() {
+            *slot = Arc::new(seen.trust.clone());
+        }
         if let Ok(mut slot) = self.view.write() {
             *slot = seen;
         }
@@ -124,11 +140,52 @@ impl Standing {
             .map_or(0.0, |v| v.standing(provider, among.iter().copied()))
     }
 
-    /// The whole view (trust per node), for `GET /v1/trust`.
-    pub fn trust(&self) -> BTreeMap<NodeId, f64> {
-        self.view
-            .read()
-            .map(|v| v.trust.clone())
-            .unwrap_or_default()
+    /// The whole view (trust per node): shared, not copied, since every ranking reads
+    /// it.
+    pub fn trust(&self) -> Arc<BTreeMap<NodeId, f64>> {
+        self.trust.read().map(|t| t.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn node(i: u32) -> NodeId {
+        let mut bytes = [7u8; 32];
+        bytes[..4].copy_from_slice(&i.to_le_bytes());
+        NodeId::from_bytes(bytes)
+    }
+
+    /// 3000 fresh sybil reporters, each newer than the rest: the held reports stay
+    /// bounded, and the one reporter this node trusts keeps its place.
+    #[test]
+    fn a_flood_of_untrusted_reporters_does_not_push_out_a_trusted_one() {
+        let standing = Standing::default();
+        let trusted = node(u32::MAX);
+        *standing.trust.write().unwrap() = Arc::new([(trusted, 0.4)].into());
+        let report = |reporter| ReputationReport {
+            reporter,
+            epoch: 0,
+            entries: vec![(
+                node(1),
+                ReportedDealings {
+                    verified_jobs: 1_000,
+                    verified_tokens: 1 << 30,
+                    mismatches: 0,
+                    failures: 0,
+                },
+            )],
+        };
+        standing.on_report(&report(trusted), 0);
+        for i in 0..3_000 {
+            standing.on_report(&report(node(i + 10)), u64::from(i) + 1);
+        }
+        assert_eq!(standing.reporters(), MAX_REPORTERS);
+        assert!(standing.reports.lock().unwrap().contains_key(&trusted));
+        // Among the untrusted, the stalest went first.
+        assert!(!standing.reports.lock().unwrap().contains_key(&node(10)));
+        assert!(standing.reports.lock().unwrap().contains_key(&node(3_009)));
     }
 }

@@ -52,6 +52,8 @@ pub struct Trust {
     seq: SeqCounter,
     /// Checks bought from other providers where this node cannot replay a model.
     outsourcing: OnceLock<Arc<Outsourcing>>,
+    /// A hash of the dealings last saved to the ledger.
+    saved_dealings: AtomicU64,
 }
 
 /// One segment to consider for verification.
@@ -82,6 +84,7 @@ impl Trust {
             reliability,
             seq: SeqCounter::default(),
             outsourcing: OnceLock::new(),
+            saved_dealings: AtomicU64::new(0),
         });
         trust.restore_bans();
         trust.listen_for_proofs();
@@ -166,7 +169,7 @@ impl Trust {
                 scores.push((peer, CONVICTED_APPLICATION_SCORE));
             }
         }
-        for (node, t) in &trust {
+        for (node, t) in trust.iter() {
             if convicted.contains(node) || best <= 0.0 {
                 continue;
             }
@@ -357,8 +360,22 @@ impl Trust {
         let Ok(encoded) = serde_json::to_vec(&dealings) else {
             return;
         };
+        // Unchanged since the last save (most intervals): no write, no flush.
+        let digest = {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            encoded.hash(&mut hasher);
+            hasher.finish()
+        };
+        if self.saved_dealings.swap(digest, Ordering::Relaxed) == digest {
+            return;
+        }
         // sled flushes to disk: off the async runtime's threads.
         let saved = tokio::task::spawn_blocking(move || ledger.save_dealings(&encoded)).await;
+        if !matches!(saved, Ok(Ok(()))) {
+            // Tried again next interval.
+            self.saved_dealings.store(0, Ordering::Relaxed);
+        }
         if let Ok(Err(err)) = saved {
             tracing::warn!(%err, "could not save verified dealings");
         }

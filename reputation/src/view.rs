@@ -170,4 +170,39 @@ mod tests {
         assert_eq!(v.standing(&99, providers), 0.0);
         assert!(v.standing(&10, providers) > 0.0);
     }
+
+    /// A reporter that earned trust over many agreements, then turns: its next report
+    /// praises a provider this node convicted. Its whole weight goes at once (no
+    /// record buys a lie), and what it alone vouched for is no longer vouched for.
+    #[test]
+    fn a_trusted_reporter_that_turns_liar_loses_all_weight() {
+        let own: BTreeMap<u32, Dealings> = (10..30)
+            .map(|p| (p, verified(8)))
+            .chain([(99, caught())])
+            .collect();
+        let honest_years: BTreeMap<u32, Dealings> = (10..30)
+            .map(|p| (p, verified(40)))
+            .chain([(50, verified(40))])
+            .collect();
+        let run = |report: BTreeMap<u32, Dealings>| {
+            view(
+                &0,
+                &own,
+                &[(1, report)].into(),
+                &[99].into(),
+                &AuditRule::default(),
+                &TrustParams::default(),
+            )
+        };
+        let before = run(honest_years.clone());
+        assert!(before.trust[&1] > 0.0);
+        assert_eq!(before.vouched.get(&50), Some(&8));
+        let mut turned = honest_years;
+        turned.insert(99, verified(1_000));
+        let after = run(turned);
+        assert_eq!(after.trust.get(&1).copied().unwrap_or(0.0), 0.0);
+        assert_eq!(after.vouched.get(&50), None);
+        assert_eq!(after.trust.get(&50).copied().unwrap_or(0.0), 0.0);
+        assert_eq!(after.trust[&99], 0.0);
+    }
 }
