@@ -43,7 +43,7 @@ pub struct Trust {
     /// Hardware attestations and what did not fit in them.
     pub attestations: Attestations,
     /// How often this node publishes its report and recomputes its view (ms).
-    report_interval_ms: AtomicU64,
+    report_interval: tokio::sync::watch::Sender<Duration>,
     mesh: MeshHandle,
     key: Arc<Keypair>,
     ledger: Option<Arc<Ledger>>,
@@ -77,7 +77,7 @@ impl Trust {
             auditor: Auditor::new(policy),
             standing: Standing::default(),
             attestations: Attestations::default(),
-            report_interval_ms: AtomicU64::new(DEFAULT_REPORT_INTERVAL.as_millis() as u64),
+            report_interval: tokio::sync::watch::Sender::new(DEFAULT_REPORT_INTERVAL),
             mesh,
             key,
             ledger,
@@ -116,26 +116,29 @@ impl Trust {
 
     /// Sets how often this node publishes its report and recomputes its view.
     pub fn set_report_interval(&self, interval: Duration) {
-        let ms = u64::try_from(interval.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(10);
-        self.report_interval_ms.store(ms, Ordering::Relaxed);
+        self.report_interval
+            .send_replace(interval.max(Duration::from_millis(10)));
     }
 
     /// Every report interval: publish what this node verified, recompute its view,
     /// and hand the view to gossipsub as application scores (a convicted provider far
     /// below the graylist threshold, others by standing).
+    /// A new interval takes effect at once (a wait under the old one is cut short).
     fn keep_standing(self: &Arc<Self>) {
         let this = Arc::downgrade(self);
+        let mut interval = self.report_interval.subscribe();
         tokio::spawn(async move {
             loop {
-                let Some(interval) = this
-                    .upgrade()
-                    .map(|t| t.report_interval_ms.load(Ordering::Relaxed))
-                else {
-                    return;
-                };
-                tokio::time::sleep(Duration::from_millis(interval)).await;
+                let wait = *interval.borrow_and_update();
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    changed = interval.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                }
                 let Some(this) = this.upgrade() else { return };
                 this.refresh_standing().await;
             }
