@@ -31,9 +31,18 @@ pub struct Access {
 
 /// The middleware: see the module's text.
 pub async fn guard(State(access): State<Access>, mut request: Request, next: Next) -> Response {
+    // Anthropic's routes answer in Anthropic's error shape.
+    let anthropic = request.uri().path().starts_with("/v1/messages");
+    let refuse = |err: ApiError| {
+        if anthropic {
+            crate::anthropic::error_response(&err)
+        } else {
+            err.into_response()
+        }
+    };
     if access.loopback {
         if let Err(refused) = check_local(request.headers()) {
-            return refused.into_response();
+            return refuse(refused);
         }
     }
     let path = request.uri().path();
@@ -43,39 +52,43 @@ pub async fn guard(State(access): State<Access>, mut request: Request, next: Nex
     let admin_route = ADMIN_PATHS.contains(&path);
     let record = match presented_key(request.headers()) {
         None => {
-            return ApiError::unauthorized(
+            return refuse(ApiError::unauthorized(
                 "missing_api_key",
-                "an API key is required (Authorization: Bearer sk-sm-…)",
-            )
-            .into_response()
+                "an API key is required (Authorization: Bearer sk-sm-… or x-api-key: sk-sm-…)",
+            ))
         }
         Some(key) => match access.keys.identify(key) {
             Some(record) => record,
             None => {
-                return ApiError::unauthorized(
+                return refuse(ApiError::unauthorized(
                     "invalid_api_key",
                     "the API key is not valid or was revoked",
-                )
-                .into_response()
+                ))
             }
         },
     };
     if admin_route && !record.admin {
-        return ApiError::forbidden(
+        return refuse(ApiError::forbidden(
             "admin_key_required",
             format!(
                 "{path} changes the node: it needs an admin key (`sharemesh keys create --admin`)"
             ),
-        )
-        .into_response();
+        ));
     }
     request.extensions_mut().insert(record);
     next.run(request).await
 }
 
+/// The key in `Authorization: Bearer …` (OpenAI's SDKs), else in `x-api-key`
+/// (Anthropic's).
 fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get("authorization")?.to_str().ok()?;
-    let key = value.strip_prefix("Bearer ")?.trim();
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let key = bearer
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))?
+        .trim();
     (!key.is_empty()).then_some(key)
 }
 
@@ -205,5 +218,9 @@ mod tests {
             None
         );
         assert_eq!(presented_key(&headers(&[])), None);
+        assert_eq!(
+            presented_key(&headers(&[("x-api-key", "sk-sm-2")])),
+            Some("sk-sm-2")
+        );
     }
 }

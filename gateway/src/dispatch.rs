@@ -399,31 +399,78 @@ impl Dispatcher {
     /// first time, checked against the model id), and refuses a prompt that does not
     /// fit the model's context before any provider work. `None` when no candidate sends
     /// the header: the buyer then holds Accepts to the prompt's token bound.
+    /// The model's vocabulary: held, or fetched from one of `sources` (waiting at most
+    /// `wait`).
+    async fn vocabulary(
+        &self,
+        model: ModelId,
+        sources: &[&BookEntry],
+        wait: std::time::Duration,
+    ) -> Result<Arc<sharemesh_tokenizer::Vocabulary>, crate::vocab::FetchError> {
+        if let Some(vocabulary) = self.vocabularies.get(&model) {
+            return Ok(vocabulary);
+        }
+        // Only the first requests of a model need the providers' addresses.
+        let remote: Vec<(libp2p::PeerId, Vec<String>)> = sources
+            .iter()
+            .filter(|e| e.advert.provider != self.node_id())
+            .filter_map(|e| {
+                Some((
+                    e.advert.provider.peer_id().ok()?,
+                    e.advert.addresses.clone(),
+                ))
+            })
+            .collect();
+        self.vocabularies
+            .get_or_fetch(&self.mesh, model, &remote, wait)
+            .await
+    }
+
+    /// How many tokens `prompt` runs as on the model `name` names (Anthropic's
+    /// `count_tokens`), with the model's own vocabulary.
+    pub async fn count_tokens(
+        &self,
+        name: &str,
+        prompt: &sharemesh_protocol::Prompt,
+    ) -> Result<u32, ApiError> {
+        let live = self.live();
+        let model = plan::resolve_model(&live, name)?;
+        let sources: Vec<&BookEntry> = live
+            .iter()
+            .filter(|e| e.advert.offer(&model).is_some())
+            .map(|e| e.as_ref())
+            .collect();
+        let wait = self
+            .defaults
+            .count_wait
+            .max(std::time::Duration::from_secs(10));
+        let vocabulary = self
+            .vocabulary(model, &sources, wait)
+            .await
+            .map_err(|e| ApiError::no_provider(format!("cannot count tokens for `{name}`: {e}")))?;
+        vocab::count(&vocabulary, prompt)
+            .map(|c| c.prompt_tokens)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))
+    }
+
+    /// `ids` decoded with the vocabulary of the model `name` names, if this node holds
+    /// it.
+    pub fn decode(&self, name: &str, ids: &[u32]) -> Option<String> {
+        let model = self.resolve_model(name).ok()?;
+        let vocabulary = self.vocabularies.get(&model)?;
+        Some(vocabulary.tokenizer.decode(ids))
+    }
+
     async fn count_prompt(
         &self,
         model: ModelId,
         request: &CompletionRequest,
         candidates: &[Candidate],
     ) -> Result<Option<Counted>, ApiError> {
-        let vocabulary = match self.vocabularies.get(&model) {
-            Some(vocabulary) => Ok(vocabulary),
-            None => {
-                // Only the first requests of a model need the candidates' addresses.
-                let remote: Vec<(libp2p::PeerId, Vec<String>)> = candidates
-                    .iter()
-                    .filter(|c| c.provider() != self.node_id())
-                    .filter_map(|c| {
-                        Some((
-                            c.provider().peer_id().ok()?,
-                            c.entry.advert.addresses.clone(),
-                        ))
-                    })
-                    .collect();
-                self.vocabularies
-                    .get_or_fetch(&self.mesh, model, &remote, self.defaults.count_wait)
-                    .await
-            }
-        };
+        let sources: Vec<&BookEntry> = candidates.iter().map(|c| c.entry.as_ref()).collect();
+        let vocabulary = self
+            .vocabulary(model, &sources, self.defaults.count_wait)
+            .await;
         let vocabulary = match vocabulary {
             Ok(vocabulary) => vocabulary,
             Err(err) => {

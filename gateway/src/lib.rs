@@ -5,6 +5,7 @@
 //! provides hands its in-process provider over as a [`segment::LocalRoute`].
 
 pub mod access;
+pub mod anthropic;
 pub mod attest;
 pub mod audit;
 pub mod budget;
@@ -86,26 +87,7 @@ async fn complete(
 ) -> Result<Response, ApiError> {
     let body = read_body(body).await?;
     let request = openai::parse(&body, chat, &headers)?;
-    let started = Instant::now();
-    let mut events = state.dispatcher.run(request.clone(), key);
-    let accepted = match events.recv().await {
-        Some(DispatchEvent::Accepted {
-            job_id,
-            provider,
-            prompt_tokens,
-        }) => respond::Accepted {
-            job_id,
-            provider,
-            prompt_tokens,
-            started,
-        },
-        Some(DispatchEvent::Failed(err)) => return Err(err),
-        _ => {
-            return Err(ApiError::upstream(
-                "the request ended before a provider accepted it",
-            ))
-        }
-    };
+    let (events, accepted) = start(&state, &request, key).await?;
     let span =
         tracing::info_span!("request", job = %accepted.job_id, provider = %accepted.provider);
     let shape = respond::Shape::new(&accepted, &request.model, chat);
@@ -116,6 +98,108 @@ async fn complete(
         respond::whole(events, shape, accepted)
             .instrument(span)
             .await
+    }
+}
+
+/// Starts `request` and waits for a provider to accept it: the events that follow,
+/// and what the client is told first.
+async fn start(
+    state: &GatewayState,
+    request: &openai::CompletionRequest,
+    key: Option<crate::keys::KeyRecord>,
+) -> Result<
+    (
+        tokio::sync::mpsc::Receiver<DispatchEvent>,
+        respond::Accepted,
+    ),
+    ApiError,
+> {
+    let started = Instant::now();
+    let mut events = state.dispatcher.run(request.clone(), key);
+    match events.recv().await {
+        Some(DispatchEvent::Accepted {
+            job_id,
+            provider,
+            prompt_tokens,
+        }) => Ok((
+            events,
+            respond::Accepted {
+                job_id,
+                provider,
+                prompt_tokens,
+                started,
+            },
+        )),
+        Some(DispatchEvent::Failed(err)) => Err(err),
+        _ => Err(ApiError::upstream(
+            "the request ended before a provider accepted it",
+        )),
+    }
+}
+
+/// `POST /v1/messages` (Anthropic's Messages API).
+async fn messages(
+    State(state): State<GatewayState>,
+    key: ApiKey,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    anthropic_message(state, key.map(|k| k.0), headers, body)
+        .await
+        .unwrap_or_else(|err| anthropic::error_response(&err))
+}
+
+async fn anthropic_message(
+    state: GatewayState,
+    key: Option<crate::keys::KeyRecord>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let body = read_body(body).await?;
+    let request = anthropic::parse(&body, &headers, false)?;
+    let (events, accepted) = start(&state, &request, key).await?;
+    let span =
+        tracing::info_span!("request", job = %accepted.job_id, provider = %accepted.provider);
+    let header = |value: String| {
+        axum::http::HeaderValue::from_str(&value).map_err(|e| ApiError::upstream(e.to_string()))
+    };
+    let dispatcher = state.dispatcher.clone();
+    let model = request.model.clone();
+    let reply = anthropic::Reply {
+        id: format!("msg_{}", accepted.job_id),
+        model: request.model.clone(),
+        prompt_tokens: accepted.prompt_tokens,
+        stops: request.sampling.stop.clone(),
+        decode: Box::new(move |ids| dispatcher.decode(&model, ids)),
+        job_header: header(accepted.job_id.to_string())?,
+        provider_header: header(accepted.provider.to_string())?,
+    };
+    if request.stream {
+        let _entered = span.enter();
+        Ok(anthropic::stream(events, reply))
+    } else {
+        anthropic::whole(events, reply).instrument(span).await
+    }
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's tokens, counted with the model's own
+/// vocabulary (its header fetched from a provider if this node has none yet).
+async fn count_tokens(
+    State(state): State<GatewayState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let counted = async {
+        let body = read_body(body).await?;
+        let request = anthropic::parse(&body, &headers, true)?;
+        state
+            .dispatcher
+            .count_tokens(&request.model, &request.prompt)
+            .await
+    };
+    match counted.await {
+        Ok(tokens) => Json(json!({"input_tokens": tokens})).into_response(),
+        Err(err) => anthropic::error_response(&err),
     }
 }
 
@@ -208,6 +292,8 @@ pub fn router(state: GatewayState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(list_models))
         .route("/v1/trust", get(trust_view))
         .route("/v1/models/{id}", get(get_model))

@@ -30,12 +30,12 @@ pub struct CompletionRequest {
     pub chat: bool,
 }
 
-fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
+pub(crate) fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
     body.as_object()
         .ok_or_else(|| ApiError::bad_json("the request body must be a JSON object"))
 }
 
-fn number(
+pub(crate) fn number(
     obj: &Map<String, Value>,
     field: &str,
     min: f64,
@@ -60,7 +60,7 @@ fn number(
     }
 }
 
-fn integer(
+pub(crate) fn integer(
     obj: &Map<String, Value>,
     field: &str,
     min: u64,
@@ -82,7 +82,7 @@ fn integer(
     }
 }
 
-fn boolean(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
+pub(crate) fn boolean(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -93,7 +93,7 @@ fn boolean(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiErr
     }
 }
 
-fn kind(value: &Value) -> &'static str {
+pub(crate) fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -104,7 +104,10 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-fn string<'a>(obj: &'a Map<String, Value>, field: &str) -> Result<Option<&'a str>, ApiError> {
+pub(crate) fn string<'a>(
+    obj: &'a Map<String, Value>,
+    field: &str,
+) -> Result<Option<&'a str>, ApiError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
@@ -174,25 +177,24 @@ fn content(value: &Value, index: usize) -> Result<String, ApiError> {
     }
 }
 
-fn messages(obj: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
-    let list = match obj.get("messages") {
-        Some(Value::Array(list)) => list,
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid("messages", "`messages` is required"))
-        }
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "messages",
-                format!("`messages` must be an array, got {}", kind(other)),
-            ))
-        }
-    };
-    if list.is_empty() {
-        return Err(ApiError::invalid(
+/// The `messages` array: required, and not empty.
+pub(crate) fn message_list(obj: &Map<String, Value>) -> Result<&Vec<Value>, ApiError> {
+    match obj.get("messages") {
+        Some(Value::Array(list)) if !list.is_empty() => Ok(list),
+        Some(Value::Array(_)) => Err(ApiError::invalid(
             "messages",
             "`messages` must not be empty",
-        ));
+        )),
+        None | Some(Value::Null) => Err(ApiError::invalid("messages", "`messages` is required")),
+        Some(other) => Err(ApiError::invalid(
+            "messages",
+            format!("`messages` must be an array, got {}", kind(other)),
+        )),
     }
+}
+
+fn messages(obj: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
+    let list = message_list(obj)?;
     list.iter()
         .enumerate()
         .map(|(i, m)| {
@@ -217,7 +219,16 @@ fn messages(obj: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
         .collect()
 }
 
-fn routing(
+/// `top_p` in (0, 1], 1 when absent.
+pub(crate) fn top_p(obj: &Map<String, Value>) -> Result<f32, ApiError> {
+    match number(obj, "top_p", 0.0, 1.0)? {
+        Some(p) if p <= 0.0 => Err(ApiError::invalid("top_p", "`top_p` must be greater than 0")),
+        Some(p) => Ok(p as f32),
+        None => Ok(1.0),
+    }
+}
+
+pub(crate) fn routing(
     obj: &Map<String, Value>,
     headers: &axum::http::HeaderMap,
 ) -> Result<RoutingOptions, ApiError> {
@@ -341,13 +352,7 @@ pub fn parse(
     };
     let sampling = Sampling {
         temperature: number(obj, "temperature", 0.0, 2.0)?.unwrap_or(1.0) as f32,
-        top_p: match number(obj, "top_p", 0.0, 1.0)? {
-            Some(p) if p <= 0.0 => {
-                return Err(ApiError::invalid("top_p", "`top_p` must be greater than 0"))
-            }
-            Some(p) => p as f32,
-            None => 1.0,
-        },
+        top_p: top_p(obj)?,
         top_k: integer(obj, "top_k", 0, 100_000)?.unwrap_or(0) as u32,
         repetition_penalty: number(obj, "repetition_penalty", 0.5, 2.0)?.unwrap_or(1.0) as f32,
         seed: match obj.get("seed") {

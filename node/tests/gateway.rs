@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used)]
-//! The OpenAI gateway against a real provider on loopback, driven by the official
-//! `openai` Python SDK and by curl.
+//! The gateway against a real provider on loopback, driven by the official `openai`
+//! and `anthropic` Python SDKs and by curl.
 
 mod common;
 
@@ -9,6 +9,23 @@ use std::process::Command;
 use common::{get_json, start, wait_until};
 
 const MODEL: &str = "smollm2-135m-instruct";
+
+/// Runs one of the SDK scripts in `tests/` with `args`; fails with what it printed.
+fn sdk_checks(script: &str, args: &[&str]) {
+    let path = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(&path)
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script} checks failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{stdout}");
+}
 
 #[test]
 fn openai_sdk_and_curl_against_a_real_gateway() {
@@ -155,24 +172,27 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
 
     // The official SDK: chat, streaming, completions, models, errors, 16 concurrent
     // requests, a disconnect mid-stream, and API keys.
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
-    let out = Command::new("python3")
-        .args([
-            script,
+    sdk_checks(
+        "openai_client.py",
+        &[
             &format!("http://{http}/v1"),
             MODEL,
             &format!("http://{keyed}/v1"),
             &key,
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "openai SDK checks failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    eprintln!("{stdout}");
+
+    // The official Anthropic SDK on the Messages API: messages, count_tokens, stop
+    // reasons, system prompts, streaming events, errors, and x-api-key.
+    sdk_checks(
+        "anthropic_client.py",
+        &[
+            &format!("http://{http}"),
+            MODEL,
+            &format!("http://{keyed}"),
+            &key,
+        ],
+    );
 
     // The key with its own budget is refused before any work starts.
     let out = Command::new("curl")

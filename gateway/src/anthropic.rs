@@ -1,0 +1,535 @@
+//! The Anthropic Messages API (`POST /v1/messages`, `POST /v1/messages/count_tokens`)
+//! over the same dispatcher as the OpenAI routes: the request becomes a chat prompt
+//! (system, then the turns), and the answer is shaped as a `message`, or streamed with
+//! Anthropic's event sequence (`message_start`, `content_block_start`, `ping`,
+//! `content_block_delta`…, `content_block_stop`, `message_delta` with the usage,
+//! `message_stop`). Errors keep Anthropic's shape: `{"type": "error", "error": {"type",
+//! "message"}}`. Fields sharemesh cannot honour yet (tools, images, extended thinking,
+//! structured output, an assistant prefill) are refused by name, never ignored; hints
+//! without an effect here (`metadata`, `cache_control`, `service_tier`, `speed`,
+//! `inference_geo`, `output_config.effort`) are accepted. `temperature`, `top_p` and
+//! `top_k` are honoured when sent (the newest SDK no longer has them as arguments:
+//! `extra_body`); the default temperature is Anthropic's, 1.
+
+use std::convert::Infallible;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+use sharemesh_protocol::{ChatMessage, FinishReason, Prompt, Role, Sampling};
+use tokio::sync::mpsc;
+
+use crate::dispatch::DispatchEvent;
+use crate::error::ApiError;
+use crate::openai::{
+    boolean, integer, kind, message_list, number, object, routing, string, top_p, CompletionRequest,
+};
+
+/// Request fields sharemesh does not serve yet: refused with a 400 naming the field.
+const UNSUPPORTED: &[(&str, &str)] = &[
+    ("tools", "tool use is not supported yet"),
+    ("tool_choice", "tool use is not supported yet"),
+    ("thinking", "extended thinking is not supported"),
+    ("mcp_servers", "MCP servers are not supported"),
+    ("container", "containers are not supported"),
+];
+
+/// An error in Anthropic's shape, with the status the OpenAI routes would give.
+pub fn error_response(err: &ApiError) -> Response {
+    let kind = match err.status {
+        StatusCode::BAD_REQUEST => "invalid_request_error",
+        StatusCode::UNAUTHORIZED => "authentication_error",
+        StatusCode::PAYMENT_REQUIRED => "billing_error",
+        StatusCode::FORBIDDEN => "permission_error",
+        StatusCode::NOT_FOUND => "not_found_error",
+        StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+        StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+        StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+        _ => "api_error",
+    };
+    (err.status, Json(error_body(kind, &err.message))).into_response()
+}
+
+fn error_body(kind: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message}})
+}
+
+/// The text of a `system` value or of a message's `content`: a string, or a list of
+/// text blocks (`param` names the field in errors).
+fn text_of(value: &Value, param: &str) -> Result<String, ApiError> {
+    match value {
+        Value::String(text) => Ok(text.clone()),
+        Value::Array(blocks) => {
+            let mut text = String::new();
+            for (j, block) in blocks.iter().enumerate() {
+                let at = format!("{param}[{j}]");
+                match block.get("type").and_then(Value::as_str) {
+                    Some("text") => match block.get("text") {
+                        Some(Value::String(t)) => text.push_str(t),
+                        _ => {
+                            return Err(ApiError::invalid(
+                                &format!("{at}.text"),
+                                format!("`{at}.text` must be a string"),
+                            ))
+                        }
+                    },
+                    Some(other @ ("tool_use" | "tool_result")) => {
+                        return Err(ApiError::invalid(
+                            &format!("{at}.type"),
+                            format!("`{other}` blocks are not supported yet (tool use)"),
+                        ))
+                    }
+                    Some(other) => {
+                        return Err(ApiError::invalid(
+                            &format!("{at}.type"),
+                            format!("`{other}` blocks are not supported: only `text`"),
+                        ))
+                    }
+                    None => {
+                        return Err(ApiError::invalid(
+                            &format!("{at}.type"),
+                            format!("`{at}` needs a `type`"),
+                        ))
+                    }
+                }
+            }
+            Ok(text)
+        }
+        other => Err(ApiError::invalid(
+            param,
+            format!(
+                "`{param}` must be a string or a list of content blocks, got {}",
+                kind(other)
+            ),
+        )),
+    }
+}
+
+/// `system` and `messages` as a chat prompt.
+fn prompt(obj: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    let mut chat = Vec::new();
+    match obj.get("system") {
+        None | Some(Value::Null) => {}
+        Some(system) => {
+            let content = text_of(system, "system")?;
+            if !content.is_empty() {
+                chat.push(ChatMessage {
+                    role: Role::System,
+                    content,
+                });
+            }
+        }
+    }
+    let list = message_list(obj)?;
+    for (i, message) in list.iter().enumerate() {
+        let role = match message.get("role").and_then(Value::as_str) {
+            Some("user") => Role::User,
+            Some("assistant") => Role::Assistant,
+            other => {
+                return Err(ApiError::invalid(
+                    &format!("messages[{i}].role"),
+                    format!("`messages[{i}].role` must be user or assistant, got {other:?}"),
+                ))
+            }
+        };
+        let param = format!("messages[{i}].content");
+        let content = text_of(message.get("content").unwrap_or(&Value::Null), &param)?;
+        chat.push(ChatMessage { role, content });
+    }
+    if chat.last().is_some_and(|m| m.role == Role::Assistant) {
+        return Err(ApiError::invalid(
+            &format!("messages[{}]", list.len() - 1),
+            "a final assistant message (a prefill to continue) is not supported: end with a user turn",
+        ));
+    }
+    Ok(Prompt::Chat(chat))
+}
+
+fn stop_sequences(obj: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
+    match obj.get("stop_sequences") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                _ => Err(ApiError::invalid(
+                    &format!("stop_sequences[{i}]"),
+                    "each stop sequence must be a non-empty string",
+                )),
+            })
+            .collect(),
+        Some(other) => Err(ApiError::invalid(
+            "stop_sequences",
+            format!(
+                "`stop_sequences` must be a list of strings, got {}",
+                kind(other)
+            ),
+        )),
+    }
+}
+
+/// Parses a `/v1/messages` body (`count_only`: a `count_tokens` body, which has no
+/// `max_tokens`).
+pub fn parse(
+    body: &[u8],
+    headers: &HeaderMap,
+    count_only: bool,
+) -> Result<CompletionRequest, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_json(format!("the request body is not valid JSON: {e}")))?;
+    let obj = object(&value)?;
+    for (field, why) in UNSUPPORTED {
+        let present = match obj.get(*field) {
+            None | Some(Value::Null) => false,
+            Some(Value::Array(items)) => !items.is_empty(),
+            Some(_) => true,
+        };
+        if present {
+            return Err(ApiError::invalid(field, format!("`{field}`: {why}")));
+        }
+    }
+    let model = string(obj, "model")?
+        .ok_or_else(|| ApiError::invalid("model", "`model` is required"))?
+        .to_owned();
+    let max_tokens = match integer(obj, "max_tokens", 1, 131_072)? {
+        Some(n) => n as u32,
+        None if count_only => 1,
+        None => return Err(ApiError::invalid("max_tokens", "`max_tokens` is required")),
+    };
+    let sampling = Sampling {
+        temperature: number(obj, "temperature", 0.0, 1.0)?.unwrap_or(1.0) as f32,
+        top_p: top_p(obj)?,
+        top_k: integer(obj, "top_k", 0, 100_000)?.unwrap_or(0) as u32,
+        max_tokens,
+        stop: stop_sequences(obj)?,
+        ..Sampling::default()
+    };
+    if let Some(Value::Object(config)) = obj.get("output_config") {
+        if config.get("format").is_some_and(|f| !f.is_null()) {
+            return Err(ApiError::invalid(
+                "output_config.format",
+                "`output_config.format`: structured output is not supported yet",
+            ));
+        }
+    }
+    match obj.get("metadata") {
+        None | Some(Value::Null) | Some(Value::Object(_)) => {}
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "metadata",
+                format!("`metadata` must be an object, got {}", kind(other)),
+            ))
+        }
+    }
+    Ok(CompletionRequest {
+        model,
+        prompt: prompt(obj)?,
+        sampling,
+        stream: boolean(obj, "stream")?.unwrap_or(false),
+        include_usage: true,
+        routing: routing(obj, headers)?,
+        chat: true,
+    })
+}
+
+/// Why the answer stopped, in Anthropic's words: `max_tokens`, `stop_sequence` (with
+/// the sequence) when the full completion shows one past the text returned, or
+/// `end_turn`.
+pub fn stop_reason(
+    finish: FinishReason,
+    stops: &[String],
+    returned: &str,
+    full: Option<&str>,
+) -> (&'static str, Option<String>) {
+    match finish {
+        FinishReason::Length => ("max_tokens", None),
+        _ => {
+            let tail = full.and_then(|f| f.get(returned.len()..)).unwrap_or("");
+            let hit = stops
+                .iter()
+                .filter_map(|s| tail.find(s.as_str()).map(|at| (at, s)))
+                .min_by_key(|(at, _)| *at)
+                .map(|(_, s)| s.clone());
+            match hit {
+                Some(sequence) => ("stop_sequence", Some(sequence)),
+                None => ("end_turn", None),
+            }
+        }
+    }
+}
+
+/// Token ids → text with a model's vocabulary, if held.
+pub(crate) type Decoder = Box<dyn Fn(&[u32]) -> Option<String> + Send + Sync>;
+
+/// What the response needs besides the dispatcher's events.
+pub(crate) struct Reply {
+    pub id: String,
+    pub model: String,
+    pub prompt_tokens: u32,
+    pub stops: Vec<String>,
+    /// Decodes the completion's token ids with the model's vocabulary (`None`: none
+    /// held), to tell a stop sequence from the end of the turn.
+    pub decode: Decoder,
+    pub job_header: HeaderValue,
+    pub provider_header: HeaderValue,
+}
+
+impl Reply {
+    /// The stop reason and sequence of a completion that returned `text` from the
+    /// tokens `ids`.
+    fn stopped(
+        &self,
+        finish: FinishReason,
+        text: &str,
+        ids: &[u32],
+    ) -> (&'static str, Option<String>) {
+        let full = (self.decode)(ids);
+        stop_reason(finish, &self.stops, text, full.as_deref())
+    }
+}
+
+fn with_headers(mut response: Response, reply: &Reply) -> Response {
+    let headers = response.headers_mut();
+    headers.insert("x-sharemesh-job", reply.job_header.clone());
+    headers.insert("x-sharemesh-provider", reply.provider_header.clone());
+    response
+}
+
+/// The whole message, once the dispatcher is done.
+pub(crate) async fn whole(
+    mut events: mpsc::Receiver<DispatchEvent>,
+    reply: Reply,
+) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    let mut ids = Vec::new();
+    loop {
+        match events.recv().await {
+            Some(DispatchEvent::Token {
+                text: delta,
+                token_id,
+            }) => {
+                text.push_str(&delta);
+                ids.push(token_id);
+            }
+            Some(DispatchEvent::Done {
+                finish,
+                completion_tokens,
+                providers,
+                cost,
+                segments,
+            }) => {
+                let (reason, sequence) = reply.stopped(finish, &text, &ids);
+                let body = json!({
+                    "id": reply.id, "type": "message", "role": "assistant", "model": reply.model,
+                    "content": [{"type": "text", "text": text}],
+                    "stop_reason": reason, "stop_sequence": sequence,
+                    "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": completion_tokens},
+                    "sharemesh": {"providers": providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                                  "cost_nano_usd": cost.0, "segments": segments},
+                });
+                return Ok(with_headers(Json(body).into_response(), &reply));
+            }
+            Some(DispatchEvent::Failed(err)) => return Err(err),
+            Some(_) => {}
+            None => return Err(ApiError::upstream("the job ended unexpectedly")),
+        }
+    }
+}
+
+fn event(name: &str, data: Value) -> Result<Event, Infallible> {
+    Ok(Event::default().event(name).data(data.to_string()))
+}
+
+/// The message streamed as Anthropic's events.
+pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Response {
+    let start = json!({"type": "message_start", "message": {
+        "id": reply.id, "type": "message", "role": "assistant", "model": reply.model,
+        "content": [], "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": 0}}});
+    let opening = vec![
+        event("message_start", start),
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        event("ping", json!({"type": "ping"})),
+    ];
+    let headers = (reply.job_header.clone(), reply.provider_header.clone());
+    let state = (events, reply, String::new(), Vec::new(), false);
+    let body = futures::stream::unfold(
+        state,
+        |(mut events, reply, mut text, mut ids, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                match events.recv().await {
+                    Some(DispatchEvent::Token {
+                        text: delta,
+                        token_id,
+                    }) => {
+                        ids.push(token_id);
+                        if delta.is_empty() {
+                            continue;
+                        }
+                        text.push_str(&delta);
+                        let frame = event(
+                            "content_block_delta",
+                            json!({"type": "content_block_delta", "index": 0,
+                               "delta": {"type": "text_delta", "text": delta}}),
+                        );
+                        return Some((vec![frame], (events, reply, text, ids, false)));
+                    }
+                    Some(DispatchEvent::Done {
+                        finish,
+                        completion_tokens,
+                        providers,
+                        cost,
+                        ..
+                    }) => {
+                        let (reason, sequence) = reply.stopped(finish, &text, &ids);
+                        let frames = vec![
+                            event(
+                                "content_block_stop",
+                                json!({"type": "content_block_stop", "index": 0}),
+                            ),
+                            event(
+                                "message_delta",
+                                json!({"type": "message_delta",
+                                   "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                                   "usage": {"output_tokens": completion_tokens},
+                                   "sharemesh": {"providers": providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                                                 "cost_nano_usd": cost.0}}),
+                            ),
+                            event("message_stop", json!({"type": "message_stop"})),
+                        ];
+                        return Some((frames, (events, reply, text, ids, true)));
+                    }
+                    Some(DispatchEvent::Failed(err)) => {
+                        let frame = event("error", error_body("api_error", &err.message));
+                        return Some((vec![frame], (events, reply, text, ids, true)));
+                    }
+                    Some(_) => {}
+                    None => return None,
+                }
+            }
+        },
+    );
+    let frames = futures::StreamExt::chain(
+        futures::stream::iter(opening),
+        futures::StreamExt::flat_map(body, futures::stream::iter),
+    );
+    let mut response = Sse::new(frames)
+        .keep_alive(KeepAlive::default())
+        .into_response();
+    response.headers_mut().insert("x-sharemesh-job", headers.0);
+    response
+        .headers_mut()
+        .insert("x-sharemesh-provider", headers.1);
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parse_body(json: &str) -> Result<CompletionRequest, ApiError> {
+        parse(json.as_bytes(), &HeaderMap::new(), false)
+    }
+
+    #[test]
+    fn a_messages_body_becomes_a_chat_prompt() {
+        let req = parse_body(
+            r#"{"model": "m", "max_tokens": 20, "system": [{"type": "text", "text": "Be brief."}],
+                "messages": [{"role": "user", "content": "Hi"},
+                             {"role": "assistant", "content": [{"type": "text", "text": "Hello."}]},
+                             {"role": "user", "content": [{"type": "text", "text": "2+2?"}]}],
+                "stop_sequences": ["\n\n"], "temperature": 0, "top_k": 5, "stream": true,
+                "metadata": {"user_id": "u1"}, "sharemesh": {"tier": "gold"}}"#,
+        )
+        .unwrap();
+        let Prompt::Chat(chat) = &req.prompt else {
+            panic!("{:?}", req.prompt)
+        };
+        let roles: Vec<Role> = chat.iter().map(|m| m.role).collect();
+        assert_eq!(
+            roles,
+            [Role::System, Role::User, Role::Assistant, Role::User]
+        );
+        assert_eq!(chat[2].content, "Hello.");
+        assert_eq!(req.sampling.max_tokens, 20);
+        assert_eq!(req.sampling.stop, ["\n\n"]);
+        assert_eq!((req.sampling.temperature, req.sampling.top_k), (0.0, 5));
+        assert!(req.stream);
+        assert_eq!(req.routing.tier, Some(sharemesh_protocol::Tier::Reserved));
+    }
+
+    #[test]
+    fn what_cannot_be_served_is_refused_by_name() {
+        let base = r#""model": "m", "messages": [{"role": "user", "content": "hi"}]"#;
+        for (extra, field) in [
+            (r#""max_tokens": 0"#, "max_tokens"),
+            (r#""max_tokens": 5, "temperature": 1.5"#, "temperature"),
+            (r#""max_tokens": 5, "tools": [{"name": "f"}]"#, "tools"),
+            (
+                r#""max_tokens": 5, "thinking": {"type": "enabled"}"#,
+                "thinking",
+            ),
+            (
+                r#""max_tokens": 5, "stop_sequences": [""]"#,
+                "stop_sequences[0]",
+            ),
+            (r#""max_tokens": 5, "system": 3"#, "system"),
+            (
+                r#""max_tokens": 5, "output_config": {"format": {"type": "json_schema"}}"#,
+                "output_config.format",
+            ),
+        ] {
+            let err = parse_body(&format!("{{{base}, {extra}}}")).unwrap_err();
+            assert_eq!(
+                err.param.as_deref(),
+                Some(field),
+                "{extra}: {}",
+                err.message
+            );
+        }
+        let missing = parse_body(&format!("{{{base}}}")).unwrap_err();
+        assert_eq!(missing.param.as_deref(), Some("max_tokens"));
+        assert!(parse(format!("{{{base}}}").as_bytes(), &HeaderMap::new(), true).is_ok());
+        let image = parse_body(
+            r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(image.param.as_deref(), Some("messages[0].content[0].type"));
+        let prefill = parse_body(
+            r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure"}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(prefill.param.as_deref(), Some("messages[1]"));
+    }
+
+    #[test]
+    fn stop_reasons_tell_a_stop_sequence_from_the_end_of_the_turn() {
+        let stops = vec!["END".to_owned(), "\n".to_owned()];
+        assert_eq!(
+            stop_reason(FinishReason::Length, &stops, "abc", None),
+            ("max_tokens", None)
+        );
+        assert_eq!(
+            stop_reason(FinishReason::Stop, &stops, "abc", Some("abc and\nEND")),
+            ("stop_sequence", Some("\n".to_owned()))
+        );
+        assert_eq!(
+            stop_reason(FinishReason::Stop, &stops, "abc", Some("abc")),
+            ("end_turn", None)
+        );
+        assert_eq!(
+            stop_reason(FinishReason::Stop, &stops, "abc", None),
+            ("end_turn", None)
+        );
+    }
+}
