@@ -301,6 +301,63 @@ pub(crate) fn routing(
     Ok(routing)
 }
 
+/// OpenAI fields sharemesh cannot honour yet, refused with a 400 naming the field when
+/// set to anything but their neutral value (silently ignoring them would return an
+/// answer the client did not ask for). Fields with no effect on the answer (`user`,
+/// `metadata`, `store`, `service_tier`, …) are accepted.
+fn refuse_unserved(obj: &Map<String, Value>) -> Result<(), ApiError> {
+    let neutral = |value: &Value| match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+        Value::String(s) => s == "none",
+    };
+    for (field, why) in [
+        (
+            "frequency_penalty",
+            "frequency penalties are not supported yet",
+        ),
+        (
+            "presence_penalty",
+            "presence penalties are not supported yet",
+        ),
+        ("logit_bias", "logit biases are not supported yet"),
+        ("logprobs", "log probabilities are not returned yet"),
+        ("top_logprobs", "log probabilities are not returned yet"),
+        ("tools", "tool calling is not supported yet"),
+        ("tool_choice", "tool calling is not supported yet"),
+        ("functions", "function calling is not supported"),
+        ("function_call", "function calling is not supported"),
+        ("suffix", "insertion (a suffix) is not supported"),
+        ("echo", "echoing the prompt is not supported"),
+        ("best_of", "`best_of` is not supported"),
+        ("audio", "audio output is not supported"),
+        ("modalities", "only text output is supported"),
+        ("prediction", "predicted outputs are not supported"),
+        ("web_search_options", "web search is not supported"),
+    ] {
+        if let Some(value) = obj.get(field) {
+            let served = field == "modalities"
+                && value
+                    .as_array()
+                    .is_some_and(|m| m.iter().all(|v| v == "text"));
+            if !neutral(value) && !served {
+                return Err(ApiError::invalid(field, format!("`{field}`: {why}")));
+            }
+        }
+    }
+    match obj.get("response_format") {
+        None | Some(Value::Null) => Ok(()),
+        Some(format) if format.get("type").and_then(Value::as_str) == Some("text") => Ok(()),
+        Some(_) => Err(ApiError::invalid(
+            "response_format",
+            "`response_format`: only `{\"type\": \"text\"}` is supported yet (no JSON mode or schema)",
+        )),
+    }
+}
+
 /// Parses `/v1/chat/completions` (chat = true) or `/v1/completions` bodies.
 pub fn parse(
     body: &[u8],
@@ -383,6 +440,7 @@ pub fn parse(
         }
     };
     string(obj, "user")?;
+    refuse_unserved(obj)?;
     Ok(CompletionRequest {
         model,
         prompt,
@@ -429,6 +487,14 @@ mod tests {
             (r#""stop": 5"#, "stop"),
             (r#""stream": "yes""#, "stream"),
             (r#""sharemesh": {"tier": "platinum"}"#, "sharemesh.tier"),
+            (r#""frequency_penalty": 0.5"#, "frequency_penalty"),
+            (r#""logit_bias": {"50256": -100}"#, "logit_bias"),
+            (r#""logprobs": true"#, "logprobs"),
+            (r#""tools": [{"type": "function"}]"#, "tools"),
+            (
+                r#""response_format": {"type": "json_object"}"#,
+                "response_format",
+            ),
         ] {
             let err = parse_chat(&format!("{{{base}, {extra}}}")).unwrap_err();
             assert_eq!(
@@ -448,7 +514,8 @@ mod tests {
         let req = parse_chat(
             r#"{"model": "m", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
                 "max_completion_tokens": 5, "stop": "x", "stream": true, "stream_options": {"include_usage": true},
-                "seed": 3, "user": "u", "logit_bias": {}, "frequency_penalty": 0,
+                "seed": 3, "user": "u", "logit_bias": {}, "frequency_penalty": 0, "logprobs": false,
+                "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "modalities": ["text"],
                 "sharemesh": {"max_price_per_mtok": 0.2, "tier": "bronze", "region": "eu", "min_vram_gb": 8, "hedge": true}}"#,
         )
         .unwrap();
