@@ -79,6 +79,8 @@ pub struct Dispatcher {
     budgets: Budgets,
     segments: Arc<Segments>,
     vocabularies: Arc<Vocabularies>,
+    /// Requests, routes, failovers and spend (`GET /metrics`).
+    metrics: Option<crate::metrics::GatewayMetrics>,
 }
 
 /// The response as it grows across segments.
@@ -134,6 +136,10 @@ impl Dispatcher {
             reliability.clone(),
             AuditPolicy::default(),
         );
+        let mesh_metrics = mesh
+            .metrics
+            .as_ref()
+            .and_then(crate::metrics::GatewayMetrics::register);
         let dispatcher = Arc::new(Self {
             mesh,
             key,
@@ -144,6 +150,7 @@ impl Dispatcher {
             budgets: Budgets::new(budget),
             segments: Arc::new(segments),
             vocabularies: Arc::default(),
+            metrics: mesh_metrics,
         });
         dispatcher.penalise_signed_faults();
         dispatcher
@@ -171,6 +178,12 @@ impl Dispatcher {
                 }
             }
         });
+    }
+
+    fn count<R>(&self, change: impl FnOnce(&crate::metrics::GatewayMetrics) -> R) {
+        if let Some(metrics) = &self.metrics {
+            change(metrics);
+        }
     }
 
     /// Routes jobs for this node's own provider to it directly.
@@ -337,7 +350,20 @@ impl Dispatcher {
         let (events, receiver) = mpsc::channel(64);
         let this = self.clone();
         tokio::spawn(async move {
-            if let Err(err) = this.drive(request, key, &events).await {
+            let tier = plan::tier_of(&request, &this.defaults);
+            let result = this.drive(request, key, &events).await;
+            if let Some(metrics) = &this.metrics {
+                let status = match &result {
+                    Ok(()) => "200".to_owned(),
+                    Err(err) => err.status.as_u16().to_string(),
+                };
+                let tier = format!("{tier:?}").to_lowercase();
+                metrics
+                    .requests
+                    .get_or_create(&crate::metrics::RequestLabels { status, tier })
+                    .inc();
+            }
+            if let Err(err) = result {
                 let _ = events.send(DispatchEvent::Failed(err)).await;
             }
         });
@@ -366,6 +392,7 @@ impl Dispatcher {
         }
         let job_id = JobId::from_bytes(rand::rng().random());
         let candidates = self.limit_unproven(candidates);
+        let quoting = Instant::now();
         let candidates = plan::quote_round(
             &self.mesh,
             &self.key,
@@ -375,6 +402,9 @@ impl Dispatcher {
             &self.defaults,
         )
         .await;
+        if let Some(metrics) = &self.metrics {
+            metrics.quote_round.observe(quoting.elapsed().as_secs_f64());
+        }
         let mut candidates = self.limit_unproven(candidates);
         if candidates.is_empty() {
             return Err(ApiError::no_provider(format!(
@@ -564,6 +594,7 @@ impl Dispatcher {
                 Err(err) => {
                     last_error = format!("provider {provider}: {err}");
                     self.record(provider, err.outcome());
+                    self.count(|m| m.failovers.inc());
                     continue;
                 }
             };
@@ -610,6 +641,7 @@ impl Dispatcher {
                 }
             }
             tracing::warn!(job = %plan.job_id, %provider, error = %last_error, delivered = response.delivered.len(), "provider failed; trying the next");
+            self.count(|m| m.failovers.inc());
             if response.delivered.len() >= request.sampling.max_tokens as usize {
                 return Self::done(FinishReason::Length, response, events).await;
             }
@@ -654,6 +686,7 @@ impl Dispatcher {
                 .await;
             return (candidate, opened);
         };
+        self.count(|m| m.hedges.inc());
         let partner_job = JobRequest {
             provider: partner.provider(),
             max_price_per_token: partner.price,
@@ -803,6 +836,19 @@ impl Dispatcher {
             .as_ref()
             .map_or(NanoUsd::ZERO, |r| r.amount);
         response.cost = response.cost.checked_add(amount).unwrap_or(response.cost);
+        self.count(|m| {
+            m.segments
+                .get_or_create(&crate::metrics::RouteLabels {
+                    provider: report.provider.to_string(),
+                })
+                .inc();
+            m.tokens.inc_by(report.tokens);
+            m.spent_nano_usd.inc_by(amount.0);
+            if let Some(first) = report.first_token {
+                m.time_to_first_token
+                    .observe((first - report.started).as_secs_f64());
+            }
+        });
         response.segments.push(Segment {
             provider: report.provider.to_string(),
             prompt_tokens: u64::from(accept.prompt_tokens),

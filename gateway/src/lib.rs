@@ -13,6 +13,7 @@ pub mod buyer;
 pub mod dispatch;
 pub mod error;
 pub mod keys;
+pub mod metrics;
 pub mod openai;
 pub mod outsource;
 pub mod plan;

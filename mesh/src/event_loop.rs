@@ -54,6 +54,7 @@ pub(super) struct EventLoop {
     pending_providers: HashMap<kad::QueryId, (Vec<PeerId>, oneshot::Sender<Vec<PeerId>>)>,
     /// Sequence numbers of reputation reports and attestations, per signer and kind.
     reports: ReplayGuard,
+    metrics: Option<crate::metrics::MeshMetrics>,
 }
 
 impl EventLoop {
@@ -64,6 +65,7 @@ impl EventLoop {
         views: SharedViews,
         address_book: AddressBook,
         target_peers: usize,
+        metrics: Option<crate::metrics::MeshMetrics>,
     ) -> Self {
         let SharedViews {
             book,
@@ -87,6 +89,7 @@ impl EventLoop {
             addresses: HashMap::new(),
             pending_providers: HashMap::new(),
             reports: ReplayGuard::new(4096),
+            metrics,
         }
     }
 
@@ -190,6 +193,7 @@ impl EventLoop {
     // Nested conditions read better than match guards for these events.
     #[allow(clippy::collapsible_match)]
     fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        self.record(&event);
         match event {
             SwarmEvent::NewListenAddr { address, .. } => {
                 tracing::info!(%address, "listening");
@@ -320,6 +324,51 @@ impl EventLoop {
         }
     }
 
+    /// libp2p's metrics for the event, and the mesh's gauges after connection changes.
+    fn record(&self, event: &SwarmEvent<BehaviourEvent>) {
+        use libp2p::metrics::Recorder;
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        metrics.libp2p.record(event);
+        match event {
+            SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(e)) => metrics.libp2p.record(e),
+            SwarmEvent::Behaviour(BehaviourEvent::Kad(e)) => metrics.libp2p.record(e),
+            SwarmEvent::Behaviour(BehaviourEvent::Identify(e)) => metrics.libp2p.record(e),
+            SwarmEvent::Behaviour(BehaviourEvent::Ping(e)) => metrics.libp2p.record(e),
+            SwarmEvent::ConnectionEstablished { .. } | SwarmEvent::ConnectionClosed { .. } => {
+                let peers = self.swarm.connected_peers().count();
+                metrics
+                    .connected_peers
+                    .set(i64::try_from(peers).unwrap_or(i64::MAX));
+            }
+            _ => {}
+        }
+    }
+
+    fn count_gossip(&self, topic: &gossipsub::TopicHash, verdict: &MessageAcceptance) {
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        let outcome = match verdict {
+            MessageAcceptance::Accept => "accepted",
+            MessageAcceptance::Reject => "rejected",
+            MessageAcceptance::Ignore => "ignored",
+        };
+        metrics
+            .gossip
+            .get_or_create(&crate::metrics::GossipLabels {
+                topic: topic.to_string(),
+                outcome: outcome.into(),
+            })
+            .inc();
+        if let Ok(book) = self.book.read() {
+            metrics
+                .book_entries
+                .set(i64::try_from(book.len()).unwrap_or(i64::MAX));
+        }
+    }
+
     fn on_gossip(&mut self, source: PeerId, id: gossipsub::MessageId, message: gossipsub::Message) {
         let adverts = behaviour::adverts_topic().hash();
         let verdict = if message.topic == adverts {
@@ -367,6 +416,7 @@ impl EventLoop {
             // yet built): do not forward what nobody checked.
             MessageAcceptance::Ignore
         };
+        self.count_gossip(&message.topic, &verdict);
         self.swarm
             .behaviour_mut()
             .gossipsub

@@ -8,6 +8,7 @@ pub mod clock;
 mod event_loop;
 pub mod framing;
 pub mod link;
+pub mod metrics;
 pub mod orderbook;
 mod peer_targets;
 
@@ -50,6 +51,8 @@ pub struct MeshConfig {
     pub transport: MeshTransport,
     /// The order book's bounds and per-signer advert rate.
     pub book: orderbook::BookLimits,
+    /// Where the mesh registers its metrics (`None`: none kept).
+    pub metrics: Option<metrics::SharedRegistry>,
 }
 
 /// What carries the mesh's connections.
@@ -96,6 +99,7 @@ impl Default for MeshConfig {
             address_book: None,
             transport: MeshTransport::Network,
             book: orderbook::BookLimits::default(),
+            metrics: None,
         }
     }
 }
@@ -185,6 +189,9 @@ pub struct MeshHandle {
     live: LivePeers,
     events: broadcast::Sender<MeshEvent>,
     pub control: libp2p_stream::Control,
+    /// The process's metrics registry, if it keeps metrics (the gateway and the
+    /// provider register theirs here too).
+    pub metrics: Option<metrics::SharedRegistry>,
 }
 
 impl MeshHandle {
@@ -478,6 +485,7 @@ pub async fn spawn(secret: [u8; 32], config: MeshConfig) -> Result<MeshHandle> {
         live: LivePeers::default(),
         events: events.clone(),
         control,
+        metrics: config.metrics.clone(),
     };
     let event_loop = event_loop::EventLoop::new(
         swarm,
@@ -490,6 +498,10 @@ pub async fn spawn(secret: [u8; 32], config: MeshConfig) -> Result<MeshHandle> {
         },
         address_book,
         config.target_peers,
+        config
+            .metrics
+            .as_ref()
+            .and_then(metrics::MeshMetrics::register),
     );
     tokio::spawn(event_loop.run());
     Ok(handle)

@@ -191,6 +191,27 @@ async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
 
 /// The API, every route behind [`access::guard`] (keys, admin keys, and on loopback the
 /// Host/Origin check).
+/// `GET /metrics`: the process's metrics in the OpenMetrics text format (the same keys
+/// as every other route off loopback).
+async fn metrics(State(state): State<AppState>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let Some(registry) = &state.mesh.metrics else {
+        return (
+            axum::http::StatusCode::NOT_FOUND,
+            "this node keeps no metrics",
+        )
+            .into_response();
+    };
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        sharemesh_mesh::metrics::encode(registry),
+    )
+        .into_response()
+}
+
 pub fn router(
     state: AppState,
     gateway: Option<sharemesh_gateway::GatewayState>,
@@ -198,6 +219,7 @@ pub fn router(
 ) -> Router {
     let network = Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .route("/v1/network/providers", get(providers))
         .route("/v1/network/peers", get(peers))
         .route("/v1/account/earnings", get(earnings))

@@ -124,6 +124,7 @@ pub fn mesh_config(data_dir: &Path, args: &MeshArgs, kad_server: bool) -> Result
         target_peers: args.target_peers,
         address_book: Some(data_dir.join("address_book.json")),
         transport,
+        metrics: Some(mesh::metrics::registry()),
         ..MeshConfig::default()
     })
 }

@@ -30,7 +30,12 @@ fn sdk_checks(script: &str, args: &[&str]) {
 #[test]
 fn openai_sdk_and_curl_against_a_real_gateway() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let (_provider, ready) = common::provider(dirs[0].path(), None, &["--max-concurrent", "16"]);
+    let (_provider, ready) = common::provider(
+        dirs[0].path(),
+        None,
+        &["--max-concurrent", "16", "--http", "127.0.0.1:0"],
+    );
+    let provider_http = ready["http"].as_str().unwrap().to_owned();
     let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
     let (_gateway, http_ready) = start(
         &[
@@ -193,6 +198,70 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
             &key,
         ],
     );
+
+    // Prometheus metrics on both nodes: libp2p's, the mesh's, the gateway's requests,
+    // route, tokens and spend, the provider's jobs, tokens, earnings and latencies.
+    let scrape = |http: &str| {
+        let out = Command::new("curl")
+            .args(["-s", &format!("http://{http}/metrics")])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let value = |text: &str, series: &str| -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no `{series}` in the metrics:\n{text}"))
+    };
+    let gateway_metrics = scrape(&http);
+    assert!(
+        value(
+            &gateway_metrics,
+            r#"sharemesh_gateway_requests_total{status="200",tier="ondemand"}"#
+        ) >= 10.0
+    );
+    assert!(
+        value(
+            &gateway_metrics,
+            r#"sharemesh_gateway_requests_total{status="503",tier="ondemand"}"#
+        ) >= 1.0
+    );
+    assert!(value(&gateway_metrics, "sharemesh_gateway_tokens_total") > 50.0);
+    assert!(value(&gateway_metrics, "sharemesh_gateway_spent_nano_usd_total") > 0.0);
+    assert!(value(&gateway_metrics, "sharemesh_mesh_connected_peers") >= 1.0);
+    assert!(gateway_metrics.contains("sharemesh_gateway_time_to_first_token_seconds_bucket"));
+    assert!(gateway_metrics.contains("libp2p_swarm_connections_established_total"));
+    assert!(
+        gateway_metrics.ends_with("# EOF\n"),
+        "OpenMetrics ends with # EOF"
+    );
+    let provider_metrics = scrape(&provider_http);
+    assert!(
+        value(
+            &provider_metrics,
+            r#"sharemesh_provider_jobs_total{outcome="ended"}"#
+        ) >= 10.0
+    );
+    assert!(value(&provider_metrics, "sharemesh_provider_tokens_served_total") > 50.0);
+    assert!(
+        value(
+            &provider_metrics,
+            "sharemesh_provider_earned_nano_usd_total"
+        ) > 0.0
+    );
+    assert!(
+        value(
+            &provider_metrics,
+            "sharemesh_provider_inter_token_seconds_count"
+        ) > 10.0
+    );
+    assert!(
+        value(
+            &provider_metrics,
+            "sharemesh_provider_engine_tokens_per_second"
+        ) > 0.0
+    );
+    assert!(provider_metrics.contains("libp2p_gossipsub"));
 
     // The key with its own budget is refused before any work starts.
     let out = Command::new("curl")

@@ -99,6 +99,37 @@ impl Provider {
     /// Publishes the advert now and then every interval (well before it expires), and
     /// announces a Kademlia provider record per model; every tenth advert comes with
     /// the node's attestation.
+    /// Load and GPU telemetry for `GET /metrics`, refreshed with every advert.
+    fn update_gauges(&self) {
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        metrics.active_jobs.set(gauge(self.engine.active_jobs()));
+        metrics.queue_depth.set(gauge(self.engine.queue_depth()));
+        if self.hardware.gpus.is_empty() {
+            return;
+        }
+        for gpu in crate::hardware::detect().gpus {
+            let labels = crate::metrics::GpuLabels { gpu: gpu.uuid };
+            if let Some(t) = gpu.temperature_celsius {
+                metrics
+                    .gpu_temperature_celsius
+                    .get_or_create(&labels)
+                    .set(i64::from(t));
+            }
+            if let Some(w) = gpu.power_watts {
+                metrics.gpu_power_watts.get_or_create(&labels).set(w as i64);
+            }
+            if let Some(u) = gpu.utilization_percent {
+                metrics
+                    .gpu_utilization_percent
+                    .get_or_create(&labels)
+                    .set(i64::from(u));
+            }
+        }
+    }
+
     pub async fn advertise(self: Arc<Self>) {
         for model in self.engine.models() {
             let _ = self.mesh.provide(model.id).await;
@@ -111,6 +142,7 @@ impl Provider {
         let mut adverts = 0u64;
         loop {
             tick.tick().await;
+            self.update_gauges();
             if adverts.is_multiple_of(ATTESTATION_EVERY) {
                 self.publish_attestation().await;
             }

@@ -33,6 +33,7 @@ pub mod hardware;
 mod header;
 mod local;
 pub use local::LocalJob;
+pub mod metrics;
 pub mod policy;
 mod quote;
 mod receipts;
@@ -125,6 +126,8 @@ pub struct Provider {
     buyer_limits: BuyerLimits,
     /// Buyers that have paid this provider a receipt: they get the full credit window.
     paying_buyers: receipts::PayingBuyers,
+    /// Where jobs, tokens, earnings and load are counted (`GET /metrics`).
+    metrics: Option<Arc<metrics::ProviderMetrics>>,
 }
 
 /// The credit window a buyer that has never paid this provider gets (at most): less
@@ -152,9 +155,15 @@ impl Provider {
         hardware: Hardware,
         ledger: Option<Arc<Ledger>>,
     ) -> Arc<Self> {
+        let metrics = mesh
+            .metrics
+            .as_ref()
+            .and_then(metrics::ProviderMetrics::register)
+            .map(Arc::new);
         Arc::new(Self {
             key,
             engine,
+            metrics,
             mesh,
             buyer_limits: BuyerLimits::new(policy.buyers.clone()),
             policy,
@@ -475,6 +484,7 @@ impl Provider {
                 prompt_tokens: request.billed_prompt_tokens(prompt_tokens),
                 heads: heads.clone(),
                 paying: self.paying_buyers.clone(),
+                metrics: self.metrics.clone(),
             },
             acked_tx,
             self.ledger.clone(),
@@ -494,8 +504,19 @@ impl Provider {
             head: root,
             heads,
             window: u64::from(accept.credit_window_tokens),
+            accepted_at: std::time::Instant::now(),
+            last_token: None,
         };
         let result = self.stream_job(&mut job, events, &preempt).await;
+        if let Some(metrics) = &self.metrics {
+            metrics.job_ended(match result {
+                Ok(stream::Streamed::Ended) => "ended",
+                Ok(stream::Streamed::BuyerLeft) => "buyer_left",
+                Ok(stream::Streamed::Unpaid) => "unpaid",
+                Ok(stream::Streamed::Stalled) => "stalled",
+                Err(_) => "write_failed",
+            });
+        }
         let sent = job.sent;
         if let Ok(mut jobs) = self.interruptible.lock() {
             jobs.retain(|(job, _)| *job != request.job_id);

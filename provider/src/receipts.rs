@@ -43,6 +43,8 @@ pub(super) struct Terms {
     pub heads: SentHeads,
     /// Where a buyer that paid is remembered.
     pub paying: PayingBuyers,
+    /// Where earnings are counted.
+    pub metrics: Option<Arc<crate::metrics::ProviderMetrics>>,
 }
 
 /// Reads the buyer's receipts, keeping the highest valid cumulative count.
@@ -54,6 +56,8 @@ pub(super) async fn read_receipts(
     ledger: Option<Arc<Ledger>>,
 ) {
     let mut replay = ReplayGuard::new(16);
+    // Receipts are cumulative: what each adds over the last is earned.
+    let mut earned = 0u64;
     loop {
         let envelope = match read_frame(&mut reader, Duration::from_secs(3600)).await {
             Ok(envelope) => envelope,
@@ -103,6 +107,12 @@ pub(super) async fn read_receipts(
             }
         }
         terms.paying.insert(receipt.buyer);
+        if let Some(metrics) = &terms.metrics {
+            metrics
+                .earned_nano_usd
+                .inc_by(receipt.amount.0.saturating_sub(earned));
+        }
+        earned = earned.max(receipt.amount.0);
         acked.send_modify(|a| *a = (*a).max(receipt.completion_tokens));
     }
 }

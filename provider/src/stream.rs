@@ -32,6 +32,10 @@ pub(crate) struct JobStream<'a> {
     pub heads: SentHeads,
     /// Tokens this provider sends beyond the last receipt (the `Accept`'s window).
     pub window: u64,
+    /// When the job was accepted, and when its last token went out (for the
+    /// time-to-first-token and inter-token metrics).
+    pub accepted_at: std::time::Instant,
+    pub last_token: Option<std::time::Instant>,
 }
 
 /// The commitment heads a provider sent for one job, with its token count at each.
@@ -166,6 +170,7 @@ impl Provider {
                     let chunk = job.chunk(self, index, Some(token), None);
                     job.write(self, &chunk, limit).await?;
                     job.sent += 1;
+                    self.count_token(job);
                 }
                 Some(EngineEvent::Finished(generation)) => {
                     self.finish(job, &generation).await?;
@@ -180,6 +185,20 @@ impl Provider {
                 Some(EngineEvent::Started { .. }) => {}
             }
         }
+    }
+
+    fn count_token(&self, job: &mut JobStream<'_>) {
+        let now = std::time::Instant::now();
+        if let Some(metrics) = &self.metrics {
+            metrics.tokens_served.inc();
+            match job.last_token {
+                None => metrics
+                    .time_to_first_token
+                    .observe((now - job.accepted_at).as_secs_f64()),
+                Some(last) => metrics.inter_token.observe((now - last).as_secs_f64()),
+            }
+        }
+        job.last_token = Some(now);
     }
 
     /// The final chunk and the job's record.
@@ -199,6 +218,13 @@ impl Provider {
             finish = ?generation.finish,
             "job done"
         );
+        if let Some(metrics) = &self.metrics {
+            if generation.generation_seconds > 0.0 && generation.generated_tokens > 1 {
+                metrics
+                    .engine_tokens_per_second
+                    .set(f64::from(generation.generated_tokens) / generation.generation_seconds);
+            }
+        }
         self.book_job(job.request, job.prompt_tokens, generation)
             .await;
         Ok(())

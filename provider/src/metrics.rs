@@ -1,0 +1,122 @@
+//! The provider's Prometheus metrics (prefix `sharemesh_provider_`), registered in the
+//! process's registry when it keeps one (`GET /metrics`, SPEC §11).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use sharemesh_mesh::metrics::SharedRegistry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `ended` (finished, failed or preempted: the final chunk went out), `buyer_left`,
+    /// `unpaid` (receipts stopped), `stalled`, `write_failed`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GpuLabels {
+    pub gpu: String,
+}
+
+pub struct ProviderMetrics {
+    pub jobs: Family<OutcomeLabels, Counter>,
+    pub tokens_served: Counter,
+    pub earned_nano_usd: Counter,
+    pub active_jobs: Gauge,
+    pub queue_depth: Gauge,
+    /// Decode speed of the last job that finished (tokens/s, the engine's own timing).
+    pub engine_tokens_per_second: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub time_to_first_token: Histogram,
+    pub inter_token: Histogram,
+    pub gpu_temperature_celsius: Family<GpuLabels, Gauge>,
+    pub gpu_power_watts: Family<GpuLabels, Gauge>,
+    pub gpu_utilization_percent: Family<GpuLabels, Gauge>,
+}
+
+impl ProviderMetrics {
+    pub fn register(registry: &SharedRegistry) -> Option<Self> {
+        let mut registry = registry.lock().ok()?;
+        let r = registry.sub_registry_with_prefix("sharemesh_provider");
+        let metrics = Self {
+            jobs: Family::default(),
+            tokens_served: Counter::default(),
+            earned_nano_usd: Counter::default(),
+            active_jobs: Gauge::default(),
+            queue_depth: Gauge::default(),
+            engine_tokens_per_second: Gauge::default(),
+            // 1 ms .. ~33 s.
+            time_to_first_token: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            // 0.5 ms .. ~4 s.
+            inter_token: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            gpu_temperature_celsius: Family::default(),
+            gpu_power_watts: Family::default(),
+            gpu_utilization_percent: Family::default(),
+        };
+        r.register(
+            "jobs",
+            "Jobs served, by how they ended",
+            metrics.jobs.clone(),
+        );
+        r.register(
+            "tokens_served",
+            "Completion tokens streamed to buyers",
+            metrics.tokens_served.clone(),
+        );
+        r.register(
+            "earned_nano_usd",
+            "What buyers' receipts acknowledged, in nano-USD",
+            metrics.earned_nano_usd.clone(),
+        );
+        r.register(
+            "active_jobs",
+            "Jobs generating now",
+            metrics.active_jobs.clone(),
+        );
+        r.register(
+            "queue_depth",
+            "Jobs waiting for the engine",
+            metrics.queue_depth.clone(),
+        );
+        r.register(
+            "engine_tokens_per_second",
+            "Decode speed of the last finished job",
+            metrics.engine_tokens_per_second.clone(),
+        );
+        r.register(
+            "time_to_first_token_seconds",
+            "From accepting a job to its first token",
+            metrics.time_to_first_token.clone(),
+        );
+        r.register(
+            "inter_token_seconds",
+            "Between consecutive tokens of a job",
+            metrics.inter_token.clone(),
+        );
+        r.register(
+            "gpu_temperature_celsius",
+            "GPU temperature (NVML)",
+            metrics.gpu_temperature_celsius.clone(),
+        );
+        r.register(
+            "gpu_power_watts",
+            "GPU power draw (NVML)",
+            metrics.gpu_power_watts.clone(),
+        );
+        r.register(
+            "gpu_utilization_percent",
+            "GPU utilisation (NVML)",
+            metrics.gpu_utilization_percent.clone(),
+        );
+        Some(metrics)
+    }
+
+    pub fn job_ended(&self, outcome: &str) {
+        self.jobs
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+}
