@@ -81,11 +81,15 @@ pub struct Dispatcher {
     vocabularies: Arc<Vocabularies>,
     /// Requests, routes, failovers and spend (`GET /metrics`).
     metrics: Option<crate::metrics::GatewayMetrics>,
+    /// Each recent request's route and price per hop (`GET /v1/jobs`).
+    jobs: crate::jobs::JobLog,
 }
 
 /// The response as it grows across segments.
 struct Response {
     job_id: JobId,
+    /// When the request started (segment times in the job log are from here).
+    started: Instant,
     /// Every completion token delivered to the client, across providers.
     delivered: Vec<u32>,
     providers: Vec<NodeId>,
@@ -151,6 +155,7 @@ impl Dispatcher {
             segments: Arc::new(segments),
             vocabularies: Arc::default(),
             metrics: mesh_metrics,
+            jobs: crate::jobs::JobLog::default(),
         });
         dispatcher.penalise_signed_faults();
         dispatcher
@@ -543,7 +548,70 @@ impl Dispatcher {
             key.as_ref(),
             now_ms(),
         )?;
+        let job_id = plan.job_id;
+        self.jobs
+            .start(self.job_record(&plan, &request, key.as_ref()));
+        let served = self.serve(plan, &request, key, events).await;
+        // A completed request was logged before the client heard it was done.
+        match &served {
+            Ok(true) => {}
+            Ok(false) => self
+                .jobs
+                .finish(&job_id, now_ms(), Err("the client went away".into())),
+            Err(err) => self
+                .jobs
+                .finish(&job_id, now_ms(), Err(err.message.clone())),
+        }
+        served.map(|_| ())
+    }
+
+    /// The job log's record of a planned request: the candidates in the order they
+    /// will be tried, with their scores.
+    fn job_record(
+        &self,
+        plan: &Plan,
+        request: &CompletionRequest,
+        key: Option<&KeyRecord>,
+    ) -> crate::jobs::JobRecord {
+        let tokens = request.sampling.max_tokens;
+        crate::jobs::JobRecord {
+            job_id: plan.job_id.to_string(),
+            model: request.model.clone(),
+            tier: plan.tier,
+            key: key.map(|k| k.id.clone()),
+            started_unix_ms: now_ms(),
+            finished_unix_ms: None,
+            status: "running".into(),
+            error: None,
+            candidates: plan
+                .candidates
+                .iter()
+                .map(|c| crate::jobs::CandidateRecord {
+                    provider: c.provider().to_string(),
+                    price_per_token_nano_usd: c.price.0,
+                    latency_ms: c.view.latency_ms,
+                    tokens_per_second: c.view.tokens_per_second,
+                    reliability: c.view.reliability,
+                    score: sharemesh_market::score(&c.view, tokens, &self.defaults.score),
+                })
+                .collect(),
+            segments: Vec::new(),
+            completion_tokens: 0,
+            cost_nano_usd: 0,
+        }
+    }
+
+    /// Runs a planned request on its candidates in turn (failing over, hedging gold);
+    /// `true` once done, `false` when the client went away.
+    async fn serve(
+        self: &Arc<Self>,
+        plan: Plan,
+        request: &CompletionRequest,
+        key: Option<KeyRecord>,
+        events: &mpsc::Sender<DispatchEvent>,
+    ) -> Result<bool, ApiError> {
         let mut response = Response {
+            started: Instant::now(),
             job_id: plan.job_id,
             delivered: Vec::new(),
             providers: Vec::new(),
@@ -579,7 +647,7 @@ impl Dispatcher {
             };
             let started = Instant::now();
             let (candidate, opened) = if std::mem::take(&mut hedge) {
-                self.open_hedged(candidate, job.clone(), &mut queue, &terms)
+                self.open_hedged(candidate, job.clone(), &mut queue, &terms, response.started)
                     .await
             } else {
                 let opened = self
@@ -595,6 +663,7 @@ impl Dispatcher {
                     last_error = format!("provider {provider}: {err}");
                     self.record(provider, err.outcome());
                     self.count(|m| m.failovers.inc());
+                    self.log_unserved(&response, &candidate, format!("not opened: {err}"));
                     continue;
                 }
             };
@@ -607,10 +676,11 @@ impl Dispatcher {
                 .stream_segment(opened, &job, started, &mut response, queue.front(), events)
                 .await
             else {
-                return Ok(()); // The client went away: dropping the stream cancels the job.
+                return Ok(false); // The client went away: dropping the stream cancels the job.
             };
-            self.book(&report, &request, key.as_ref(), &mut response)
+            self.book(&report, request, key.as_ref(), &mut response)
                 .await;
+            self.log_segment(&response, &report, candidate.price);
             if let Some(transcript) = report.transcript.take() {
                 self.trust.consider(SegmentAudit {
                     transcript,
@@ -629,7 +699,8 @@ impl Dispatcher {
                         // It served us: its advert keeps its place in a flooded book.
                         book.mark_known_good(provider);
                     }
-                    return Self::done(finish, response, events).await;
+                    self.done(finish, response, events).await;
+                    return Ok(true);
                 }
                 Ok(finish) => {
                     last_error = format!("provider {provider} stopped the job ({finish:?})");
@@ -643,7 +714,8 @@ impl Dispatcher {
             tracing::warn!(job = %plan.job_id, %provider, error = %last_error, delivered = response.delivered.len(), "provider failed; trying the next");
             self.count(|m| m.failovers.inc());
             if response.delivered.len() >= request.sampling.max_tokens as usize {
-                return Self::done(FinishReason::Length, response, events).await;
+                self.done(FinishReason::Length, response, events).await;
+                return Ok(true);
             }
         }
         // A provider that accepted is in `providers`: the client has been told.
@@ -654,11 +726,15 @@ impl Dispatcher {
         })
     }
 
+    /// Logs the response as complete, then tells the client.
     async fn done(
+        &self,
         finish: FinishReason,
         response: Response,
         events: &mpsc::Sender<DispatchEvent>,
-    ) -> Result<(), ApiError> {
+    ) {
+        let summary = (response.delivered.len() as u64, response.cost);
+        self.jobs.finish(&response.job_id, now_ms(), Ok(summary));
         let done = DispatchEvent::Done {
             finish,
             completion_tokens: response.delivered.len() as u32,
@@ -667,7 +743,63 @@ impl Dispatcher {
             segments: response.segments,
         };
         let _ = events.send(done).await;
-        Ok(())
+    }
+
+    /// A finished segment in the job log: its times, tokens, price and why it ended.
+    fn log_segment(&self, response: &Response, report: &SegmentReport, price: NanoUsd) {
+        let since = |t: Instant| t.saturating_duration_since(response.started).as_millis() as u64;
+        let ended = match &report.end {
+            Ok(FinishReason::Stop | FinishReason::Length) => "completed".to_owned(),
+            Ok(FinishReason::Cancelled) => "preempted".to_owned(),
+            Ok(FinishReason::Error) => "provider error".to_owned(),
+            Err(why) => format!("failover: {why}"),
+        };
+        self.jobs.segment(
+            &response.job_id,
+            crate::jobs::SegmentRecord {
+                provider: report.provider.to_string(),
+                started_ms: since(report.started),
+                first_token_ms: report.first_token.map(since),
+                ended_ms: since(Instant::now()),
+                prompt_tokens: report
+                    .accept
+                    .as_ref()
+                    .map_or(0, |a| u64::from(a.prompt_tokens)),
+                completion_tokens: report.tokens,
+                price_per_token_nano_usd: price.0,
+                amount_nano_usd: report.last_receipt.as_ref().map_or(0, |r| r.amount.0),
+                ended,
+            },
+        );
+    }
+
+    /// A provider that served nothing of the response (never opened, or lost a
+    /// hedged start) in the job log.
+    fn log_unserved(&self, response: &Response, candidate: &Candidate, why: String) {
+        self.log_nothing(response.job_id, response.started, candidate, why);
+    }
+
+    fn log_nothing(&self, job: JobId, since: Instant, candidate: &Candidate, why: String) {
+        let now = since.elapsed().as_millis() as u64;
+        self.jobs.segment(
+            &job,
+            crate::jobs::SegmentRecord {
+                provider: candidate.provider().to_string(),
+                started_ms: now,
+                first_token_ms: None,
+                ended_ms: now,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                price_per_token_nano_usd: candidate.price.0,
+                amount_nano_usd: 0,
+                ended: why,
+            },
+        );
+    }
+
+    /// The job log (`GET /v1/jobs`).
+    pub fn jobs(&self) -> &crate::jobs::JobLog {
+        &self.jobs
     }
 
     /// Gold's hedged start: the same job on the next provider too; the first to answer
@@ -678,7 +810,9 @@ impl Dispatcher {
         job: JobRequest,
         queue: &mut VecDeque<Candidate>,
         terms: &SegmentTerms,
+        since: Instant,
     ) -> (Candidate, Result<Opened, SegmentError>) {
+        let job_id = job.job_id;
         let Some(partner) = queue.pop_front() else {
             let opened = self
                 .segments
@@ -699,10 +833,14 @@ impl Dispatcher {
         )
         .await;
         let (winner, loser, opened) = match (mine, theirs) {
-            (Ok(a), Ok(b)) => match race(a, b).await {
-                (0, opened) => (candidate, partner, Ok(opened)),
-                (_, opened) => (partner, candidate, Ok(opened)),
-            },
+            (Ok(a), Ok(b)) => {
+                let (winner, loser, opened) = match race(a, b).await {
+                    (0, opened) => (candidate, partner, Ok(opened)),
+                    (_, opened) => (partner, candidate, Ok(opened)),
+                };
+                self.log_nothing(job_id, since, &loser, "hedge lost".into());
+                (winner, loser, opened)
+            }
             (Ok(a), Err(_)) => (candidate, partner, Ok(a)),
             (Err(_), Ok(b)) => (partner, candidate, Ok(b)),
             (Err(err), Err(_)) => (candidate, partner, Err(err)),

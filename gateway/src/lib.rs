@@ -12,6 +12,7 @@ pub mod budget;
 pub mod buyer;
 pub mod dispatch;
 pub mod error;
+pub mod jobs;
 pub mod keys;
 pub mod metrics;
 pub mod openai;
@@ -288,6 +289,51 @@ async fn trust_view(State(state): State<GatewayState>) -> Json<Value> {
     Json(view)
 }
 
+/// Whose jobs a caller sees: its own with a (non-admin) key, all without keys.
+fn job_owner(key: &ApiKey) -> Option<String> {
+    key.as_ref().filter(|k| !k.0.admin).map(|k| k.0.id.clone())
+}
+
+#[derive(serde::Deserialize)]
+struct JobsQuery {
+    limit: Option<usize>,
+}
+
+/// `GET /v1/jobs?limit=N`: the newest requests (50 by default), each with its route
+/// and price per hop.
+async fn list_jobs(
+    State(state): State<GatewayState>,
+    key: ApiKey,
+    axum::extract::Query(query): axum::extract::Query<JobsQuery>,
+) -> Json<Value> {
+    let owner = job_owner(&key);
+    let jobs = state.dispatcher.jobs().list(
+        query.limit.unwrap_or(50).min(jobs::MAX_JOBS),
+        owner.as_deref(),
+    );
+    Json(json!({"object": "list", "data": jobs}))
+}
+
+/// `GET /v1/jobs/{id}`: one request's route and price per hop (`x-sharemesh-job`).
+async fn get_job(
+    State(state): State<GatewayState>,
+    key: ApiKey,
+    Path(id): Path<String>,
+) -> Response {
+    let owner = job_owner(&key);
+    match state.dispatcher.jobs().get(&id, owner.as_deref()) {
+        Some(job) => Json(job).into_response(),
+        None => ApiError {
+            status: axum::http::StatusCode::NOT_FOUND,
+            message: format!("no job {id} in this gateway's recent requests"),
+            kind: "invalid_request_error",
+            param: Some("id".into()),
+            code: Some("job_not_found"),
+        }
+        .into_response(),
+    }
+}
+
 /// The OpenAI routes (the node puts [`access::guard`] in front of them).
 pub fn router(state: GatewayState) -> Router {
     Router::new()
@@ -297,6 +343,8 @@ pub fn router(state: GatewayState) -> Router {
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(list_models))
         .route("/v1/trust", get(trust_view))
+        .route("/v1/jobs", get(list_jobs))
+        .route("/v1/jobs/{id}", get(get_job))
         .route("/v1/models/{id}", get(get_model))
         .with_state(state)
 }

@@ -263,6 +263,36 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
     );
     assert!(provider_metrics.contains("libp2p_gossipsub"));
 
+    // Each job's route and price per hop.
+    let jobs = get_json(&http, "/v1/jobs?limit=3");
+    assert_eq!(jobs["data"].as_array().unwrap().len(), 3, "{jobs}");
+    let newest = &jobs["data"][0];
+    let id = newest["job_id"].as_str().unwrap();
+    let job = get_json(&http, &format!("/v1/jobs/{id}"));
+    assert_eq!(job["status"], "completed", "{job}");
+    assert!(
+        job["candidates"][0]["score"].as_f64().unwrap() > 0.0,
+        "{job}"
+    );
+    let hop = &job["segments"][0];
+    assert_eq!(hop["ended"], "completed", "{job}");
+    assert!(hop["provider"].as_str().unwrap().starts_with("12D3KooW"));
+    assert_eq!(
+        hop["amount_nano_usd"], job["cost_nano_usd"],
+        "one hop pays for all: {job}"
+    );
+    assert_eq!(
+        get_json(&http, "/v1/jobs/00000000000000000000000000000000")["error"]["code"],
+        "job_not_found"
+    );
+    // A key sees the jobs made with it, and only those.
+    let mine = common::get_json_with_key(&keyed, "/v1/jobs", Some(&key));
+    let mine = mine["data"].as_array().unwrap();
+    assert!(!mine.is_empty());
+    assert!(mine
+        .iter()
+        .all(|j| j["key"] == mine[0]["key"] && !j["key"].is_null()));
+
     // The key with its own budget is refused before any work starts.
     let out = Command::new("curl")
         .args(["-s", "-H", &format!("Authorization: Bearer {poor_key}"), "-H", "content-type: application/json", "-d"])

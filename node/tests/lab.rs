@@ -105,6 +105,36 @@ async fn a_stalling_provider_is_replaced_and_marked_down() {
         lab.gateway.reputation(&staller) < lab.gateway.reputation(&lab.providers[1].node_id),
         "a stall lowers the staller's standing"
     );
+    // The job log shows the route: the candidates by score, then each hop and why it
+    // ended, with what it was paid.
+    let job = &lab.gateway.jobs().list(1, None)[0];
+    assert_eq!(job.status, "completed");
+    assert_eq!(job.candidates[0].provider, staller.to_string());
+    assert!(job
+        .candidates
+        .windows(2)
+        .all(|pair| pair[0].score <= pair[1].score));
+    let hops: Vec<(&str, u64)> = job
+        .segments
+        .iter()
+        .map(|s| (s.ended.as_str(), s.completion_tokens))
+        .collect();
+    assert_eq!(hops.len(), 2, "{hops:?}");
+    assert!(
+        hops[0].0.starts_with("failover: the provider went silent"),
+        "{hops:?}"
+    );
+    assert_eq!((hops[0].1, hops[1]), (5, ("completed", 15)));
+    assert_eq!(
+        job.segments[1].provider,
+        lab.providers[1].node_id.to_string()
+    );
+    assert_eq!(job.cost_nano_usd, done.cost.0);
+    assert_eq!(
+        job.segments.iter().map(|s| s.amount_nano_usd).sum::<u64>(),
+        done.cost.0
+    );
+    assert!(job.segments[1].first_token_ms.unwrap() >= job.segments[1].started_ms);
 }
 
 /// Gold's hedged start: the same job starts on the two best providers and the first to
@@ -140,6 +170,14 @@ async fn a_hedged_gold_request_is_served_by_the_first_to_answer_and_only_it_is_b
     assert_eq!(done.providers, vec![lab.providers[1].node_id]);
     assert_eq!(done.segments.len(), 1, "the cancelled twin is not billed");
     assert_eq!(done.cost, NanoUsd(100 * (3 + 12)));
+    let job = &lab.gateway.jobs().list(1, None)[0];
+    let silent = lab.providers[0].node_id.to_string();
+    assert!(
+        job.segments
+            .iter()
+            .any(|s| s.provider == silent && s.ended == "hedge lost" && s.amount_nano_usd == 0),
+        "{job:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
