@@ -232,6 +232,7 @@ pub fn parse(
         include_usage: true,
         routing: routing(obj, headers)?,
         chat: true,
+        n: 1,
     })
 }
 

@@ -89,17 +89,27 @@ async fn complete(
 ) -> Result<Response, ApiError> {
     let body = read_body(body).await?;
     let request = openai::parse(&body, chat, &headers)?;
-    let (events, accepted) = start(&state, &request, key).await?;
-    let span =
-        tracing::info_span!("request", job = %accepted.job_id, provider = %accepted.provider);
-    let shape = respond::Shape::new(&accepted, &request.model, chat);
+    // `n` choices are `n` jobs, seeds `seed`, `seed + 1`, …: all must be accepted
+    // before the answer starts (dropping the others cancels them).
+    let runs = (0..request.n).map(|i| {
+        let mut one = request.clone();
+        one.n = 1;
+        one.sampling.seed = one.sampling.seed.wrapping_add(u64::from(i));
+        let (state, key) = (&state, key.clone());
+        async move { start(state, &one, key).await }
+    });
+    let runs = futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    let first = &runs[0].1;
+    let span = tracing::info_span!("request", job = %first.job_id, provider = %first.provider);
+    let shape = respond::Shape::new(first, &request.model, chat);
     if request.stream {
         let _entered = span.enter(); // Only while the response is built: no await here.
-        respond::stream(events, shape, accepted, request.include_usage)
+        respond::stream(runs, shape, request.include_usage)
     } else {
-        respond::whole(events, shape, accepted)
-            .instrument(span)
-            .await
+        respond::whole(runs, shape).instrument(span).await
     }
 }
 

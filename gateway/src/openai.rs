@@ -28,7 +28,13 @@ pub struct CompletionRequest {
     pub include_usage: bool,
     pub routing: RoutingOptions,
     pub chat: bool,
+    /// Choices asked for (OpenAI's `n`, 1..=`MAX_CHOICES`): the gateway runs that many
+    /// separate jobs (seeds `seed`, `seed + 1`, …); the dispatcher runs one.
+    pub n: u32,
 }
+
+/// The most choices one request may ask for (each is a job, paid for).
+pub const MAX_CHOICES: u64 = 8;
 
 pub(crate) fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
     body.as_object()
@@ -398,11 +404,7 @@ pub fn parse(
             }
         }
     };
-    if let Some(n) = integer(obj, "n", 0, u64::MAX)? {
-        if n != 1 {
-            return Err(ApiError::invalid("n", "only `n` = 1 is supported"));
-        }
-    }
+    let n = integer(obj, "n", 1, MAX_CHOICES)?.unwrap_or(1) as u32;
     let max_tokens = match integer(obj, "max_completion_tokens", 1, 131_072)? {
         Some(v) => Some(v),
         None => integer(obj, "max_tokens", 1, 131_072)?,
@@ -449,6 +451,7 @@ pub fn parse(
         include_usage,
         routing: routing(obj, headers)?,
         chat,
+        n,
     })
 }
 
@@ -483,7 +486,8 @@ mod tests {
             (r#""temperature": "hot""#, "temperature"),
             (r#""top_p": 0"#, "top_p"),
             (r#""max_tokens": 0"#, "max_tokens"),
-            (r#""n": 2"#, "n"),
+            (r#""n": 9"#, "n"),
+            (r#""n": 0"#, "n"),
             (r#""stop": 5"#, "stop"),
             (r#""stream": "yes""#, "stream"),
             (r#""sharemesh": {"tier": "platinum"}"#, "sharemesh.tier"),

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use sharemesh_protocol::{FinishReason, JobId, NodeId};
 use tokio::sync::mpsc;
 
-use crate::dispatch::DispatchEvent;
+use crate::dispatch::{DispatchEvent, Segment};
 use crate::error::ApiError;
 
 /// What the client is told once a provider accepted the request.
@@ -71,99 +71,136 @@ impl Shape {
         }
     }
 
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+    fn chunk(&self, index: usize, delta: Value, finish: Option<&str>) -> Value {
         if self.chat {
             json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                   "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+                   "choices": [{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}]})
         } else {
             let text = delta
                 .get("content")
                 .cloned()
                 .unwrap_or(Value::String(String::new()));
             json!({"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
-                   "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]})
+                   "choices": [{"index": index, "text": text, "logprobs": null, "finish_reason": finish}]})
         }
     }
 }
 
-/// A streamed response: a first empty delta, one chunk per token, a last chunk with the
-/// finish reason and the providers and cost, optionally a usage chunk, then `[DONE]`.
-pub(crate) fn stream(
+/// One choice being answered: its dispatcher events and what its provider accepted.
+pub(crate) type Run = (mpsc::Receiver<DispatchEvent>, Accepted);
+
+/// `x-sharemesh-job`: the first choice's job.
+fn first_job(runs: &[Run]) -> Result<HeaderValue, ApiError> {
+    header(
+        &runs
+            .first()
+            .map(|(_, a)| a.job_id.to_string())
+            .unwrap_or_default(),
+    )
+}
+
+/// A dispatcher's events as a stream, each tagged with its choice's index.
+fn tagged(
+    index: usize,
     events: mpsc::Receiver<DispatchEvent>,
+) -> impl futures::Stream<Item = (usize, DispatchEvent)> {
+    futures::stream::unfold(events, move |mut events| async move {
+        events.recv().await.map(|event| ((index, event), events))
+    })
+}
+
+fn sharemesh_block(
+    providers: &[NodeId],
+    cost: sharemesh_protocol::NanoUsd,
+    segments: &[Segment],
+) -> Value {
+    json!({"providers": providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
+           "cost_nano_usd": cost.0, "segments": segments})
+}
+
+/// A streamed response: a first empty delta per choice, one chunk per token (with its
+/// choice's index), a chunk with each choice's finish reason and its providers and
+/// cost, optionally a usage chunk once every choice is done, then `[DONE]`.
+pub(crate) fn stream(
+    runs: Vec<Run>,
     shape: Shape,
-    accepted: Accepted,
     include_usage: bool,
 ) -> Result<Response, ApiError> {
     let chat = shape.chat;
-    let prompt_tokens = accepted.prompt_tokens;
-    let job_header = header(&accepted.job_id.to_string())?;
-    let provider_header = header(&accepted.provider.to_string())?;
-    let first = shape.chunk(
-        if chat {
-            json!({"role": "assistant", "content": ""})
-        } else {
-            json!({"content": ""})
-        },
-        None,
+    let choices = runs.len();
+    let prompt_tokens = runs.first().map_or(0, |(_, a)| a.prompt_tokens);
+    let job_header = first_job(&runs)?;
+    let provider_header = header(&provider_list(
+        &runs.iter().map(|(_, a)| a.provider).collect::<Vec<_>>(),
+    ))?;
+    let opening: Vec<Value> = (0..choices)
+        .map(|index| {
+            let delta = if chat {
+                json!({"role": "assistant", "content": ""})
+            } else {
+                json!({"content": ""})
+            };
+            shape.chunk(index, delta, None)
+        })
+        .collect();
+    let merged = futures::stream::select_all(
+        runs.into_iter()
+            .enumerate()
+            .map(|(index, (events, _))| Box::pin(tagged(index, events))),
     );
-    let state = (Some(first), events, shape, false);
-    let stream = futures::stream::unfold(
+    // (events, shape, choices still running, completion tokens so far, done)
+    let state = (merged, shape, choices, 0u32, false);
+    let body = futures::stream::unfold(
         state,
-        move |(pending, mut events, shape, done)| async move {
-            if let Some(value) = pending {
-                return Some((vec![value], (None, events, shape, done)));
-            }
+        move |(mut merged, shape, running, tokens, done)| async move {
+            use futures::StreamExt;
             if done {
                 return None;
             }
             loop {
-                match events.recv().await {
-                    Some(DispatchEvent::Token { text, .. }) => {
-                        if text.is_empty() {
-                            continue;
-                        }
-                        return Some((
-                            vec![shape.chunk(json!({"content": text}), None)],
-                            (None, events, shape, false),
-                        ));
+                let (index, event) = merged.next().await?;
+                match event {
+                    DispatchEvent::Token { text, .. } if !text.is_empty() => {
+                        let chunk = shape.chunk(index, json!({"content": text}), None);
+                        return Some((vec![chunk], (merged, shape, running, tokens, false)));
                     }
-                    Some(DispatchEvent::Switched { .. }) | Some(DispatchEvent::Accepted { .. }) => {
-                        continue
-                    }
-                    Some(DispatchEvent::Done {
+                    DispatchEvent::Done {
                         finish,
                         completion_tokens,
                         providers,
                         cost,
                         segments,
-                    }) => {
-                        let mut last = shape.chunk(json!({}), Some(finish_name(finish)));
-                        last["sharemesh"] = json!({"providers": providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                                               "cost_nano_usd": cost.0, "segments": segments});
+                    } => {
+                        let mut last = shape.chunk(index, json!({}), Some(finish_name(finish)));
+                        last["sharemesh"] = sharemesh_block(&providers, cost, &segments);
+                        let (running, tokens) = (running - 1, tokens + completion_tokens);
                         let mut out = vec![last];
-                        if include_usage {
-                            let mut tail = shape.chunk(json!({}), None);
+                        if running == 0 && include_usage {
+                            let mut tail = shape.chunk(0, json!({}), None);
                             tail["choices"] = json!([]);
-                            tail["usage"] = usage(prompt_tokens, completion_tokens);
+                            tail["usage"] = usage(prompt_tokens, tokens);
                             out.push(tail);
                         }
-                        return Some((out, (None, events, shape, true)));
+                        return Some((out, (merged, shape, running, tokens, running == 0)));
                     }
-                    Some(DispatchEvent::Failed(err)) => {
-                        return Some((vec![err.body()], (None, events, shape, true)));
+                    DispatchEvent::Failed(err) => {
+                        return Some((vec![err.body()], (merged, shape, running, tokens, true)));
                     }
-                    None => return None,
+                    _ => continue,
                 }
             }
         },
     );
-    let frames = futures::StreamExt::flat_map(stream, |values| {
-        futures::stream::iter(
-            values
-                .into_iter()
-                .map(|v| Ok::<_, Infallible>(Event::default().data(v.to_string()))),
-        )
-    });
+    let frames = futures::StreamExt::flat_map(
+        futures::StreamExt::chain(futures::stream::iter([opening]), body),
+        |values| {
+            futures::stream::iter(
+                values
+                    .into_iter()
+                    .map(|v| Ok::<_, Infallible>(Event::default().data(v.to_string()))),
+            )
+        },
+    );
     let done =
         futures::stream::once(async { Ok::<_, Infallible>(Event::default().data("[DONE]")) });
     let mut response = Sse::new(futures::StreamExt::chain(frames, done))
@@ -176,17 +213,19 @@ pub(crate) fn stream(
     Ok(response)
 }
 
-/// A whole response, once the dispatcher is done.
-pub(crate) async fn whole(
-    mut events: mpsc::Receiver<DispatchEvent>,
-    shape: Shape,
-    accepted: Accepted,
-) -> Result<Response, ApiError> {
-    let (chat, prompt_tokens, started) = (shape.chat, accepted.prompt_tokens, accepted.started);
-    let first_provider = accepted.provider;
-    let job_header = header(&accepted.job_id.to_string())?;
+/// One choice, answered in full.
+struct Collected {
+    text: String,
+    finish: FinishReason,
+    completion_tokens: u32,
+    providers: Vec<NodeId>,
+    cost: sharemesh_protocol::NanoUsd,
+    segments: Vec<Segment>,
+}
+
+async fn collect((mut events, accepted): Run) -> Result<Collected, ApiError> {
     let mut text = String::new();
-    let mut providers = vec![first_provider];
+    let mut providers = vec![accepted.provider];
     loop {
         match events.recv().await {
             Some(DispatchEvent::Token { text: delta, .. }) => text.push_str(&delta),
@@ -195,35 +234,18 @@ pub(crate) async fn whole(
             Some(DispatchEvent::Done {
                 finish,
                 completion_tokens,
-                providers: all,
+                providers,
                 cost,
                 segments,
             }) => {
-                let finish = finish_name(finish);
-                let choice = if chat {
-                    json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish})
-                } else {
-                    json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
-                };
-                let body = json!({
-                    "id": shape.id,
-                    "object": if chat { "chat.completion" } else { "text_completion" },
-                    "created": shape.created,
-                    "model": shape.model,
-                    "choices": [choice],
-                    "usage": usage(prompt_tokens, completion_tokens),
-                    "sharemesh": {"providers": all.iter().map(ToString::to_string).collect::<Vec<_>>(), "cost_nano_usd": cost.0,
-                                  "segments": segments,
-                                  "seconds": started.elapsed().as_secs_f64()},
-                });
-                let mut response = Json(body).into_response();
-                let header = HeaderValue::from_str(&provider_list(&all))
-                    .map_err(|e| ApiError::upstream(e.to_string()))?;
-                response
-                    .headers_mut()
-                    .insert("x-sharemesh-provider", header);
-                response.headers_mut().insert("x-sharemesh-job", job_header);
-                return Ok(response);
+                return Ok(Collected {
+                    text,
+                    finish,
+                    completion_tokens,
+                    providers,
+                    cost,
+                    segments,
+                })
             }
             Some(DispatchEvent::Failed(err)) => return Err(err),
             None => {
@@ -234,4 +256,47 @@ pub(crate) async fn whole(
             }
         }
     }
+}
+
+/// A whole response, once every choice is done.
+pub(crate) async fn whole(runs: Vec<Run>, shape: Shape) -> Result<Response, ApiError> {
+    let chat = shape.chat;
+    let prompt_tokens = runs.first().map_or(0, |(_, a)| a.prompt_tokens);
+    let started = runs.first().map(|(_, a)| a.started);
+    let job_header = first_job(&runs)?;
+    let answers = futures::future::join_all(runs.into_iter().map(collect)).await;
+    let answers = answers.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let choices: Vec<Value> = answers
+        .iter()
+        .enumerate()
+        .map(|(index, a)| {
+            let finish = finish_name(a.finish);
+            if chat {
+                json!({"index": index, "message": {"role": "assistant", "content": a.text}, "logprobs": null, "finish_reason": finish})
+            } else {
+                json!({"index": index, "text": a.text, "logprobs": null, "finish_reason": finish})
+            }
+        })
+        .collect();
+    let providers: Vec<NodeId> = answers.iter().flat_map(|a| a.providers.clone()).collect();
+    let segments: Vec<Segment> = answers.iter().flat_map(|a| a.segments.clone()).collect();
+    let cost = sharemesh_protocol::NanoUsd(answers.iter().map(|a| a.cost.0).sum());
+    let completion_tokens = answers.iter().map(|a| a.completion_tokens).sum();
+    let mut sharemesh = sharemesh_block(&providers, cost, &segments);
+    sharemesh["seconds"] = json!(started.map_or(0.0, |s| s.elapsed().as_secs_f64()));
+    let body = json!({
+        "id": shape.id,
+        "object": if chat { "chat.completion" } else { "text_completion" },
+        "created": shape.created,
+        "model": shape.model,
+        "choices": choices,
+        "usage": usage(prompt_tokens, completion_tokens),
+        "sharemesh": sharemesh,
+    });
+    let mut response = Json(body).into_response();
+    response
+        .headers_mut()
+        .insert("x-sharemesh-provider", header(&provider_list(&providers))?);
+    response.headers_mut().insert("x-sharemesh-job", job_header);
+    Ok(response)
 }

@@ -332,6 +332,7 @@ impl Lab {
             include_usage: true,
             routing,
             chat: false,
+            n: 1,
         }
     }
 

@@ -80,6 +80,7 @@ fn request(routing: RoutingOptions) -> CompletionRequest {
         include_usage: false,
         routing,
         chat: false,
+        n: 1,
     }
 }
 

@@ -48,6 +48,33 @@ check(finishes[-1] == "stop" and all(f is None for f in finishes[:-1]), f"finish
 check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 11, "usage chunk")
 results["stream_chunks"] = len(chunks)
 
+# `n` choices: separate jobs with seeds seed, seed + 1, …; the same request gives the
+# same choices (same seeds, same execution profile), streamed or not.
+ask = dict(model=model, messages=[{"role": "user", "content": "Name a colour."}], temperature=0.9,
+           seed=7, max_tokens=8, n=3)
+many = client.chat.completions.create(**ask)
+check(sorted(c.index for c in many.choices) == [0, 1, 2], f"choices {many.choices}")
+texts = [c.message.content for c in sorted(many.choices, key=lambda c: c.index)]
+check(all(texts), f"texts {texts}")
+check(0 < many.usage.completion_tokens <= 24, f"usage {many.usage}")
+again = client.chat.completions.create(**ask)
+check([c.message.content for c in sorted(again.choices, key=lambda c: c.index)] == texts, "seeded choices repeat")
+parts = {0: "", 1: "", 2: ""}
+finished = {}
+streamed_usage = None
+for c in client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}):
+    for choice in c.choices:
+        parts[choice.index] += choice.delta.content or ""
+        if choice.finish_reason:
+            finished[choice.index] = choice.finish_reason
+    if c.usage:
+        streamed_usage = c.usage
+check([parts[i] for i in range(3)] == texts, f"streamed choices {parts} vs {texts}")
+check(sorted(finished) == [0, 1, 2], f"finish reasons {finished}")
+check(streamed_usage is not None and streamed_usage.completion_tokens == many.usage.completion_tokens,
+      f"streamed usage {streamed_usage}")
+results["choices"] = texts
+
 # Text completions, plain and streamed.
 completion = client.completions.create(model=model, prompt="The capital of France is", temperature=0, max_tokens=3)
 check(completion.choices[0].text.startswith(" Paris"), f"completion {completion.choices[0].text!r}")
@@ -78,7 +105,7 @@ def expect(error_type, status, code=None, param=None, **kwargs):
 
 msgs = [{"role": "user", "content": "hi"}]
 expect(openai.BadRequestError, 400, param="temperature", model=model, messages=msgs, temperature=5)
-expect(openai.BadRequestError, 400, param="n", model=model, messages=msgs, n=3)
+expect(openai.BadRequestError, 400, param="n", model=model, messages=msgs, n=9)
 expect(openai.BadRequestError, 400, param="messages", model=model, messages=[])
 expect(openai.NotFoundError, 404, code="model_not_found", model="no-such-model", messages=msgs)
 expect(openai.InternalServerError, 503, code="no_provider_available", model=model, messages=msgs,
