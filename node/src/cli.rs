@@ -51,6 +51,9 @@ pub enum Command {
     },
     /// Terminal playground: chat with a model through a gateway.
     Chat(crate::chat::ChatArgs),
+    /// A running node at a glance: peers, the order book, its books, what it verified,
+    /// its recent jobs (from its HTTP API).
+    Status(crate::status::StatusArgs),
     /// What this provider earned, from its ledger.
     Earnings(AccountArgs),
     /// What this gateway spent, from its ledger.
@@ -115,6 +118,7 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         Command::Demo => crate::demo::run(&data_dir),
         Command::Chat(args) => crate::chat::run(args),
+        Command::Status(args) => crate::status::run(args),
         Command::Earnings(args) => {
             commands::account(&data_dir, sharemesh_ledger::Side::Earnings, args)
         }

@@ -189,8 +189,6 @@ async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok", "peer_id": state.mesh.peer_id.to_string()}))
 }
 
-/// The API, every route behind [`access::guard`] (keys, admin keys, and on loopback the
-/// Host/Origin check).
 /// `GET /metrics`: the process's metrics in the OpenMetrics text format (the same keys
 /// as every other route off loopback).
 async fn metrics(State(state): State<AppState>) -> axum::response::Response {
@@ -212,6 +210,8 @@ async fn metrics(State(state): State<AppState>) -> axum::response::Response {
         .into_response()
 }
 
+/// The API, every route behind [`access::guard`] (keys, admin keys, and on loopback the
+/// Host/Origin check).
 pub fn router(
     state: AppState,
     gateway: Option<sharemesh_gateway::GatewayState>,

@@ -19,6 +19,7 @@ pub mod logging;
 pub mod provide;
 pub mod replay;
 pub mod serve;
+pub mod status;
 
 #[cfg(test)]
 mod tests {

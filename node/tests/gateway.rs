@@ -293,6 +293,28 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
         .iter()
         .all(|j| j["key"] == mine[0]["key"] && !j["key"].is_null()));
 
+    // `sharemesh status`: the node at a glance, from its API.
+    let status = Command::new(common::sharemesh_bin())
+        .args(["status", "--node", &format!("http://{http}")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{text}");
+    assert!(
+        text.contains("1 providers offering smollm2-135m-instruct"),
+        "{text}"
+    );
+    assert!(
+        text.contains("spent") && text.contains("completed"),
+        "{text}"
+    );
+    let gone = Command::new(common::sharemesh_bin())
+        .args(["status", "--node", "http://127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert!(!gone.status.success());
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("no node answers at"));
+
     // The key with its own budget is refused before any work starts.
     let out = Command::new("curl")
         .args(["-s", "-H", &format!("Authorization: Bearer {poor_key}"), "-H", "content-type: application/json", "-d"])
