@@ -20,7 +20,7 @@ use crate::keys::KeyCheck;
 pub const ADMIN_PATHS: &[&str] = &["/v1/network/block", "/v1/network/unblock"];
 
 /// Routes anyone who can reach the listener may call.
-pub const OPEN_PATHS: &[&str] = &["/health"];
+pub const OPEN_PATHS: &[&str] = &["/health", "/", "/console"];
 
 #[derive(Clone, Debug, Default)]
 pub struct Access {

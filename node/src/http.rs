@@ -189,6 +189,12 @@ async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok", "peer_id": state.mesh.peer_id.to_string()}))
 }
 
+/// `GET /` (and `/console`): the web console, one page built into the binary that reads
+/// the node's own API (no data in it, so it needs no key; its API calls do).
+async fn console() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("console/index.html"))
+}
+
 /// `GET /metrics`: the process's metrics in the OpenMetrics text format (the same keys
 /// as every other route off loopback).
 async fn metrics(State(state): State<AppState>) -> axum::response::Response {
@@ -218,6 +224,8 @@ pub fn router(
     access: Access,
 ) -> Router {
     let network = Router::new()
+        .route("/", get(console))
+        .route("/console", get(console))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/network/providers", get(providers))

@@ -71,6 +71,9 @@ async fn every_route_needs_a_key_and_changes_need_an_admin_key() {
         ("GET", "/v1/account/spend"),
         ("GET", "/v1/account/earnings"),
         ("POST", "/v1/network/block"),
+        ("GET", "/metrics"),
+        ("GET", "/v1/jobs"),
+        ("GET", "/v1/trust"),
     ];
     for (method, path) in routes {
         let (status, body) = tokio::task::spawn_blocking(move || curl(address, method, path, &[]))
@@ -81,6 +84,10 @@ async fn every_route_needs_a_key_and_changes_need_an_admin_key() {
     }
     let (status, _) = curl(address, "GET", "/health", &[]);
     assert_eq!(status, 200, "health stays open");
+    // The console page holds no data (its API calls need the key).
+    let (status, page) = curl(address, "GET", "/", &[]);
+    assert_eq!(status, 200);
+    assert!(page.contains("sharemesh console"));
     let (status, body) = curl(address, "GET", "/v1/network/providers", &bearer(&user));
     assert_eq!(status, 200, "{body}");
     let (status, body) = curl(

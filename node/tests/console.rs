@@ -1,0 +1,37 @@
+#![allow(clippy::unwrap_used)]
+//! The web console in a real browser (headless Chromium driven by Playwright) against a
+//! real provider and gateway on loopback: the playground streams an answer and names
+//! its provider, the job page shows the route, the network page the provider, the
+//! provider's page its earnings. Screenshots land in the test's target directory.
+
+mod common;
+
+use std::process::Command;
+
+#[test]
+fn the_console_works_in_a_real_browser() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_provider, provider) = common::provider(dirs[0].path(), None, &["--http", "127.0.0.1:0"]);
+    let bootstrap = provider["listen"][0].as_str().unwrap().to_owned();
+    let provider_http = provider["http"].as_str().unwrap().to_owned();
+    let (_gateway, gateway) = common::gateway(&bootstrap, dirs[1].path(), 1, &[]);
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/console_browser.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args([&gateway, &provider_http])
+        .arg(&shots)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the console failed in the browser: {stdout}\n{}\n(scripts/test installs Debian's chromium and Playwright)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{stdout}");
+    for page in ["playground", "buyer", "network", "provider"] {
+        assert!(shots.join(format!("{page}.png")).exists(), "{page}.png");
+    }
+}
