@@ -1,8 +1,10 @@
 #![allow(clippy::unwrap_used)]
-//! The web console in a real browser (headless Chromium driven by Playwright) against a
-//! real provider and gateway on loopback: the playground streams an answer and names
-//! its provider, the job page shows the route, the network page the provider, the
-//! provider's page its earnings. Screenshots land in the test's target directory.
+//! The web console in a real browser (headless Chromium driven by Playwright) against
+//! real providers and a gateway on loopback: the playground streams an answer and names
+//! its provider, the job page shows the route, the network page the providers; the
+//! serving provider is killed with SIGKILL mid-answer and the route shows the failover;
+//! the other provider's page shows its earnings grow; a request over the daily budget
+//! shows the 402's reason. Screenshots land in the test's target directory.
 
 mod common;
 
@@ -10,11 +12,22 @@ use std::process::Command;
 
 #[test]
 fn the_console_works_in_a_real_browser() {
-    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let (_provider, provider) = common::provider(dirs[0].path(), None, &["--http", "127.0.0.1:0"]);
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_provider, provider) = common::provider(
+        dirs[0].path(),
+        None,
+        &["--http", "127.0.0.1:0", "--price", "0.1"],
+    );
     let bootstrap = provider["listen"][0].as_str().unwrap().to_owned();
     let provider_http = provider["http"].as_str().unwrap().to_owned();
-    let (_gateway, gateway) = common::gateway(&bootstrap, dirs[1].path(), 1, &[]);
+    // The cheaper provider serves first; the browser test kills it mid-answer.
+    let (cheap, _) = common::provider(dirs[2].path(), Some(&bootstrap), &["--price", "0.05"]);
+    let (_gateway, gateway) = common::gateway(
+        &bootstrap,
+        dirs[1].path(),
+        2,
+        &["--daily-budget", "0.0001", "--stall-timeout-ms", "3000"],
+    );
     let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/console_browser.py");
@@ -22,6 +35,7 @@ fn the_console_works_in_a_real_browser() {
         .arg(script)
         .args([&gateway, &provider_http])
         .arg(&shots)
+        .arg(cheap.0.id().to_string())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -31,7 +45,14 @@ fn the_console_works_in_a_real_browser() {
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!("{stdout}");
-    for page in ["playground", "buyer", "network", "provider"] {
+    for page in [
+        "playground",
+        "buyer",
+        "network",
+        "failover",
+        "provider",
+        "over-budget",
+    ] {
         assert!(shots.join(format!("{page}.png")).exists(), "{page}.png");
     }
 }
