@@ -14,7 +14,7 @@
 use std::convert::Infallible;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
@@ -24,7 +24,8 @@ use tokio::sync::mpsc;
 use crate::dispatch::DispatchEvent;
 use crate::error::ApiError;
 use crate::openai::{
-    boolean, integer, kind, message_list, number, object, routing, string, top_p, CompletionRequest,
+    boolean, integer, kind, message_list, number, object, routing, string, text_content, top_p,
+    CompletionRequest,
 };
 
 /// Request fields sharemesh does not serve yet: refused with a 400 naming the field.
@@ -56,55 +57,13 @@ fn error_body(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
 }
 
-/// The text of a `system` value or of a message's `content`: a string, or a list of
-/// text blocks (`param` names the field in errors).
+/// The text of a `system` value or of a message's `content`: a string, or `text`
+/// blocks (`tool_use`, `tool_result`, `image`, … refused by name).
 fn text_of(value: &Value, param: &str) -> Result<String, ApiError> {
-    match value {
-        Value::String(text) => Ok(text.clone()),
-        Value::Array(blocks) => {
-            let mut text = String::new();
-            for (j, block) in blocks.iter().enumerate() {
-                let at = format!("{param}[{j}]");
-                match block.get("type").and_then(Value::as_str) {
-                    Some("text") => match block.get("text") {
-                        Some(Value::String(t)) => text.push_str(t),
-                        _ => {
-                            return Err(ApiError::invalid(
-                                &format!("{at}.text"),
-                                format!("`{at}.text` must be a string"),
-                            ))
-                        }
-                    },
-                    Some(other @ ("tool_use" | "tool_result")) => {
-                        return Err(ApiError::invalid(
-                            &format!("{at}.type"),
-                            format!("`{other}` blocks are not supported yet (tool use)"),
-                        ))
-                    }
-                    Some(other) => {
-                        return Err(ApiError::invalid(
-                            &format!("{at}.type"),
-                            format!("`{other}` blocks are not supported: only `text`"),
-                        ))
-                    }
-                    None => {
-                        return Err(ApiError::invalid(
-                            &format!("{at}.type"),
-                            format!("`{at}` needs a `type`"),
-                        ))
-                    }
-                }
-            }
-            Ok(text)
-        }
-        other => Err(ApiError::invalid(
-            param,
-            format!(
-                "`{param}` must be a string or a list of content blocks, got {}",
-                kind(other)
-            ),
-        )),
+    if value.is_null() {
+        return Err(ApiError::invalid(param, format!("`{param}` is required")));
     }
+    text_content(value, param, &["text"])
 }
 
 /// `system` and `messages` as a chat prompt.
@@ -423,14 +382,7 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Res
         futures::stream::iter(opening),
         futures::StreamExt::flat_map(body, futures::stream::iter),
     );
-    let mut response = Sse::new(frames)
-        .keep_alive(KeepAlive::default())
-        .into_response();
-    response.headers_mut().insert("x-sharemesh-job", headers.0);
-    response
-        .headers_mut()
-        .insert("x-sharemesh-provider", headers.1);
-    response
+    crate::respond::sse(frames, headers.0, headers.1)
 }
 
 #[cfg(test)]

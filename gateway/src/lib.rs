@@ -20,6 +20,7 @@ pub mod outsource;
 pub mod plan;
 pub mod quote;
 mod respond;
+mod responses;
 pub mod segment;
 pub mod standing;
 pub mod transcript;
@@ -147,6 +148,37 @@ async fn start(
             "the request ended before a provider accepted it",
         )),
     }
+}
+
+/// `POST /v1/responses` (OpenAI's Responses API, stateless).
+async fn responses_create(
+    State(state): State<GatewayState>,
+    key: ApiKey,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let answered = async {
+        let body = read_body(body).await?;
+        let request = responses::parse(&body, &headers)?;
+        let (events, accepted) = start(&state, &request, key.map(|k| k.0)).await?;
+        let header = |value: String| {
+            axum::http::HeaderValue::from_str(&value).map_err(|e| ApiError::upstream(e.to_string()))
+        };
+        let stream = request.stream;
+        let shape = responses::Shape::new(
+            &accepted.job_id.to_string(),
+            request,
+            accepted.prompt_tokens,
+            header(accepted.job_id.to_string())?,
+            header(accepted.provider.to_string())?,
+        );
+        if stream {
+            Ok(responses::stream(events, shape))
+        } else {
+            responses::whole(events, shape).await
+        }
+    };
+    answered.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// `POST /v1/messages` (Anthropic's Messages API).
@@ -349,6 +381,7 @@ pub fn router(state: GatewayState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/v1/responses", post(responses_create))
         .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(list_models))

@@ -158,23 +158,53 @@ fn stop(obj: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     Ok(list)
 }
 
-fn content(value: &Value, index: usize) -> Result<String, ApiError> {
-    let param = format!("messages[{index}].content");
+/// The text of a message's content (`param` names it in errors): a string, or a list
+/// of parts whose `type` is one of `text_types`, each with a string `text`. Any other
+/// part (an image, a tool call) is refused by name: answering without it would answer
+/// another question. `null` is empty.
+pub(crate) fn text_content(
+    value: &Value,
+    param: &str,
+    text_types: &[&str],
+) -> Result<String, ApiError> {
     match value {
         Value::String(s) => Ok(s.clone()),
         Value::Array(parts) => {
             let mut text = String::new();
-            for part in parts {
-                match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
-                    (Some("text"), Some(t)) => text.push_str(t),
-                    _ => return Err(ApiError::invalid(&param, format!("`{param}` parts must be text parts (`{{\"type\": \"text\", \"text\": …}}`)"))),
+            for (j, part) in parts.iter().enumerate() {
+                let at = format!("{param}[{j}]");
+                match part.get("type").and_then(Value::as_str) {
+                    Some(t) if text_types.contains(&t) => match part.get("text") {
+                        Some(Value::String(t)) => text.push_str(t),
+                        _ => {
+                            return Err(ApiError::invalid(
+                                &format!("{at}.text"),
+                                format!("`{at}.text` must be a string"),
+                            ))
+                        }
+                    },
+                    Some(other) => {
+                        return Err(ApiError::invalid(
+                            &format!("{at}.type"),
+                            format!(
+                                "`{other}` parts are not supported yet: only text ({})",
+                                text_types.join(", ")
+                            ),
+                        ))
+                    }
+                    None => {
+                        return Err(ApiError::invalid(
+                            &format!("{at}.type"),
+                            format!("`{at}` needs a `type`"),
+                        ))
+                    }
                 }
             }
             Ok(text)
         }
         Value::Null => Ok(String::new()),
         other => Err(ApiError::invalid(
-            &param,
+            param,
             format!(
                 "`{param}` must be a string or a list of text parts, got {}",
                 kind(other)
@@ -219,7 +249,11 @@ fn messages(obj: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
             };
             Ok(ChatMessage {
                 role,
-                content: content(m.get("content").unwrap_or(&Value::Null), i)?,
+                content: text_content(
+                    m.get("content").unwrap_or(&Value::Null),
+                    &format!("messages[{i}].content"),
+                    &["text"],
+                )?,
             })
         })
         .collect()

@@ -203,14 +203,26 @@ pub(crate) fn stream(
     );
     let done =
         futures::stream::once(async { Ok::<_, Infallible>(Event::default().data("[DONE]")) });
-    let mut response = Sse::new(futures::StreamExt::chain(frames, done))
+    Ok(sse(
+        futures::StreamExt::chain(frames, done),
+        job_header,
+        provider_header,
+    ))
+}
+
+/// A server-sent-events response (kept alive) naming its job and provider(s).
+pub(crate) fn sse<S>(events: S, job: HeaderValue, providers: HeaderValue) -> Response
+where
+    S: futures::Stream<Item = Result<Event, Infallible>> + Send + 'static,
+{
+    let mut response = Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response();
+    response.headers_mut().insert("x-sharemesh-job", job);
     response
         .headers_mut()
-        .insert("x-sharemesh-provider", provider_header);
-    response.headers_mut().insert("x-sharemesh-job", job_header);
-    Ok(response)
+        .insert("x-sharemesh-provider", providers);
+    response
 }
 
 /// One choice, answered in full.

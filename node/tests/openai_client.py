@@ -75,6 +75,31 @@ check(streamed_usage is not None and streamed_usage.completion_tokens == many.us
       f"streamed usage {streamed_usage}")
 results["choices"] = texts
 
+# The Responses API (stateless): a whole response, a cut one, and a stream.
+ANSWER = "The answer to this classic math problem is 4."
+resp = client.responses.create(model=model, input="What is 2 + 2?", temperature=0, max_output_tokens=16)
+check(resp.status == "completed" and resp.output_text == ANSWER, f"response {resp}")
+check(resp.usage.output_tokens == 11 and resp.usage.input_tokens > 0, f"response usage {resp.usage}")
+cut = client.responses.create(model=model, input="What is 2 + 2?", temperature=0, max_output_tokens=3)
+check(cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens", f"cut {cut}")
+with client.responses.stream(model=model, input=[{"role": "user", "content": "What is 2 + 2?"}],
+                             temperature=0, max_output_tokens=16) as stream:
+    kinds = []
+    deltas = ""
+    for event in stream:
+        kinds.append(event.type)
+        if event.type == "response.output_text.delta":
+            deltas += event.delta
+    final = stream.get_final_response()
+check(deltas == ANSWER and final.output_text == ANSWER, f"streamed response {deltas!r} / {final.output_text!r}")
+check(kinds[0] == "response.created" and kinds[-1] == "response.completed", f"events {kinds}")
+try:
+    client.responses.create(model=model, input="hi", previous_response_id="resp_x")
+    check(False, "expected a 400 for previous_response_id")
+except openai.BadRequestError as err:
+    check((err.body or {}).get("param") == "previous_response_id", f"{err.body}")
+results["responses"] = resp.output_text
+
 # Text completions, plain and streamed.
 completion = client.completions.create(model=model, prompt="The capital of France is", temperature=0, max_tokens=3)
 check(completion.choices[0].text.startswith(" Paris"), f"completion {completion.choices[0].text!r}")

@@ -1,0 +1,439 @@
+//! OpenAI's Responses API, stateless (`POST /v1/responses`): `input` (a string or
+//! message items) and `instructions` become a chat prompt; the answer is a `response`
+//! object with one `message` output item, or streamed as the Responses events
+//! (`response.created`, `response.in_progress`, `response.output_item.added`,
+//! `response.content_part.added`, `response.output_text.delta`…, `…output_text.done`,
+//! `…content_part.done`, `…output_item.done`, `response.completed`), each with its
+//! `sequence_number`. Nothing is stored: `previous_response_id`, `conversation` and
+//! `background` are refused by name, as are tools and structured output.
+
+use std::convert::Infallible;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::sse::Event;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+use sharemesh_protocol::{ChatMessage, FinishReason, Prompt, Role, Sampling};
+use tokio::sync::mpsc;
+
+use crate::dispatch::DispatchEvent;
+use crate::error::ApiError;
+use crate::openai::{
+    boolean, integer, kind, number, object, routing, string, text_content, top_p, CompletionRequest,
+};
+
+/// Fields a stateless gateway without tools cannot honour: refused when set.
+const UNSERVED: &[(&str, &str)] = &[
+    (
+        "previous_response_id",
+        "responses are not stored: send the whole conversation in `input`",
+    ),
+    (
+        "conversation",
+        "conversations are not stored: send the whole conversation in `input`",
+    ),
+    ("background", "background responses are not supported"),
+    ("tools", "tool calling is not supported yet"),
+    ("prompt", "stored prompts are not supported"),
+];
+
+/// `instructions` and `input` as a chat prompt.
+fn prompt(obj: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    let mut chat = Vec::new();
+    if let Some(instructions) = string(obj, "instructions")? {
+        chat.push(ChatMessage {
+            role: Role::System,
+            content: instructions.to_owned(),
+        });
+    }
+    match obj.get("input") {
+        Some(Value::String(text)) => chat.push(ChatMessage {
+            role: Role::User,
+            content: text.clone(),
+        }),
+        Some(Value::Array(items)) if !items.is_empty() => {
+            for (i, item) in items.iter().enumerate() {
+                let at = format!("input[{i}]");
+                let kind_of = item
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("message");
+                if kind_of != "message" {
+                    return Err(ApiError::invalid(
+                        &format!("{at}.type"),
+                        format!("`{kind_of}` items are not supported: only messages"),
+                    ));
+                }
+                let role = match item.get("role").and_then(Value::as_str) {
+                    Some("user") => Role::User,
+                    Some("assistant") => Role::Assistant,
+                    Some("system" | "developer") => Role::System,
+                    other => {
+                        return Err(ApiError::invalid(
+                            &format!("{at}.role"),
+                            format!("`{at}.role` must be user, assistant, system or developer, got {other:?}"),
+                        ))
+                    }
+                };
+                let content = text_content(
+                    item.get("content").unwrap_or(&Value::Null),
+                    &format!("{at}.content"),
+                    &["input_text", "output_text", "text"],
+                )?;
+                chat.push(ChatMessage { role, content });
+            }
+        }
+        None | Some(Value::Null) => return Err(ApiError::invalid("input", "`input` is required")),
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "input",
+                format!(
+                    "`input` must be a string or a non-empty list of messages, got {}",
+                    kind(other)
+                ),
+            ))
+        }
+    }
+    Ok(Prompt::Chat(chat))
+}
+
+/// Parses a `/v1/responses` body.
+pub fn parse(body: &[u8], headers: &HeaderMap) -> Result<CompletionRequest, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_json(format!("the request body is not valid JSON: {e}")))?;
+    let obj = object(&value)?;
+    for (field, why) in UNSERVED {
+        let set = match obj.get(*field) {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+            Some(Value::Array(items)) => !items.is_empty(),
+            Some(_) => true,
+        };
+        if set {
+            return Err(ApiError::invalid(field, format!("`{field}`: {why}")));
+        }
+    }
+    if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
+        if format
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t != "text")
+        {
+            return Err(ApiError::invalid(
+                "text.format",
+                "`text.format`: only plain text is supported yet (no JSON schema)",
+            ));
+        }
+    }
+    let model = string(obj, "model")?
+        .ok_or_else(|| ApiError::invalid("model", "`model` is required"))?
+        .to_owned();
+    let sampling = Sampling {
+        temperature: number(obj, "temperature", 0.0, 2.0)?.unwrap_or(1.0) as f32,
+        top_p: top_p(obj)?,
+        max_tokens: integer(obj, "max_output_tokens", 1, 131_072)?.unwrap_or(256) as u32,
+        ..Sampling::default()
+    };
+    Ok(CompletionRequest {
+        model,
+        prompt: prompt(obj)?,
+        sampling,
+        stream: boolean(obj, "stream")?.unwrap_or(false),
+        include_usage: true,
+        routing: routing(obj, headers)?,
+        chat: true,
+        n: 1,
+    })
+}
+
+/// What the response object repeats of the request, and the ids it names.
+pub(crate) struct Shape {
+    pub id: String,
+    pub item_id: String,
+    pub model: String,
+    pub created_at: u64,
+    pub prompt_tokens: u32,
+    pub request: CompletionRequest,
+    pub job_header: HeaderValue,
+    pub provider_header: HeaderValue,
+}
+
+impl Shape {
+    pub(crate) fn new(
+        job: &str,
+        request: CompletionRequest,
+        prompt_tokens: u32,
+        job_header: HeaderValue,
+        provider_header: HeaderValue,
+    ) -> Self {
+        Self {
+            id: format!("resp_{job}"),
+            item_id: format!("msg_{job}"),
+            model: request.model.clone(),
+            created_at: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            prompt_tokens,
+            request,
+            job_header,
+            provider_header,
+        }
+    }
+
+    fn item(&self, text: &str, status: &str) -> Value {
+        let content = if status == "in_progress" {
+            json!([])
+        } else {
+            json!([{"type": "output_text", "text": text, "annotations": [], "logprobs": []}])
+        };
+        json!({"type": "message", "id": self.item_id, "status": status, "role": "assistant", "content": content})
+    }
+
+    /// The `response` object: `in_progress` while streaming, then `completed` (or
+    /// `incomplete` when `max_output_tokens` cut it).
+    fn response(&self, output: Option<(&str, FinishReason, u32)>, extra: Value) -> Value {
+        let (status, items, usage, incomplete) = match output {
+            None => ("in_progress", json!([]), Value::Null, Value::Null),
+            Some((text, finish, completion)) => {
+                let cut = finish == FinishReason::Length;
+                (
+                    if cut { "incomplete" } else { "completed" },
+                    json!([self.item(text, "completed")]),
+                    json!({"input_tokens": self.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+                           "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
+                           "total_tokens": self.prompt_tokens + completion}),
+                    if cut {
+                        json!({"reason": "max_output_tokens"})
+                    } else {
+                        Value::Null
+                    },
+                )
+            }
+        };
+        let sampling = &self.request.sampling;
+        let mut body = json!({
+            "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
+            "model": self.model, "output": items, "usage": usage, "incomplete_details": incomplete,
+            "error": null, "instructions": null, "max_output_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "parallel_tool_calls": false,
+            "tool_choice": "none", "tools": [], "text": {"format": {"type": "text"}}, "store": false,
+        });
+        if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
+            body.extend(extra);
+        }
+        body
+    }
+}
+
+fn sharemesh_block(providers: &[sharemesh_protocol::NodeId], cost: u64) -> Value {
+    json!({"sharemesh": {"providers": providers.iter().map(ToString::to_string).collect::<Vec<_>>(), "cost_nano_usd": cost}})
+}
+
+fn with_headers(mut response: Response, shape: &Shape) -> Response {
+    response
+        .headers_mut()
+        .insert("x-sharemesh-job", shape.job_header.clone());
+    response
+        .headers_mut()
+        .insert("x-sharemesh-provider", shape.provider_header.clone());
+    response
+}
+
+/// The whole response, once the dispatcher is done.
+pub(crate) async fn whole(
+    mut events: mpsc::Receiver<DispatchEvent>,
+    shape: Shape,
+) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    loop {
+        match events.recv().await {
+            Some(DispatchEvent::Token { text: delta, .. }) => text.push_str(&delta),
+            Some(DispatchEvent::Done {
+                finish,
+                completion_tokens,
+                providers,
+                cost,
+                ..
+            }) => {
+                let body = shape.response(
+                    Some((&text, finish, completion_tokens)),
+                    sharemesh_block(&providers, cost.0),
+                );
+                return Ok(with_headers(Json(body).into_response(), &shape));
+            }
+            Some(DispatchEvent::Failed(err)) => return Err(err),
+            Some(_) => {}
+            None => return Err(ApiError::upstream("the job ended unexpectedly")),
+        }
+    }
+}
+
+/// The response streamed as the Responses API's events.
+pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, shape: Shape) -> Response {
+    let item = shape.item_id.clone();
+    let opening = vec![
+        (
+            "response.created",
+            json!({"response": shape.response(None, json!({}))}),
+        ),
+        (
+            "response.in_progress",
+            json!({"response": shape.response(None, json!({}))}),
+        ),
+        (
+            "response.output_item.added",
+            json!({"output_index": 0, "item": shape.item("", "in_progress")}),
+        ),
+        (
+            "response.content_part.added",
+            json!({"item_id": item, "output_index": 0, "content_index": 0,
+                                                "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}),
+        ),
+    ];
+    let headers = (shape.job_header.clone(), shape.provider_header.clone());
+    let body = futures::stream::unfold(
+        (events, shape, String::new(), false),
+        |(mut events, shape, mut text, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                match events.recv().await {
+                    Some(DispatchEvent::Token { text: delta, .. }) if !delta.is_empty() => {
+                        text.push_str(&delta);
+                        let event = (
+                            "response.output_text.delta",
+                            json!({"item_id": shape.item_id, "output_index": 0,
+                                  "content_index": 0, "delta": delta, "logprobs": []}),
+                        );
+                        return Some((vec![event], (events, shape, text, false)));
+                    }
+                    Some(DispatchEvent::Done {
+                        finish,
+                        completion_tokens,
+                        providers,
+                        cost,
+                        ..
+                    }) => {
+                        let part = json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+                        let last = if finish == FinishReason::Length {
+                            "response.incomplete"
+                        } else {
+                            "response.completed"
+                        };
+                        let events_out = vec![
+                            (
+                                "response.output_text.done",
+                                json!({"item_id": shape.item_id, "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
+                            ),
+                            (
+                                "response.content_part.done",
+                                json!({"item_id": shape.item_id, "output_index": 0, "content_index": 0, "part": part}),
+                            ),
+                            (
+                                "response.output_item.done",
+                                json!({"output_index": 0, "item": shape.item(&text, "completed")}),
+                            ),
+                            (
+                                last,
+                                json!({"response": shape.response(Some((&text, finish, completion_tokens)), sharemesh_block(&providers, cost.0))}),
+                            ),
+                        ];
+                        return Some((events_out, (events, shape, text, true)));
+                    }
+                    Some(DispatchEvent::Failed(err)) => {
+                        let event = (
+                            "error",
+                            json!({"code": err.code, "message": err.message, "param": err.param}),
+                        );
+                        return Some((vec![event], (events, shape, text, true)));
+                    }
+                    Some(_) => {}
+                    None => return None,
+                }
+            }
+        },
+    );
+    let frames = futures::StreamExt::flat_map(
+        futures::StreamExt::chain(futures::stream::iter([opening]), body),
+        futures::stream::iter,
+    );
+    // Every event carries its type and its place in the stream.
+    let numbered = futures::StreamExt::enumerate(frames);
+    let sse = futures::StreamExt::map(numbered, |(sequence, (name, mut data))| {
+        data["type"] = json!(name);
+        data["sequence_number"] = json!(sequence);
+        Ok::<_, Infallible>(Event::default().event(name).data(data.to_string()))
+    });
+    crate::respond::sse(sse, headers.0, headers.1)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parse_body(json: &str) -> Result<CompletionRequest, ApiError> {
+        parse(json.as_bytes(), &HeaderMap::new())
+    }
+
+    #[test]
+    fn input_and_instructions_become_a_chat_prompt() {
+        let req = parse_body(r#"{"model": "m", "input": "Hi", "instructions": "Be brief.", "max_output_tokens": 9, "temperature": 0}"#).unwrap();
+        let Prompt::Chat(chat) = &req.prompt else {
+            panic!()
+        };
+        assert_eq!((chat[0].role, chat[1].role), (Role::System, Role::User));
+        assert_eq!(
+            (req.sampling.max_tokens, req.sampling.temperature),
+            (9, 0.0)
+        );
+        let items = parse_body(
+            r#"{"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "a"}]},
+                                        {"type": "message", "role": "assistant", "content": "b"},
+                                        {"role": "user", "content": "c"}]}"#,
+        )
+        .unwrap();
+        let Prompt::Chat(chat) = &items.prompt else {
+            panic!()
+        };
+        assert_eq!(
+            chat.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(),
+            ["a", "b", "c"]
+        );
+    }
+
+    #[test]
+    fn what_a_stateless_gateway_cannot_do_is_refused_by_name() {
+        for (extra, field) in [
+            (
+                r#""previous_response_id": "resp_1""#,
+                "previous_response_id",
+            ),
+            (r#""tools": [{"type": "function"}]"#, "tools"),
+            (r#""background": true"#, "background"),
+            (
+                r#""text": {"format": {"type": "json_schema"}}"#,
+                "text.format",
+            ),
+            (r#""max_output_tokens": 0"#, "max_output_tokens"),
+        ] {
+            let err =
+                parse_body(&format!(r#"{{"model": "m", "input": "x", {extra}}}"#)).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some(field), "{extra}");
+        }
+        let err = parse_body(
+            r#"{"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("input[0].type"));
+        assert_eq!(
+            parse_body(r#"{"model": "m"}"#)
+                .unwrap_err()
+                .param
+                .as_deref(),
+            Some("input")
+        );
+    }
+}
