@@ -1,0 +1,535 @@
+//! Routing a request to providers, in three steps: plan it ([`crate::plan`]: eligible
+//! providers, quotes, ranking, worst case held against the budgets), run it segment by
+//! segment (on a provider failure the same response continues on the next provider
+//! with `resume`: the engine's exact resume keeps the text identical), and book each
+//! segment (amounts read from the buyer's signed receipts).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rand::Rng;
+use sharemesh_ledger::{JobOutcome, JobRecord, Ledger};
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::orderbook::BookEntry;
+use sharemesh_mesh::{MeshEvent, MeshHandle};
+use sharemesh_protocol::{
+    Accept, FinishReason, JobId, JobRequest, Keypair, ModelId, NanoUsd, NodeId, Receipt, Tier,
+};
+use sharemesh_reputation::{Outcome, ReputationBook, ScoreParams};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::audit::{self, AuditPolicy};
+use crate::budget::{Budget, Budgets};
+use crate::buyer::{Billing, JobEvent, SegmentError};
+use crate::error::ApiError;
+use crate::keys::KeyRecord;
+use crate::openai::CompletionRequest;
+use crate::plan::{self, Plan, RoutingDefaults};
+use crate::quote::Candidate;
+use crate::segment::{race, LocalRoute, Opened, SegmentTerms, Segments};
+use crate::transcript::Transcript;
+use crate::trust::{SegmentAudit, Trust};
+use crate::vocab::{self, Counted, Vocabularies};
+
+mod counting;
+mod ranking;
+mod record;
+mod segments;
+
+#[derive(Debug)]
+pub enum DispatchEvent {
+    Accepted {
+        job_id: JobId,
+        provider: NodeId,
+        prompt_tokens: u32,
+    },
+    Token {
+        text: String,
+        token_id: u32,
+    },
+    Switched {
+        provider: NodeId,
+    },
+    Done {
+        finish: FinishReason,
+        completion_tokens: u32,
+        providers: Vec<NodeId>,
+        cost: NanoUsd,
+        segments: Vec<Segment>,
+    },
+    Failed(ApiError),
+}
+
+/// What one provider served of a response, as its receipts priced it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Segment {
+    pub provider: String,
+    pub prompt_tokens: u64,
+    /// Tokens delivered to the client from this provider.
+    pub completion_tokens: u64,
+    /// The amount of the last receipt the buyer signed for this segment (tokens that
+    /// arrived after it, when the stream broke, are not owed).
+    pub amount_nano_usd: u64,
+}
+
+pub struct Dispatcher {
+    mesh: MeshHandle,
+    key: Arc<Keypair>,
+    defaults: RoutingDefaults,
+    reliability: Arc<Mutex<ReputationBook<NodeId>>>,
+    /// Verification, fraud proofs and the providers dropped for fraud.
+    trust: Arc<Trust>,
+    ledger: Option<Arc<Ledger>>,
+    budgets: Budgets,
+    segments: Arc<Segments>,
+    vocabularies: Arc<Vocabularies>,
+    /// Requests, routes, failovers and spend (`GET /metrics`).
+    metrics: Option<crate::metrics::GatewayMetrics>,
+    /// Each recent request's route and price per hop (`GET /v1/jobs`).
+    jobs: crate::jobs::JobLog,
+}
+
+/// The response as it grows across segments.
+struct Response {
+    job_id: JobId,
+    /// When the request started (segment times in the job log are from here).
+    started: Instant,
+    /// Every completion token delivered to the client, across providers.
+    delivered: Vec<u32>,
+    providers: Vec<NodeId>,
+    segments: Vec<Segment>,
+    cost: NanoUsd,
+    /// The standby warm-up in flight, and the delivered count it was started at.
+    warming: Option<tokio::task::JoinHandle<()>>,
+    warmed_at: usize,
+}
+
+/// How one segment went, for booking and for the next step.
+struct SegmentReport {
+    provider: NodeId,
+    accept: Option<Accept>,
+    /// Tokens delivered from this segment.
+    tokens: u64,
+    last_receipt: Option<Receipt>,
+    started: Instant,
+    first_token: Option<Instant>,
+    end: Result<FinishReason, SegmentError>,
+    /// What the provider signed (remote providers only), for verification.
+    transcript: Option<Transcript>,
+}
+
+impl Dispatcher {
+    pub fn new(
+        mesh: MeshHandle,
+        key: Keypair,
+        defaults: RoutingDefaults,
+        ledger: Option<Arc<Ledger>>,
+        budget: Budget,
+    ) -> Arc<Self> {
+        let key = Arc::new(key);
+        let segments = Segments::new(
+            mesh.clone(),
+            key.clone(),
+            ledger.clone(),
+            defaults.stall_timeout,
+        );
+        let reliability = Arc::new(Mutex::new(ReputationBook::new(
+            ScoreParams::default(),
+            10_000,
+        )));
+        let trust = Trust::new(
+            mesh.clone(),
+            key.clone(),
+            ledger.clone(),
+            reliability.clone(),
+            AuditPolicy::default(),
+        );
+        let mesh_metrics = mesh
+            .metrics
+            .as_ref()
+            .and_then(crate::metrics::GatewayMetrics::register);
+        let dispatcher = Arc::new(Self {
+            mesh,
+            key,
+            defaults,
+            reliability,
+            trust,
+            ledger,
+            budgets: Budgets::new(budget),
+            segments: Arc::new(segments),
+            vocabularies: Arc::default(),
+            metrics: mesh_metrics,
+            jobs: crate::jobs::JobLog::default(),
+        });
+        dispatcher.penalise_signed_faults();
+        dispatcher
+    }
+
+    /// A provider that signs an invalid advert (a catalog name on another model's id)
+    /// loses standing here, not only that advert.
+    fn penalise_signed_faults(self: &Arc<Self>) {
+        let mut events = self.mesh.subscribe();
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(MeshEvent::AdvertRejected {
+                        signed_fault: Some(signer),
+                        reason,
+                        ..
+                    }) => {
+                        let Some(this) = this.upgrade() else { return };
+                        tracing::warn!(provider = %signer, %reason, "provider signed an invalid advert");
+                        this.record(signer, Outcome::Misbehaved);
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                    _ => {}
+                }
+            }
+        });
+    }
+
+    fn count<R>(&self, change: impl FnOnce(&crate::metrics::GatewayMetrics) -> R) {
+        if let Some(metrics) = &self.metrics {
+            change(metrics);
+        }
+    }
+
+    /// Routes jobs for this node's own provider to it directly.
+    pub fn set_local_route(&self, route: Arc<dyn LocalRoute>) {
+        self.segments.set_local_route(route);
+    }
+
+    pub fn ledger(&self) -> Option<&Arc<Ledger>> {
+        self.ledger.as_ref()
+    }
+
+    /// Verification and its findings (the node sets a replayer where it holds models).
+    pub fn trust(&self) -> &Arc<Trust> {
+        &self.trust
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.key.node_id()
+    }
+
+    /// Has other providers re-run windows of what this node cannot replay itself, paid
+    /// from this node's ledger like its own jobs (SPEC §12, `--verify-by-providers`).
+    pub fn outsource_verification(&self, policy: crate::outsource::OutsourcePolicy) {
+        let segments = Segments::new(
+            self.mesh.clone(),
+            self.key.clone(),
+            self.ledger.clone(),
+            self.defaults.stall_timeout,
+        );
+        self.trust
+            .outsource(crate::outsource::Outsourcing::new(segments, policy));
+    }
+
+    pub fn mesh(&self) -> &MeshHandle {
+        &self.mesh
+    }
+
+    /// Live adverts, less providers dropped for fraud.
+    fn live(&self) -> Vec<Arc<BookEntry>> {
+        self.trust.live()
+    }
+
+    /// A catalog name or model id → the model id, if anyone offers it now.
+    pub fn resolve_model(&self, name: &str) -> Result<ModelId, ApiError> {
+        plan::resolve_model(&self.live(), name)
+    }
+
+    /// Whether this gateway counts `model`'s prompts with its own vocabulary (it holds
+    /// a header that makes the model's id).
+    pub fn counts_with(&self, model: &ModelId) -> bool {
+        self.vocabularies.get(model).is_some()
+    }
+
+    /// This gateway's reputation score of `provider` now (0.5 for one it never used).
+    pub fn reputation(&self, provider: &NodeId) -> f64 {
+        self.reliability
+            .lock()
+            .map_or(0.5, |book| book.score(provider, now_ms()))
+    }
+
+    fn record(&self, provider: NodeId, outcome: impl Into<Option<Outcome>>) {
+        let Some(outcome) = outcome.into() else {
+            return;
+        };
+        if let Ok(mut book) = self.reliability.lock() {
+            book.record(&provider, outcome, now_ms());
+        }
+    }
+
+    /// Starts a request (on behalf of `key`, when API keys are on); the first event is
+    /// `Accepted` or `Failed`.
+    pub fn run(
+        self: &Arc<Self>,
+        request: CompletionRequest,
+        key: Option<KeyRecord>,
+    ) -> mpsc::Receiver<DispatchEvent> {
+        let (events, receiver) = mpsc::channel(64);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let tier = plan::tier_of(&request, &this.defaults);
+            let result = this.drive(request, key, &events).await;
+            if let Some(metrics) = &this.metrics {
+                let status = match &result {
+                    Ok(()) => "200".to_owned(),
+                    Err(err) => err.status.as_u16().to_string(),
+                };
+                let tier = format!("{tier:?}").to_lowercase();
+                metrics
+                    .requests
+                    .get_or_create(&crate::metrics::RequestLabels { status, tier })
+                    .inc();
+            }
+            if let Err(err) = result {
+                let _ = events.send(DispatchEvent::Failed(err)).await;
+            }
+        });
+        receiver
+    }
+
+    /// Resolves the model, filters and ranks the providers, asks the best for quotes.
+    async fn plan(&self, request: &CompletionRequest) -> Result<Plan, ApiError> {
+        // What every provider would refuse is refused here, with the reason, before any
+        // provider work (it was retried on every candidate and reported as a 503).
+        request
+            .prompt
+            .validate()
+            .and_then(|()| request.sampling.validate())
+            .map_err(ApiError::from_validation)?;
+        // One read of the book serves both the model's resolution and the ranking.
+        let live = self.live();
+        let model = plan::resolve_model(&live, &request.model)?;
+        let rtt_ms = self.mesh.round_trips_ms();
+        let (candidates, tier) = self.rank(live, &model, request, &rtt_ms);
+        if candidates.is_empty() {
+            return Err(ApiError::no_provider(format!(
+                "no provider can serve `{}` now within the price ceiling, tier, region and VRAM constraints",
+                request.model
+            )));
+        }
+        let job_id = JobId::from_bytes(rand::rng().random());
+        let candidates = self.limit_unproven(candidates);
+        let quoting = Instant::now();
+        let candidates = plan::quote_round(
+            &self.mesh,
+            &self.key,
+            candidates,
+            (job_id, model, tier),
+            request,
+            &self.defaults,
+        )
+        .await;
+        if let Some(metrics) = &self.metrics {
+            metrics.quote_round.observe(quoting.elapsed().as_secs_f64());
+        }
+        let mut candidates = self.limit_unproven(candidates);
+        if candidates.is_empty() {
+            return Err(ApiError::no_provider(format!(
+                "every provider asked for a quote for `{}` declined it",
+                request.model
+            )));
+        }
+        candidates.truncate(self.defaults.max_attempts);
+        let counted = self.count_prompt(model, request, &candidates).await?;
+        let worst_case = plan::worst_case(request, &candidates);
+        Ok(Plan {
+            job_id,
+            model,
+            tier,
+            candidates,
+            worst_case,
+            counted,
+        })
+    }
+
+    async fn drive(
+        self: &Arc<Self>,
+        request: CompletionRequest,
+        key: Option<KeyRecord>,
+        events: &mpsc::Sender<DispatchEvent>,
+    ) -> Result<(), ApiError> {
+        let plan = self.plan(&request).await?;
+        let _reservation = self.budgets.reserve(
+            self.ledger.as_deref(),
+            &self.node_id(),
+            plan.worst_case,
+            key.as_ref(),
+            now_ms(),
+        )?;
+        let job_id = plan.job_id;
+        self.jobs
+            .start(self.job_record(&plan, &request, key.as_ref()));
+        let served = self.serve(plan, &request, key, events).await;
+        // A completed request was logged before the client heard it was done.
+        match &served {
+            Ok(true) => {}
+            Ok(false) => self
+                .jobs
+                .finish(&job_id, now_ms(), Err("the client went away".into())),
+            Err(err) => self
+                .jobs
+                .finish(&job_id, now_ms(), Err(err.message.clone())),
+        }
+        served.map(|_| ())
+    }
+
+    /// Runs a planned request on its candidates in turn (failing over, hedging gold);
+    /// `true` once done, `false` when the client went away.
+    async fn serve(
+        self: &Arc<Self>,
+        plan: Plan,
+        request: &CompletionRequest,
+        key: Option<KeyRecord>,
+        events: &mpsc::Sender<DispatchEvent>,
+    ) -> Result<bool, ApiError> {
+        let mut response = Response {
+            started: Instant::now(),
+            job_id: plan.job_id,
+            delivered: Vec::new(),
+            providers: Vec::new(),
+            segments: Vec::new(),
+            cost: NanoUsd::ZERO,
+            warming: None,
+            warmed_at: 0,
+        };
+        let mut queue: VecDeque<Candidate> = plan.candidates.into();
+        let mut hedge = plan.tier == Tier::Reserved
+            && request.routing.hedge.unwrap_or(self.defaults.hedge_gold)
+            && queue.len() >= 2;
+        let mut last_error = String::from("no provider answered");
+        let terms = SegmentTerms {
+            billing: Billing::Metered(key.as_ref().map(|k| k.id.clone())),
+            counted: plan.counted.clone(),
+        };
+        let (audit_secret, audit_commitment) = audit::audit_secret(&plan.job_id);
+        let median_price = median_price(&queue);
+        while let Some(candidate) = queue.pop_front() {
+            let job = JobRequest {
+                job_id: plan.job_id,
+                buyer: self.node_id(),
+                provider: candidate.provider(),
+                model: plan.model,
+                prompt: request.prompt.clone(),
+                sampling: request.sampling.clone(),
+                max_price_per_token: candidate.price,
+                tier: plan.tier,
+                deadline_ms: now_ms() + 600_000,
+                resume: response.delivered.clone(),
+                audit_commitment,
+            };
+            let started = Instant::now();
+            let (candidate, opened) = if std::mem::take(&mut hedge) {
+                self.open_hedged(candidate, job.clone(), &mut queue, &terms, response.started)
+                    .await
+            } else {
+                let opened = self
+                    .segments
+                    .open(&candidate.entry, job.clone(), terms.clone())
+                    .await;
+                (candidate, opened)
+            };
+            let provider = candidate.provider();
+            let opened = match opened {
+                Ok(opened) => opened,
+                Err(err) => {
+                    last_error = format!("provider {provider}: {err}");
+                    self.record(provider, err.outcome());
+                    self.count(|m| m.failovers.inc());
+                    self.log_unserved(&response, &candidate, format!("not opened: {err}"));
+                    continue;
+                }
+            };
+            let job = JobRequest {
+                provider,
+                max_price_per_token: candidate.price,
+                ..job
+            };
+            let Some(mut report) = self
+                .stream_segment(opened, &job, started, &mut response, queue.front(), events)
+                .await
+            else {
+                return Ok(false); // The client went away: dropping the stream cancels the job.
+            };
+            self.book(&report, request, key.as_ref(), &mut response)
+                .await;
+            self.log_segment(&response, &report, candidate.price);
+            if let Some(transcript) = report.transcript.take() {
+                self.trust.consider(SegmentAudit {
+                    transcript,
+                    secret: audit_secret,
+                    job_id: plan.job_id,
+                    price: candidate.price,
+                    median_price,
+                });
+            }
+            match report.end {
+                // A provider that cancels (preemption) or errs has not finished the job.
+                Ok(finish @ (FinishReason::Stop | FinishReason::Length)) => {
+                    let tokens = report.tokens;
+                    self.record(provider, Outcome::Completed { tokens });
+                    if let Ok(mut book) = self.mesh.book.write() {
+                        // It served us: its advert keeps its place in a flooded book.
+                        book.mark_known_good(provider);
+                    }
+                    self.done(finish, response, events).await;
+                    return Ok(true);
+                }
+                Ok(finish) => {
+                    last_error = format!("provider {provider} stopped the job ({finish:?})");
+                    self.record(provider, Outcome::Failed);
+                }
+                Err(why) => {
+                    last_error = format!("provider {provider}: {why}");
+                    self.record(provider, why.outcome());
+                }
+            }
+            tracing::warn!(job = %plan.job_id, %provider, error = %last_error, delivered = response.delivered.len(), "provider failed; trying the next");
+            self.count(|m| m.failovers.inc());
+            if response.delivered.len() >= request.sampling.max_tokens as usize {
+                self.done(FinishReason::Length, response, events).await;
+                return Ok(true);
+            }
+        }
+        // A provider that accepted is in `providers`: the client has been told.
+        Err(if !response.providers.is_empty() {
+            ApiError::upstream(last_error)
+        } else {
+            ApiError::no_provider(last_error)
+        })
+    }
+
+    /// Logs the response as complete, then tells the client.
+    async fn done(
+        &self,
+        finish: FinishReason,
+        response: Response,
+        events: &mpsc::Sender<DispatchEvent>,
+    ) {
+        let summary = (response.delivered.len() as u64, response.cost);
+        self.jobs.finish(&response.job_id, now_ms(), Ok(summary));
+        let done = DispatchEvent::Done {
+            finish,
+            completion_tokens: response.delivered.len() as u32,
+            providers: response.providers,
+            cost: response.cost,
+            segments: response.segments,
+        };
+        let _ = events.send(done).await;
+    }
+}
+
+/// A segment shorter than this says too little about a provider's speed.
+const SPEED_CHECK_MIN_TOKENS: u64 = 8;
+
+/// The median price among the quoted candidates: what "cheap" is measured against.
+fn median_price(candidates: &VecDeque<Candidate>) -> NanoUsd {
+    let mut prices: Vec<u64> = candidates.iter().map(|c| c.price.0).collect();
+    prices.sort_unstable();
+    NanoUsd(prices.get(prices.len() / 2).copied().unwrap_or(0))
+}

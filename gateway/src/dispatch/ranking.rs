@@ -1,0 +1,93 @@
+//! Ranking the live offers for a request, with this node's view of each provider
+//! (success rate, standing, hardware findings, measured speed).
+
+use super::*;
+
+impl Dispatcher {
+    /// Eligible providers for `model`, best first (see [`plan::candidates`]).
+    pub fn candidates(
+        &self,
+        model: &ModelId,
+        request: &CompletionRequest,
+        rtt_ms: &std::collections::HashMap<libp2p::PeerId, f64>,
+    ) -> (Vec<Candidate>, Tier) {
+        self.rank(self.live(), model, request, rtt_ms)
+    }
+
+    /// [`Self::candidates`] over a copy of the book the caller already took.
+    pub(super) fn rank(
+        &self,
+        live: Vec<Arc<BookEntry>>,
+        model: &ModelId,
+        request: &CompletionRequest,
+        rtt_ms: &std::collections::HashMap<libp2p::PeerId, f64>,
+    ) -> (Vec<Candidate>, Tier) {
+        let now = now_ms();
+        self.check_memory_claims(&live, model);
+        let book = self.reliability.lock().ok();
+        // Half this node's own success rate with the provider, half its standing in
+        // this node's trust view (verified work, its own and trusted reporters'): a
+        // fresh key starts below a provider with a verified record.
+        let trust = self.trust.standing.trust();
+        let best = live
+            .iter()
+            .filter_map(|e| trust.get(&e.advert.provider).copied())
+            .fold(0.0, f64::max);
+        let reliability = |provider: &NodeId| {
+            let success = book.as_ref().map_or(0.5, |b| b.success_rate(provider, now));
+            let standing = match trust.get(provider) {
+                Some(t) if best > 0.0 => (t / best).clamp(0.0, 1.0),
+                _ => 0.0,
+            };
+            let base = 0.5 * success + 0.5 * standing;
+            // Hardware claims that do not fit together halve it.
+            if self.trust.attestations.is_flagged(provider) {
+                base * 0.5
+            } else {
+                base
+            }
+        };
+        let measured_speed = |provider: &NodeId| self.trust.auditor.measured_speed(provider);
+        let context = plan::Context {
+            live,
+            defaults: &self.defaults,
+            rtt_ms,
+            reliability: &reliability,
+            measured_speed: &measured_speed,
+            now_ms: now,
+        };
+        plan::candidates(model, request, &context)
+    }
+
+    /// Where this gateway holds `model`'s header: an advert offering it on less memory
+    /// than its weights and a KV cache for the advertised context need is a hardware
+    /// finding (ranked lower, every job verified) until the advert changes.
+    pub(super) fn check_memory_claims(&self, live: &[Arc<BookEntry>], model: &ModelId) {
+        let Some(memory) = self.vocabularies.get(model).and_then(|v| v.memory) else {
+            return;
+        };
+        let attestations = &self.trust.attestations;
+        for entry in live {
+            let Some(offer) = entry.advert.offer(model) else {
+                continue;
+            };
+            let needed = memory.needed_for(offer.model.context_length);
+            let name = offer.model.name.as_str();
+            let finding = crate::attest::memory_shortfall(&entry.advert.hardware, name, needed);
+            let provider = entry.advert.provider;
+            if attestations.note_memory(provider, name, finding) {
+                tracing::warn!(%provider, model = name, "advertised memory below what the model needs");
+                self.trust.auditor.suspect(provider);
+            }
+        }
+    }
+
+    pub(super) fn limit_unproven(&self, candidates: Vec<Candidate>) -> Vec<Candidate> {
+        let Ok(book) = self.mesh.book.read() else {
+            return candidates;
+        };
+        plan::limit_unproven(candidates, self.defaults.unproven_ahead, |id| {
+            book.is_known_good(id)
+        })
+    }
+}
