@@ -54,29 +54,29 @@ impl Drop for Reservation<'_> {
 /// One limit to check: (limit, spent so far, its name, held by requests in flight).
 type Limit = (u64, u64, String, u64);
 
-impl Budgets {
-    pub fn new(budget: Budget) -> Self {
-        Self {
-            budget,
-            held: Mutex::new(Held::default()),
-        }
-    }
+/// A budget as `GET /v1/account/budgets` shows it, in nano-USD.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BudgetView {
+    /// `gateway's daily`, `API key NAME's monthly`, …
+    pub name: String,
+    pub limit_nano_usd: u64,
+    pub spent_nano_usd: u64,
+    /// Worst cases held by requests in flight.
+    pub held_nano_usd: u64,
+    pub left_nano_usd: u64,
+}
 
-    /// Refuses the request (402) if `worst_case` does not fit what is left of each
-    /// budget that applies, as `buyer`'s ledger counts spend; else holds it until the
-    /// returned reservation is dropped.
-    pub fn reserve(
+impl Budgets {
+    /// Every limit that applies to a request of `key` (the gateway's, then the key's),
+    /// with what `buyer`'s ledger counts as spent this day or month.
+    fn limits(
         &self,
         ledger: Option<&Ledger>,
         buyer: &NodeId,
-        worst_case: u64,
         key: Option<&KeyRecord>,
+        held: &Held,
         now_ms: u64,
-    ) -> Result<Reservation<'_>, ApiError> {
-        let mut held = self
-            .held
-            .lock()
-            .map_err(|_| ApiError::upstream("budget lock poisoned"))?;
+    ) -> Result<Vec<Limit>, ApiError> {
         // Running totals: a few reads, however long the history.
         let spent = |scope: SpendScope<'_>, period: Period| -> Result<u64, ApiError> {
             match ledger {
@@ -108,6 +108,57 @@ impl Budgets {
                 limits.push((limit, spent, name, in_flight));
             }
         }
+        Ok(limits)
+    }
+
+    /// The budgets a request of `key` is held to, with what is spent and left.
+    pub fn view(
+        &self,
+        ledger: Option<&Ledger>,
+        buyer: &NodeId,
+        key: Option<&KeyRecord>,
+        now_ms: u64,
+    ) -> Result<Vec<BudgetView>, ApiError> {
+        let held = self
+            .held
+            .lock()
+            .map_err(|_| ApiError::upstream("budget lock poisoned"))?;
+        Ok(self
+            .limits(ledger, buyer, key, &held, now_ms)?
+            .into_iter()
+            .map(|(limit, spent, name, held)| BudgetView {
+                name,
+                limit_nano_usd: limit,
+                spent_nano_usd: spent,
+                held_nano_usd: held,
+                left_nano_usd: limit.saturating_sub(spent).saturating_sub(held),
+            })
+            .collect())
+    }
+
+    pub fn new(budget: Budget) -> Self {
+        Self {
+            budget,
+            held: Mutex::new(Held::default()),
+        }
+    }
+
+    /// Refuses the request (402) if `worst_case` does not fit what is left of each
+    /// budget that applies, as `buyer`'s ledger counts spend; else holds it until the
+    /// returned reservation is dropped.
+    pub fn reserve(
+        &self,
+        ledger: Option<&Ledger>,
+        buyer: &NodeId,
+        worst_case: u64,
+        key: Option<&KeyRecord>,
+        now_ms: u64,
+    ) -> Result<Reservation<'_>, ApiError> {
+        let mut held = self
+            .held
+            .lock()
+            .map_err(|_| ApiError::upstream("budget lock poisoned"))?;
+        let limits = self.limits(ledger, buyer, key, &held, now_ms)?;
         for (limit, spent, name, in_flight) in limits {
             let left = limit.saturating_sub(spent).saturating_sub(in_flight);
             if worst_case > left {

@@ -356,6 +356,15 @@ async fn list_jobs(
     Json(json!({"object": "list", "data": jobs}))
 }
 
+/// `GET /v1/account/budgets`: the gateway's budgets and the caller's key's, with what
+/// is spent, held by requests in flight and left (nano-USD).
+async fn budgets(State(state): State<GatewayState>, key: ApiKey) -> Response {
+    match state.dispatcher.budgets(key.as_ref().map(|k| &k.0)) {
+        Ok(budgets) => Json(json!({"budgets": budgets})).into_response(),
+        Err(err) => err.into_response(),
+    }
+}
+
 /// `GET /v1/jobs/{id}`: one request's route and price per hop (`x-sharemesh-job`).
 async fn get_job(
     State(state): State<GatewayState>,
@@ -387,6 +396,7 @@ pub fn router(state: GatewayState) -> Router {
         .route("/v1/models", get(list_models))
         .route("/v1/trust", get(trust_view))
         .route("/v1/jobs", get(list_jobs))
+        .route("/v1/account/budgets", get(budgets))
         .route("/v1/jobs/{id}", get(get_job))
         .route("/v1/models/{id}", get(get_model))
         .with_state(state)

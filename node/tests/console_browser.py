@@ -47,6 +47,8 @@ with sync_playwright() as p:
     route.locator("a").click()
     expect(page.locator("#segments")).to_contain_text("completed")
     expect(page.locator('[data-kpi="Jobs"]')).not_to_have_text("0")
+    expect(page.locator("#budgets")).to_contain_text("gateway's daily")
+    expect(page.locator("#budgets")).to_contain_text("$0.000100")
     page.screenshot(path=f"{shots}/buyer.png", full_page=True)
 
     # The network: the provider with its model.

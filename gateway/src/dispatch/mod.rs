@@ -205,6 +205,15 @@ impl Dispatcher {
         self.ledger.as_ref()
     }
 
+    /// The budgets a request of `key` is held to, with what is spent and left.
+    pub fn budgets(
+        &self,
+        key: Option<&KeyRecord>,
+    ) -> Result<Vec<crate::budget::BudgetView>, ApiError> {
+        self.budgets
+            .view(self.ledger.as_deref(), &self.node_id(), key, now_ms())
+    }
+
     /// Verification and its findings (the node sets a replayer where it holds models).
     pub fn trust(&self) -> &Arc<Trust> {
         &self.trust
