@@ -352,7 +352,8 @@ fn refuse_unserved(obj: &Map<String, Value>) -> Result<(), ApiError> {
         Value::Number(n) => n.as_f64() == Some(0.0),
         Value::Array(items) => items.is_empty(),
         Value::Object(map) => map.is_empty(),
-        Value::String(s) => s == "none",
+        // `tool_choice: "auto"` without tools asks for nothing.
+        Value::String(s) => s == "none" || s == "auto",
     };
     for (field, why) in [
         (
