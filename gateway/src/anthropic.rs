@@ -260,43 +260,20 @@ fn with_headers(mut response: Response, reply: &Reply) -> Response {
 
 /// The whole message, once the dispatcher is done.
 pub(crate) async fn whole(
-    mut events: mpsc::Receiver<DispatchEvent>,
+    events: mpsc::Receiver<DispatchEvent>,
     reply: Reply,
 ) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    let mut ids = Vec::new();
-    loop {
-        match events.recv().await {
-            Some(DispatchEvent::Token {
-                text: delta,
-                token_id,
-            }) => {
-                text.push_str(&delta);
-                ids.push(token_id);
-            }
-            Some(DispatchEvent::Done {
-                finish,
-                completion_tokens,
-                providers,
-                cost,
-                segments,
-            }) => {
-                let (reason, sequence) = reply.stopped(finish, &text, &ids);
-                let body = json!({
-                    "id": reply.id, "type": "message", "role": "assistant", "model": reply.model,
-                    "content": [{"type": "text", "text": text}],
-                    "stop_reason": reason, "stop_sequence": sequence,
-                    "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": completion_tokens},
-                    "sharemesh": {"providers": providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                                  "cost_nano_usd": cost.0, "segments": segments},
-                });
-                return Ok(with_headers(Json(body).into_response(), &reply));
-            }
-            Some(DispatchEvent::Failed(err)) => return Err(err),
-            Some(_) => {}
-            None => return Err(ApiError::upstream("the job ended unexpectedly")),
-        }
-    }
+    let answer = crate::respond::collect(events).await?;
+    let (reason, sequence) = reply.stopped(answer.finish, &answer.text, &answer.token_ids);
+    let body = json!({
+        "id": reply.id, "type": "message", "role": "assistant", "model": reply.model,
+        "content": [{"type": "text", "text": answer.text}],
+        "stop_reason": reason, "stop_sequence": sequence,
+        "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": answer.completion_tokens},
+        "sharemesh": {"providers": answer.providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                      "cost_nano_usd": answer.cost.0, "segments": answer.segments},
+    });
+    Ok(with_headers(Json(body).into_response(), &reply))
 }
 
 fn event(name: &str, data: Value) -> Result<Event, Infallible> {

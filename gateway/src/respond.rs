@@ -226,23 +226,31 @@ where
 }
 
 /// One choice, answered in full.
-struct Collected {
-    text: String,
-    finish: FinishReason,
-    completion_tokens: u32,
-    providers: Vec<NodeId>,
-    cost: sharemesh_protocol::NanoUsd,
-    segments: Vec<Segment>,
+pub(crate) struct Collected {
+    pub text: String,
+    /// Every completion token, for an API that must decode them (a stop sequence).
+    pub token_ids: Vec<u32>,
+    pub finish: FinishReason,
+    pub completion_tokens: u32,
+    pub providers: Vec<NodeId>,
+    pub cost: sharemesh_protocol::NanoUsd,
+    pub segments: Vec<Segment>,
 }
 
-async fn collect((mut events, accepted): Run) -> Result<Collected, ApiError> {
-    let mut text = String::new();
-    let mut providers = vec![accepted.provider];
+/// One choice's events read to the end (every API's whole answer is built from it).
+pub(crate) async fn collect(
+    mut events: mpsc::Receiver<DispatchEvent>,
+) -> Result<Collected, ApiError> {
+    let (mut text, mut token_ids) = (String::new(), Vec::new());
     loop {
         match events.recv().await {
-            Some(DispatchEvent::Token { text: delta, .. }) => text.push_str(&delta),
-            Some(DispatchEvent::Switched { provider }) => providers.push(provider),
-            Some(DispatchEvent::Accepted { .. }) => {}
+            Some(DispatchEvent::Token {
+                text: delta,
+                token_id,
+            }) => {
+                text.push_str(&delta);
+                token_ids.push(token_id);
+            }
             Some(DispatchEvent::Done {
                 finish,
                 completion_tokens,
@@ -252,6 +260,7 @@ async fn collect((mut events, accepted): Run) -> Result<Collected, ApiError> {
             }) => {
                 return Ok(Collected {
                     text,
+                    token_ids,
                     finish,
                     completion_tokens,
                     providers,
@@ -260,12 +269,8 @@ async fn collect((mut events, accepted): Run) -> Result<Collected, ApiError> {
                 })
             }
             Some(DispatchEvent::Failed(err)) => return Err(err),
-            None => {
-                return Err(ApiError::upstream(format!(
-                    "the job ended unexpectedly (providers {})",
-                    provider_list(&providers)
-                )))
-            }
+            Some(_) => {}
+            None => return Err(ApiError::upstream("the job ended before it was done")),
         }
     }
 }
@@ -276,7 +281,8 @@ pub(crate) async fn whole(runs: Vec<Run>, shape: Shape) -> Result<Response, ApiE
     let prompt_tokens = runs.first().map_or(0, |(_, a)| a.prompt_tokens);
     let started = runs.first().map(|(_, a)| a.started);
     let job_header = first_job(&runs)?;
-    let answers = futures::future::join_all(runs.into_iter().map(collect)).await;
+    let answers =
+        futures::future::join_all(runs.into_iter().map(|(events, _)| collect(events))).await;
     let answers = answers.into_iter().collect::<Result<Vec<_>, _>>()?;
     let choices: Vec<Value> = answers
         .iter()

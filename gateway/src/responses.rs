@@ -242,31 +242,15 @@ fn with_headers(mut response: Response, shape: &Shape) -> Response {
 
 /// The whole response, once the dispatcher is done.
 pub(crate) async fn whole(
-    mut events: mpsc::Receiver<DispatchEvent>,
+    events: mpsc::Receiver<DispatchEvent>,
     shape: Shape,
 ) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    loop {
-        match events.recv().await {
-            Some(DispatchEvent::Token { text: delta, .. }) => text.push_str(&delta),
-            Some(DispatchEvent::Done {
-                finish,
-                completion_tokens,
-                providers,
-                cost,
-                ..
-            }) => {
-                let body = shape.response(
-                    Some((&text, finish, completion_tokens)),
-                    sharemesh_block(&providers, cost.0),
-                );
-                return Ok(with_headers(Json(body).into_response(), &shape));
-            }
-            Some(DispatchEvent::Failed(err)) => return Err(err),
-            Some(_) => {}
-            None => return Err(ApiError::upstream("the job ended unexpectedly")),
-        }
-    }
+    let answer = crate::respond::collect(events).await?;
+    let body = shape.response(
+        Some((&answer.text, answer.finish, answer.completion_tokens)),
+        sharemesh_block(&answer.providers, answer.cost.0),
+    );
+    Ok(with_headers(Json(body).into_response(), &shape))
 }
 
 /// The response streamed as the Responses API's events.

@@ -362,11 +362,6 @@ impl EventLoop {
                 outcome: outcome.into(),
             })
             .inc();
-        if let Ok(book) = self.book.read() {
-            metrics
-                .book_entries
-                .set(i64::try_from(book.len()).unwrap_or(i64::MAX));
-        }
     }
 
     fn on_gossip(&mut self, source: PeerId, id: gossipsub::MessageId, message: gossipsub::Message) {
@@ -501,6 +496,12 @@ impl EventLoop {
     /// drop peers whose gossip score fell below the graylist threshold.
     fn maintain(&mut self) {
         self.dialing.expire(Instant::now());
+        // The book's size for the metrics: every maintenance tick, not every message.
+        if let (Some(metrics), Ok(book)) = (&self.metrics, self.book.read()) {
+            metrics
+                .book_entries
+                .set(i64::try_from(book.len()).unwrap_or(i64::MAX));
+        }
         let connected: Vec<PeerId> = self.swarm.connected_peers().copied().collect();
         let gossipsub = &self.swarm.behaviour().gossipsub;
         let mut scored: Vec<(PeerId, f64)> = connected
