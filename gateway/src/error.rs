@@ -67,6 +67,18 @@ impl ApiError {
         }
     }
 
+    /// A route this node does not serve in its role (a provider's view on a node that
+    /// provides nothing, an account view on a node without a ledger).
+    pub fn not_here(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some(code),
+        }
+    }
+
     pub fn upstream(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::BAD_GATEWAY,

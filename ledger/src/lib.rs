@@ -282,6 +282,14 @@ impl Ledger {
         Ok(recorded)
     }
 
+    /// The API key (id) whose money `receipt`'s job counts against, if any.
+    pub fn api_key_of(&self, receipt: &Receipt) -> Result<Option<String>, LedgerError> {
+        Ok(self
+            .receipt_api_keys
+            .get(key(receipt))?
+            .map(|id| String::from_utf8_lossy(&id).into_owned()))
+    }
+
     /// What `scope` spent in `period`: one read of a running total.
     pub fn spent(&self, scope: SpendScope<'_>, period: Period) -> Result<u64, LedgerError> {
         let key = spend::total_key(scope, period);
@@ -556,6 +564,23 @@ mod tests {
         assert_eq!(spent(SpendScope::ApiKey("key-a"), Period::Day(day2)), 3_000);
         // The totals equal a scan of the receipts.
         assert_eq!(ledger.spent_since(&me, day2).unwrap_or(0), 4_000);
+        // The spend report splits the same money by key, and by key and day.
+        let spend = crate::report(&ledger, &me, crate::Side::Spend, 0, day2)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let amounts = |key: &str| {
+            spend
+                .per_api_key
+                .get(key)
+                .map(|t| (t.jobs, t.amount_nano_usd))
+        };
+        assert_eq!(amounts("key-a"), Some((1, 3_000)));
+        assert_eq!(amounts("key-b"), Some((1, 1_000)));
+        assert_eq!(
+            spend.per_api_key_per_day["key-a"]
+                .keys()
+                .collect::<Vec<_>>(),
+            ["2026-12-01"]
+        );
         // Rebuilt from the receipts (a ledger from before totals existed): the same.
         ledger.totals.clear().unwrap_or_else(|e| panic!("{e}"));
         drop(ledger);

@@ -92,6 +92,11 @@ pub struct Report {
     pub per_model: BTreeMap<String, Totals>,
     /// Per buyer (earnings) or per provider (spend).
     pub per_counterparty: BTreeMap<String, Totals>,
+    /// Spend per API key id (spend on a gateway that uses keys; receipts without a key
+    /// are in the totals and in no key's row).
+    pub per_api_key: BTreeMap<String, Totals>,
+    /// Spend per API key id and UTC day (`YYYY-MM-DD`), the last days first counted.
+    pub per_api_key_per_day: BTreeMap<String, BTreeMap<String, Totals>>,
     pub ttft_ms: Option<Percentiles>,
     pub tokens_per_second: Option<Percentiles>,
     pub jobs_by_outcome: BTreeMap<String, u64>,
@@ -152,6 +157,18 @@ pub fn report(
             .entry(counterparty)
             .or_default()
             .add(&receipt);
+        if side == Side::Spend {
+            if let Some(api_key) = ledger.api_key_of(&receipt)? {
+                report
+                    .per_api_key_per_day
+                    .entry(api_key.clone())
+                    .or_default()
+                    .entry(day(issued_at))
+                    .or_default()
+                    .add(&receipt);
+                report.per_api_key.entry(api_key).or_default().add(&receipt);
+            }
+        }
     }
     let recent: Vec<&JobRecord> = jobs.iter().filter(|j| j.started_ms >= since_ms).collect();
     report.ttft_ms = percentiles(recent.iter().filter_map(|j| j.ttft_ms).collect());

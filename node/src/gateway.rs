@@ -162,10 +162,7 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         let gateway = sharemesh_gateway::GatewayState { dispatcher };
         let http = http::serve(
             address,
-            AppState {
-                mesh: mesh.clone(),
-                ledger: Some(ledger),
-            },
+            AppState::new(mesh.clone(), Some(ledger)),
             Some(gateway),
             keys,
         )

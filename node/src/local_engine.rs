@@ -98,8 +98,17 @@ pub fn load_model(data_dir: &Path, args: &ModelArgs) -> Result<LoadedModel> {
         engine::set_threads(threads);
     }
     let entry = Catalog::open(data_dir)?.resolve(&args.model)?;
-    LoadedModel::load(&entry.path, entry.id, &entry.name, engine::default_device())
-        .with_context(|| format!("loading {}", entry.path.display()))
+    let bar = engine::progress::bytes(0, &format!("loading {}", entry.name));
+    let model = LoadedModel::load_showing(
+        &entry.path,
+        entry.id,
+        &entry.name,
+        engine::default_device(),
+        bar,
+    )
+    .with_context(|| format!("loading {}", entry.path.display()))?;
+    tracing::info!(model = %entry.name, seconds = model.load_seconds, backend = %model.backend(), "model loaded");
+    Ok(model)
 }
 
 pub fn generate(data_dir: &Path, args: GenerateArgs) -> Result<()> {
@@ -215,6 +224,10 @@ pub fn measure_with(
     let mut prefill = Vec::new();
     let mut decode = Vec::new();
     let mut last = None;
+    let bar = engine::progress::count(
+        u64::from(tokens) * runs.max(1) as u64,
+        &format!("measuring {} (tokens)", model.descriptor.name),
+    );
     for _ in 0..runs.max(1) {
         let generation = model.generate(
             &GenerateRequest {
@@ -230,12 +243,16 @@ pub fn measure_with(
                 resume: Vec::new(),
                 ignore_eos: true,
             },
-            |_| true,
+            |_| {
+                bar.inc(1);
+                true
+            },
         )?;
         prefill.push(generation.prefill_tokens_per_second());
         decode.push(generation.generation_tokens_per_second());
         last = Some(generation);
     }
+    bar.finish_and_clear();
     let last = last.context("no benchmark run")?;
     Ok(BenchResult {
         model: model.descriptor.name.clone(),

@@ -198,10 +198,8 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
                 } else {
                     None
                 };
-                let state = AppState {
-                    mesh: mesh.clone(),
-                    ledger: Some(ledger.clone()),
-                };
+                let state = AppState::new(mesh.clone(), Some(ledger.clone()))
+                    .with_provider(provider.clone());
                 let keys = key_check(data_dir, address, false)?;
                 Some(http::serve(address, state, gateway, keys).await?)
             }

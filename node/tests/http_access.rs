@@ -42,10 +42,7 @@ fn bearer(key: &str) -> Vec<String> {
 }
 
 async fn serve(lab: &Lab, keys: KeyCheck) -> SocketAddr {
-    let state = AppState {
-        mesh: lab.gateway_mesh.clone(),
-        ledger: None,
-    };
+    let state = AppState::new(lab.gateway_mesh.clone(), None);
     let gateway = GatewayState {
         dispatcher: lab.gateway.clone(),
     };
@@ -70,6 +67,10 @@ async fn every_route_needs_a_key_and_changes_need_an_admin_key() {
         ("GET", "/v1/network/peers"),
         ("GET", "/v1/account/spend"),
         ("GET", "/v1/account/earnings"),
+        ("GET", "/v1/account/keys"),
+        ("GET", "/v1/account/budgets"),
+        ("GET", "/v1/network/adverts"),
+        ("GET", "/v1/provider/policy"),
         ("POST", "/v1/network/block"),
         ("GET", "/metrics"),
         ("GET", "/v1/jobs"),

@@ -40,17 +40,22 @@ impl Provider {
                 .collect(),
             tiers: self.policy.tiers.clone(),
             windows: self.policy.windows.clone(),
-            load: Load {
-                active_jobs: self.engine.active_jobs() as u32,
-                queue_depth: self.engine.queue_depth() as u32,
-                max_concurrent: self.policy.max_concurrent,
-            },
+            load: self.load(),
             addresses: self
                 .mesh
                 .listen_addrs()
                 .iter()
                 .map(ToString::to_string)
                 .collect(),
+        }
+    }
+
+    /// Jobs running and queued now, against the provider's bound.
+    pub(crate) fn load(&self) -> Load {
+        Load {
+            active_jobs: u32::try_from(self.engine.active_jobs()).unwrap_or(u32::MAX),
+            queue_depth: u32::try_from(self.engine.queue_depth()).unwrap_or(u32::MAX),
+            max_concurrent: self.policy.max_concurrent,
         }
     }
 

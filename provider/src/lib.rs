@@ -31,6 +31,7 @@ pub mod advertise;
 pub mod buyers;
 pub mod hardware;
 mod header;
+pub mod in_force;
 mod local;
 pub use local::LocalJob;
 pub mod metrics;

@@ -82,6 +82,47 @@ pub fn parse_window(text: &str) -> Result<AvailabilityWindow, String> {
     })
 }
 
+/// The text [`parse_window`] reads, for a window: `mon-fri 09:00-17:00 UTC+02:00`.
+pub fn format_window(window: &AvailabilityWindow) -> String {
+    let mut days = Vec::new();
+    let mut day = 0;
+    while day < 7 {
+        if window.weekdays & (1 << day) == 0 {
+            day += 1;
+            continue;
+        }
+        let start = day;
+        while day + 1 < 7 && window.weekdays & (1 << (day + 1)) != 0 {
+            day += 1;
+        }
+        days.push(match day - start {
+            0 => DAYS[start].to_owned(),
+            1 => format!("{},{}", DAYS[start], DAYS[day]),
+            _ => format!("{}-{}", DAYS[start], DAYS[day]),
+        });
+        day += 1;
+    }
+    let clock = |minute: u16| format!("{:02}:{:02}", minute / 60, minute % 60);
+    let mut text = format!(
+        "{} {}-{}",
+        days.join(","),
+        clock(window.start_minute),
+        clock(window.end_minute)
+    );
+    if window.utc_offset_minutes != 0 {
+        let sign = if window.utc_offset_minutes < 0 {
+            '-'
+        } else {
+            '+'
+        };
+        text += &format!(
+            " UTC{sign}{}",
+            clock(window.utc_offset_minutes.unsigned_abs())
+        );
+    }
+    text
+}
+
 /// Limits above which a provider takes no new work.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ThermalGuard {
@@ -258,5 +299,29 @@ mod tests {
         ] {
             assert!(parse_window(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn every_window_prints_as_text_that_reads_back_the_same() {
+        for weekdays in 1..=0x7f_u8 {
+            for (start_minute, end_minute, utc_offset_minutes) in [
+                (0, 1440, 0),
+                (540, 1020, 120),
+                (1320, 360, -300),
+                (5, 7, -840),
+            ] {
+                let window = AvailabilityWindow {
+                    weekdays,
+                    start_minute,
+                    end_minute,
+                    utc_offset_minutes,
+                };
+                let text = format_window(&window);
+                assert_eq!(parse_window(&text), Ok(window), "{text}");
+            }
+        }
+        let window =
+            parse_window("mon-fri 09:00-17:00 UTC+02:00").unwrap_or(AvailabilityWindow::ALWAYS);
+        assert_eq!(format_window(&window), "mon-fri 09:00-17:00 UTC+02:00");
     }
 }

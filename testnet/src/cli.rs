@@ -244,7 +244,7 @@ pub fn up_options(
         per_provider_args: Vec::new(),
         link_args: args.link.flags(),
         link_seed: args.link.link_seed,
-        progress,
+        progress: std::sync::Arc::new(crate::progress::Reporter::stderr()),
         ready_timeout: Duration::from_secs(120),
         netns: args.netns,
         nat: args.nat,
@@ -315,7 +315,11 @@ pub fn run(data_dir: &Path, command: TestnetCommand, resolve_model: ModelResolve
             }
         }
         TestnetCommand::Scenario { dir: d, args } => {
-            let report = crate::scenario::run(&dir(data_dir, &d), &args)?;
+            let report = crate::scenario::run(
+                &dir(data_dir, &d),
+                &args,
+                &crate::progress::Reporter::stderr(),
+            )?;
             crate::scenario::print(&report);
         }
         TestnetCommand::Down(args) => {

@@ -31,8 +31,8 @@ pub struct UpOptions {
     /// …); when set, node `k` (providers first) also gets `--link-seed link_seed + k`.
     pub link_args: Vec<String>,
     pub link_seed: u64,
-    /// Where to print progress.
-    pub progress: fn(&str),
+    /// Where progress goes (bars on a terminal).
+    pub progress: std::sync::Arc<crate::progress::Reporter>,
     pub ready_timeout: Duration,
     /// Each node in its own network namespace (root only; see [`crate::netns`]).
     pub netns: bool,
@@ -215,7 +215,9 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
         );
     }
     if options.netns {
-        (options.progress)("creating a network namespace per node");
+        options
+            .progress
+            .step("creating a network namespace per node");
         let first_natted = options.providers - options.nat;
         file.hosts = Some(crate::netns::Hosts::create(
             options.providers + options.gateways,
@@ -246,11 +248,11 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
     };
     let mut bootstrap: Option<String> = None;
     for i in 0..options.providers {
-        (options.progress)(&format!(
-            "starting provider {}/{}",
-            i + 1,
-            options.providers
-        ));
+        options.progress.count(
+            "starting nodes",
+            i as u64,
+            (options.providers + options.gateways) as u64,
+        );
         let data_dir = dir.join(format!("provider-{i}"));
         // Providers serve their network API too (loopback only: earnings, peers, and
         // the block list that the partition scenario uses).
@@ -327,7 +329,11 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
     }
     let bootstrap = bootstrap.context("a testnet needs at least one provider")?;
     for j in 0..options.gateways {
-        (options.progress)(&format!("starting gateway {}/{}", j + 1, options.gateways));
+        options.progress.count(
+            "starting nodes",
+            (options.providers + j) as u64,
+            (options.providers + options.gateways) as u64,
+        );
         let data_dir = dir.join(format!("gateway-{j}"));
         let (listen, http, netns) = match host(options.providers + j) {
             Some((ip, _, ns, _)) => (
@@ -377,23 +383,49 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
         });
         write(dir, &file)?;
     }
-    (options.progress)("waiting until every gateway sees every provider's advert");
-    let deadline = Instant::now() + options.ready_timeout;
-    for gateway in file.nodes.iter().filter(|n| n.role == NodeRole::Gateway) {
-        let http = gateway.http.clone().unwrap_or_default();
-        let key = gateway.api_key.as_deref();
-        while providers_seen(&http, key) < options.providers {
-            if Instant::now() > deadline {
-                bail!(
-                    "gateway {http} saw only {} of {} providers",
-                    providers_seen(&http, key),
-                    options.providers
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
+    let total = (options.providers + options.gateways) as u64;
+    options.progress.count("starting nodes", total, total);
+    wait_for_mesh(options, &file)?;
+    options.progress.finish();
     Ok(file)
+}
+
+/// Waits until every gateway's order book lists every provider, counting the adverts
+/// seen over all gateways as the mesh forms.
+fn wait_for_mesh(options: &UpOptions, file: &TestnetFile) -> Result<()> {
+    let deadline = Instant::now() + options.ready_timeout;
+    let gateways: Vec<&NodeRecord> = file
+        .nodes
+        .iter()
+        .filter(|n| n.role == NodeRole::Gateway)
+        .collect();
+    let expected = (gateways.len() * options.providers) as u64;
+    loop {
+        let seen: Vec<usize> = gateways
+            .iter()
+            .map(|g| providers_seen(g.http.as_deref().unwrap_or_default(), g.api_key.as_deref()))
+            .collect();
+        let total: u64 = seen.iter().map(|&n| n.min(options.providers) as u64).sum();
+        options
+            .progress
+            .count("mesh forming (adverts at gateways)", total, expected);
+        if total >= expected {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let (gateway, short) = gateways
+                .iter()
+                .zip(&seen)
+                .find(|(_, &n)| n < options.providers)
+                .map(|(g, &n)| (g.http.clone().unwrap_or_default(), n))
+                .unwrap_or_default();
+            bail!(
+                "gateway {gateway} saw only {short} of {} providers",
+                options.providers
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn write(dir: &Path, file: &TestnetFile) -> Result<()> {

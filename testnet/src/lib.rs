@@ -9,6 +9,7 @@ pub mod launcher;
 mod link_args;
 pub mod market_sim;
 pub mod netns;
+pub mod progress;
 pub mod scenario;
 pub mod sim;
 pub mod sse;

@@ -200,7 +200,11 @@ fn quantile(values: &mut [f64], q: f64) -> Option<f64> {
     (!values.is_empty()).then(|| values[((values.len() - 1) as f64 * q).round() as usize])
 }
 
-pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
+pub fn run(
+    dir: &Path,
+    args: &ScenarioArgs,
+    progress: &crate::progress::Reporter,
+) -> Result<ScenarioReport> {
     let file = launcher::read(dir)?;
     let gateway_node = file
         .nodes
@@ -272,7 +276,8 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
                             p.completed_during_cut += 1;
                         }
                     }
-                    outcomes.push(outcome)
+                    outcomes.push(outcome);
+                    progress.count("requests done", outcomes.len() as u64, args.requests as u64);
                 }
                 Ok(None) => break,
                 Err(_) => break, // Bounded in time: stop waiting.
@@ -284,6 +289,7 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
                         tracing::error!(%err, "could not cut the network");
                     }
                     p.cut_at = Some(started.elapsed().as_secs_f64());
+                    progress.step("cut the network in two");
                 } else if p.cut_at.is_some()
                     && p.healed_at.is_none()
                     && done * 4 >= args.requests * 3
@@ -292,6 +298,7 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
                         tracing::error!(%err, "could not heal the network");
                     }
                     p.healed_at = Some(started.elapsed().as_secs_f64());
+                    progress.step("healed the partition");
                 }
             }
             if matches!(args.kind, ScenarioKind::Churn)
@@ -300,6 +307,10 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
             {
                 churned = true;
                 if let Some(victim) = &victim {
+                    progress.step(&format!(
+                        "churn: killed provider {} (restarting it)",
+                        victim.peer_id
+                    ));
                     launcher::kill_node(victim.pid);
                     let _ = restart(victim);
                 }
@@ -322,6 +333,7 @@ pub fn run(dir: &Path, args: &ScenarioArgs) -> Result<ScenarioReport> {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
+        progress.finish();
         outcomes
     });
     let spend: serde_json::Value = runtime

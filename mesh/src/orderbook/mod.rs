@@ -7,7 +7,7 @@
 mod rate;
 mod refusal;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -37,6 +37,33 @@ pub struct BookEntry {
     /// Encoded size of the advert's envelope: what the book's byte bound counts.
     pub bytes: usize,
 }
+
+/// One advert as it arrived, for the live view (`GET /v1/network/adverts`): the entry
+/// the book took, or why it did not.
+#[derive(Clone, Debug)]
+pub struct AdvertArrival {
+    /// Counts every advert offered to this book, from 1: a reader asks for what came
+    /// after the last one it saw.
+    pub arrival: u64,
+    pub received_ms: u64,
+    /// The signer the envelope names (checked only when the advert was accepted: a
+    /// refused one may name anyone); `None` when the bytes did not decode.
+    pub signer: Option<NodeId>,
+    pub outcome: ArrivalOutcome,
+}
+
+#[derive(Clone, Debug)]
+pub enum ArrivalOutcome {
+    Accepted(Arc<BookEntry>),
+    Refused {
+        reason: String,
+        /// Whether gossip penalises its sender for it ([`AdvertRefusal::is_violation`]).
+        violation: bool,
+    },
+}
+
+/// How many arrivals the live view keeps: a screenful, bounded whatever peers send.
+pub const RECENT_ARRIVALS: usize = 64;
 
 /// How much the book holds and how fast one signer may refresh.
 #[derive(Clone, Copy, Debug)]
@@ -72,6 +99,9 @@ pub struct OrderBook {
     /// Providers that served this node well: never evicted to make room.
     known_good: HashSet<NodeId>,
     limits: BookLimits,
+    /// The last [`RECENT_ARRIVALS`] adverts offered, oldest first.
+    recent: VecDeque<AdvertArrival>,
+    arrivals: u64,
 }
 
 impl OrderBook {
@@ -88,12 +118,64 @@ impl OrderBook {
                 max_entries: capacity,
                 ..limits
             },
+            recent: VecDeque::with_capacity(RECENT_ARRIVALS),
+            arrivals: 0,
         }
     }
 
-    /// Checks and records an advert received at `now_ms`; returns its provider.
+    /// Checks and records an advert received at `now_ms`; returns its provider. The
+    /// outcome, taken or refused, joins the live view ([`Self::arrivals_after`]).
     pub fn offer(&mut self, bytes: &[u8], now_ms: u64) -> Result<Accepted, AdvertRefusal> {
-        let envelope = SignedEnvelope::from_bytes(bytes)?;
+        let (signer, result) = match SignedEnvelope::from_bytes(bytes) {
+            Ok(envelope) => (
+                Some(envelope.signer),
+                self.check_and_insert(envelope, bytes.len(), now_ms),
+            ),
+            Err(error) => (None, Err(error.into())),
+        };
+        let outcome = match &result {
+            Ok(accepted) => match self.entries.get(&accepted.provider) {
+                Some(entry) => ArrivalOutcome::Accepted(entry.clone()),
+                None => return result,
+            },
+            Err(refusal) => ArrivalOutcome::Refused {
+                reason: refusal.to_string(),
+                violation: refusal.is_violation(),
+            },
+        };
+        self.arrivals += 1;
+        if self.recent.len() == RECENT_ARRIVALS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(AdvertArrival {
+            arrival: self.arrivals,
+            received_ms: now_ms,
+            signer,
+            outcome,
+        });
+        result
+    }
+
+    /// How many adverts were offered so far (the newest arrival's number).
+    pub fn latest_arrival(&self) -> u64 {
+        self.arrivals
+    }
+
+    /// The kept arrivals numbered above `after`, oldest first.
+    pub fn arrivals_after(&self, after: u64) -> Vec<AdvertArrival> {
+        self.recent
+            .iter()
+            .filter(|a| a.arrival > after)
+            .cloned()
+            .collect()
+    }
+
+    fn check_and_insert(
+        &mut self,
+        envelope: SignedEnvelope,
+        size: usize,
+        now_ms: u64,
+    ) -> Result<Accepted, AdvertRefusal> {
         let signer = envelope.signer;
         if !self.rate.allows(&signer, now_ms) {
             return Err(AdvertRefusal::RateLimited {
@@ -113,7 +195,7 @@ impl OrderBook {
         self.replay
             .admit(&opened, MessageKind::Advert, [0; 16], now_ms)?;
         self.rate.draw(signer, now_ms);
-        self.make_room(signer, bytes.len(), now_ms)?;
+        self.make_room(signer, size, now_ms)?;
         let first_seen_ms = self
             .entries
             .get(&signer)
@@ -125,7 +207,7 @@ impl OrderBook {
             expires_at_ms: opened.expires_at_ms,
             last_seen_ms: now_ms,
             first_seen_ms,
-            bytes: bytes.len(),
+            bytes: size,
         });
         self.insert(signer, entry);
         Ok(Accepted {
@@ -454,5 +536,39 @@ mod tests {
             assert!(book.bytes() <= 2_000, "{} bytes", book.bytes());
         }
         assert!(!book.is_empty());
+    }
+
+    #[test]
+    fn the_live_view_keeps_the_last_arrivals_taken_or_refused() {
+        let key = Keypair::from_secret([1; 32]);
+        let mut book = OrderBook::new(limits(10));
+        book.offer(&sealed(&key, 1, NOW), NOW).unwrap();
+        book.offer(&sealed(&key, 1, NOW), NOW + 1).unwrap_err();
+        book.offer(b"not an advert", NOW + 2).unwrap_err();
+        let seen = book.arrivals_after(0);
+        assert_eq!(seen.len(), 3);
+        assert!(matches!(&seen[0].outcome, ArrivalOutcome::Accepted(e) if e.seq == 1));
+        assert!(matches!(&seen[1].outcome,
+            ArrivalOutcome::Refused { reason, violation: false } if reason.starts_with("replayed")));
+        assert_eq!(seen[1].signer, Some(key.node_id()));
+        assert!(matches!(
+            &seen[2].outcome,
+            ArrivalOutcome::Refused {
+                violation: true,
+                ..
+            }
+        ));
+        assert_eq!(seen[2].signer, None);
+        // A reader that saw the first two gets only the third.
+        let newer = book.arrivals_after(seen[1].arrival);
+        assert_eq!(newer.len(), 1);
+        assert_eq!(newer[0].arrival, seen[2].arrival);
+        // Bounded however many arrive.
+        for n in 0..200 {
+            let _ = book.offer(&[n as u8], NOW);
+        }
+        let kept = book.arrivals_after(0);
+        assert_eq!(kept.len(), RECENT_ARRIVALS);
+        assert_eq!(kept.last().unwrap().arrival, 203);
     }
 }

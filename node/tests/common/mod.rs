@@ -132,6 +132,17 @@ pub fn gateway(
     providers: usize,
     extra: &[&str],
 ) -> (Process, String) {
+    gateway_with_key(bootstrap, data_dir, providers, extra, None)
+}
+
+/// [`gateway`] whose API asks for a key (`--require-api-key`): `key` reads its order book.
+pub fn gateway_with_key(
+    bootstrap: &str,
+    data_dir: &Path,
+    providers: usize,
+    extra: &[&str],
+    key: Option<&str>,
+) -> (Process, String) {
     let mut args = vec![
         "gateway",
         "--listen",
@@ -145,7 +156,7 @@ pub fn gateway(
     let (process, ready) = start(&args, data_dir);
     let http = ready["http"].as_str().unwrap().to_owned();
     wait_until(40, &format!("{providers} providers at the gateway"), || {
-        get_json(&http, "/v1/network/providers")
+        get_json_with_key(&http, "/v1/network/providers", key)
             .as_array()
             .map_or(0, Vec::len)
             == providers
