@@ -2,8 +2,12 @@
 //! process's registry when it keeps one (`GET /metrics`, SPEC §11).
 
 use prometheus_client::encoding::EncodeLabelSet;
+use std::collections::HashSet;
+use std::sync::Mutex;
+
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use sharemesh_mesh::metrics::SharedRegistry;
 
@@ -20,9 +24,24 @@ pub struct RouteLabels {
     pub provider: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BudgetLabels {
+    /// `gateway's daily`, `API key alice's monthly`, … (as `GET /v1/account/budgets`).
+    pub budget: String,
+}
+
+/// Providers named in `segments_total` (each its own series); later ones count under
+/// `provider="other"`, so a stream of fresh keys cannot grow the scrape without bound.
+pub const MAX_ROUTE_SERIES: usize = 256;
+
 pub struct GatewayMetrics {
     pub requests: Family<RequestLabels, Counter>,
-    pub segments: Family<RouteLabels, Counter>,
+    segments: Family<RouteLabels, Counter>,
+    /// The providers `segments` has a series for.
+    routes: Mutex<HashSet<String>>,
+    pub budget_limit: Family<BudgetLabels, Gauge>,
+    pub budget_spent: Family<BudgetLabels, Gauge>,
+    pub budget_in_flight: Family<BudgetLabels, Gauge>,
     pub failovers: Counter,
     pub hedges: Counter,
     pub tokens: Counter,
@@ -38,6 +57,10 @@ impl GatewayMetrics {
         let metrics = Self {
             requests: Family::default(),
             segments: Family::default(),
+            routes: Mutex::new(HashSet::new()),
+            budget_limit: Family::default(),
+            budget_spent: Family::default(),
+            budget_in_flight: Family::default(),
             failovers: Counter::default(),
             hedges: Counter::default(),
             tokens: Counter::default(),
@@ -55,6 +78,21 @@ impl GatewayMetrics {
             "segments",
             "Segments served, by provider (the route of each response)",
             metrics.segments.clone(),
+        );
+        r.register(
+            "budget_limit_nano_usd",
+            "Each spend limit in force (the gateway's, each API key's), in nano-USD",
+            metrics.budget_limit.clone(),
+        );
+        r.register(
+            "budget_spent_nano_usd",
+            "What each budget's period spent so far, in nano-USD",
+            metrics.budget_spent.clone(),
+        );
+        r.register(
+            "budget_in_flight_nano_usd",
+            "Worst cases held against each budget by requests running now, in nano-USD",
+            metrics.budget_in_flight.clone(),
         );
         r.register(
             "failovers",
@@ -87,5 +125,72 @@ impl GatewayMetrics {
             metrics.time_to_first_token.clone(),
         );
         Some(metrics)
+    }
+}
+
+impl GatewayMetrics {
+    /// Counts a segment `provider` served (under `other` past [`MAX_ROUTE_SERIES`]).
+    pub fn count_segment(&self, provider: &str) {
+        let provider = match self.routes.lock() {
+            Ok(mut routes) => {
+                if routes.contains(provider) || routes.len() < MAX_ROUTE_SERIES {
+                    routes.insert(provider.to_owned());
+                    provider.to_owned()
+                } else {
+                    "other".to_owned()
+                }
+            }
+            Err(_) => "other".to_owned(),
+        };
+        self.segments.get_or_create(&RouteLabels { provider }).inc();
+    }
+
+    /// Sets the budget gauges from the budgets' view now.
+    pub fn show_budgets(&self, budgets: &[crate::budget::BudgetView]) {
+        let gauge = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        for budget in budgets {
+            let labels = BudgetLabels {
+                budget: budget.name.clone(),
+            };
+            self.budget_limit
+                .get_or_create(&labels)
+                .set(gauge(budget.limit_nano_usd));
+            self.budget_spent
+                .get_or_create(&labels)
+                .set(gauge(budget.spent_nano_usd));
+            self.budget_in_flight
+                .get_or_create(&labels)
+                .set(gauge(budget.held_nano_usd));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_series_are_bounded_and_the_rest_count_as_other() {
+        let registry = sharemesh_mesh::metrics::registry();
+        let metrics = GatewayMetrics::register(&registry).unwrap_or_else(|| panic!("registered"));
+        for n in 0..MAX_ROUTE_SERIES + 10 {
+            metrics.count_segment(&format!("provider-{n}"));
+        }
+        metrics.count_segment("provider-0");
+        let text = sharemesh_mesh::metrics::encode(&registry);
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("sharemesh_gateway_segments_total{"))
+            .count();
+        assert_eq!(
+            series,
+            MAX_ROUTE_SERIES + 1,
+            "{MAX_ROUTE_SERIES} providers and other"
+        );
+        assert!(
+            text.contains("sharemesh_gateway_segments_total{provider=\"other\"} 10"),
+            "{text}"
+        );
+        assert!(text.contains("sharemesh_gateway_segments_total{provider=\"provider-0\"} 2"));
     }
 }

@@ -282,6 +282,21 @@ impl Ledger {
         Ok(recorded)
     }
 
+    /// The newest stored receipt of `job_id` served by `provider`, if any (and readable).
+    pub fn receipt_for(
+        &self,
+        job_id: &JobId,
+        provider: &NodeId,
+    ) -> Result<Option<Receipt>, LedgerError> {
+        let mut key = job_id.as_bytes().to_vec();
+        key.extend_from_slice(provider.as_bytes());
+        Ok(self
+            .receipts
+            .get(&key)?
+            .and_then(|bytes| read_stored(&bytes).ok())
+            .map(|stored| stored.body))
+    }
+
     /// The API key (id) whose money `receipt`'s job counts against, if any.
     pub fn api_key_of(&self, receipt: &Receipt) -> Result<Option<String>, LedgerError> {
         Ok(self
@@ -564,6 +579,17 @@ mod tests {
         assert_eq!(spent(SpendScope::ApiKey("key-a"), Period::Day(day2)), 3_000);
         // The totals equal a scan of the receipts.
         assert_eq!(ledger.spent_since(&me, day2).unwrap_or(0), 4_000);
+        let newest = ledger
+            .receipt_for(&JobId::from_bytes([1; 16]), &provider.node_id())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(newest.map(|r| r.completion_tokens), Some(20));
+        assert_eq!(
+            ledger
+                .receipt_for(&JobId::from_bytes([9; 16]), &provider.node_id())
+                .ok()
+                .flatten(),
+            None
+        );
         // The spend report splits the same money by key, and by key and day.
         let spend = crate::report(&ledger, &me, crate::Side::Spend, 0, day2)
             .unwrap_or_else(|e| panic!("{e}"));
@@ -650,6 +676,17 @@ mod tests {
             .heartbeat(100_000, 130_000)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(ledger.uptime_seconds(0).unwrap_or_default(), 90.0);
+        // The earnings report carries it (and a spend report has none).
+        let me = provider.node_id();
+        let earnings = crate::report(&ledger, &me, crate::Side::Earnings, 0, 200_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(earnings.uptime_seconds, Some(90.0));
+        let since = crate::report(&ledger, &me, crate::Side::Earnings, 110_000, 200_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(since.uptime_seconds, Some(20.0));
+        let spend = crate::report(&ledger, &buyer.node_id(), crate::Side::Spend, 0, 200_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(spend.uptime_seconds, None);
     }
 
     #[test]

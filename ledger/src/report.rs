@@ -180,6 +180,9 @@ pub fn report(
             .entry(job.outcome.name().to_owned())
             .or_default() += 1;
     }
+    if side == Side::Earnings {
+        report.uptime_seconds = Some(ledger.uptime_seconds(since_ms)?);
+    }
     report.quarantined_entries = ledger.quarantined()?;
     report.settlement = ledger.settlement(me, side, now_ms)?;
     Ok(report)

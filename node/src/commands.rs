@@ -271,6 +271,9 @@ pub fn account(
             }
         }
     }
+    if let Some(seconds) = report["uptime_seconds"].as_f64() {
+        println!("uptime: {:.1} h serving", seconds / 3600.0);
+    }
     for (name, key) in [
         ("time to first token (ms)", "ttft_ms"),
         ("tokens/s", "tokens_per_second"),

@@ -43,6 +43,12 @@ assert answer["choices"][0]["message"]["content"], answer
 assert [k["name"] for k in call("/v1/account/keys", alice_key)["keys"]] == ["alice"]
 assert sorted(k["name"] for k in call("/v1/account/keys", admin_key)["keys"]) == ["alice", "ops"]
 assert list(call("/v1/account/spend", alice_key)["per_api_key"]) == [k["id"] for k in call("/v1/account/keys", alice_key)["keys"]]
+# Spend against budgets in the metrics too: the gateway's limit, alice's spend today.
+metrics = urllib.request.urlopen(urllib.request.Request(f"http://{gateway}/metrics",
+                                 headers={"authorization": f"Bearer {admin_key}"}), timeout=30).read().decode()
+assert 'sharemesh_gateway_budget_limit_nano_usd{budget="gateway\'s daily"} 100000' in metrics, metrics
+alice_spent = [l for l in metrics.splitlines() if l.startswith('sharemesh_gateway_budget_spent_nano_usd{budget="API key alice\'s daily"}')]
+assert alice_spent and int(alice_spent[0].split()[-1]) > 0, metrics
 ANSWER = "The answer to this classic math problem is 4."
 expect.set_options(timeout=60_000)
 
@@ -119,6 +125,9 @@ with sync_playwright() as p:
     route = page.locator('[data-role="route"]').first
     expect(route).to_contain_text("failed over:", timeout=90_000)
     expect(route.locator(".hop")).to_have_count(2)
+    # The failover point: the first hop's tokens and why it ended.
+    expect(route.locator(".hop").first).to_contain_text("failover:")
+    expect(route.locator(".hop").nth(1)).to_contain_text("completed")
     page.screenshot(path=f"{shots}/failover.png", full_page=True)
     route.locator("a").click()
     expect(page.locator("#segments")).to_contain_text("failover:")
@@ -129,6 +138,9 @@ with sync_playwright() as p:
     expect(page.locator('[data-kpi="Earned"]')).not_to_have_text(earned_before)
     expect(page.locator('[data-kpi="Earned"]')).not_to_have_text("$0.000000")
     expect(page.locator("#load")).to_contain_text("Tokens served")
+    # The jobs it served, the failover's second half among them, with what each paid.
+    expect(page.locator("#served")).to_contain_text("smollm2-135m-instruct")
+    expect(page.locator("#served tr:nth-child(2) td").nth(6)).not_to_have_text("$0.000000")
     page.screenshot(path=f"{shots}/provider.png", full_page=True)
 
     # Over the daily budget: the 402's reason, in the playground.

@@ -163,6 +163,7 @@ impl Dispatcher {
             jobs: crate::jobs::JobLog::default(),
         });
         dispatcher.penalise_signed_faults();
+        dispatcher.show_budgets(None);
         dispatcher
     }
 
@@ -212,6 +213,16 @@ impl Dispatcher {
     ) -> Result<Vec<crate::budget::BudgetView>, ApiError> {
         self.budgets
             .view(self.ledger.as_deref(), &self.node_id(), key, now_ms())
+    }
+
+    /// Refreshes the budget gauges (the gateway's, and `key`'s) for `GET /metrics`.
+    fn show_budgets(&self, key: Option<&KeyRecord>) {
+        if let Some(metrics) = &self.metrics {
+            match self.budgets(key) {
+                Ok(budgets) => metrics.show_budgets(&budgets),
+                Err(err) => tracing::warn!(message = %err.message, "budget gauges not refreshed"),
+            }
+        }
     }
 
     /// Verification and its findings (the node sets a replayer where it holds models).
@@ -364,7 +375,7 @@ impl Dispatcher {
         events: &mpsc::Sender<DispatchEvent>,
     ) -> Result<(), ApiError> {
         let plan = self.plan(&request).await?;
-        let _reservation = self.budgets.reserve(
+        let reservation = self.budgets.reserve(
             self.ledger.as_deref(),
             &self.node_id(),
             plan.worst_case,
@@ -374,7 +385,9 @@ impl Dispatcher {
         let job_id = plan.job_id;
         self.jobs
             .start(self.job_record(&plan, &request, key.as_ref()));
-        let served = self.serve(plan, &request, key, events).await;
+        let served = self.serve(plan, &request, key.clone(), events).await;
+        drop(reservation);
+        self.show_budgets(key.as_ref());
         // A completed request was logged before the client heard it was done.
         match &served {
             Ok(true) => {}

@@ -121,11 +121,7 @@ impl Dispatcher {
             .map_or(NanoUsd::ZERO, |r| r.amount);
         response.cost = response.cost.checked_add(amount).unwrap_or(response.cost);
         self.count(|m| {
-            m.segments
-                .get_or_create(&crate::metrics::RouteLabels {
-                    provider: report.provider.to_string(),
-                })
-                .inc();
+            m.count_segment(&report.provider.to_string());
             m.tokens.inc_by(report.tokens);
             m.spent_nano_usd.inc_by(amount.0);
             if let Some(first) = report.first_token {

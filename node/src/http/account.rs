@@ -136,3 +136,50 @@ pub(super) async fn keys(
         Err(err) => err.into_response(),
     }
 }
+
+#[derive(serde::Deserialize)]
+pub(super) struct Limit {
+    limit: Option<usize>,
+}
+
+/// Jobs a page lists at most.
+const MAX_JOBS_LISTED: usize = 200;
+
+#[derive(Serialize)]
+struct ServedJob {
+    #[serde(flatten)]
+    record: sharemesh_ledger::JobRecord,
+    /// What the buyer's newest receipt acknowledged for it (0 before any).
+    earned_nano_usd: u64,
+}
+
+/// `GET /v1/provider/jobs[?limit=N]`: the jobs this node served, newest first (at most
+/// 200), each with what its receipts acknowledged.
+pub(super) async fn served_jobs(State(state): State<AppState>, Query(q): Query<Limit>) -> Response {
+    let ledger = match state.ledger() {
+        Ok(ledger) => ledger,
+        Err(err) => return err.into_response(),
+    };
+    let me = state.mesh.node_id;
+    let listed = ledger.jobs().and_then(|jobs| {
+        let mut served: Vec<_> = jobs.into_iter().filter(|j| j.provider == me).collect();
+        served.sort_by_key(|j| std::cmp::Reverse(j.started_ms));
+        served.truncate(q.limit.unwrap_or(50).min(MAX_JOBS_LISTED));
+        served
+            .into_iter()
+            .map(|record| {
+                let earned = ledger
+                    .receipt_for(&record.job_id, &me)?
+                    .map_or(0, |r| r.amount.0);
+                Ok(ServedJob {
+                    record,
+                    earned_nano_usd: earned,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    });
+    match listed {
+        Ok(jobs) => Json(serde_json::json!({"data": jobs})).into_response(),
+        Err(err) => ApiError::upstream(err.to_string()).into_response(),
+    }
+}

@@ -83,6 +83,7 @@ pub fn router(
         .route("/v1/account/spend", get(account::spend))
         .route("/v1/account/keys", get(account::keys))
         .route("/v1/provider/policy", get(provider_policy))
+        .route("/v1/provider/jobs", get(account::served_jobs))
         .route("/v1/network/block", axum::routing::post(network::block))
         .route("/v1/network/unblock", axum::routing::post(network::unblock))
         .with_state(state);
