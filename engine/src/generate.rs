@@ -96,6 +96,14 @@ pub(super) fn run(
         ));
     }
     let prompt_tokens = prompt.len() as u32;
+    let mut guide = model.format_guide(&request.sampling.format)?;
+    if let Some(guide) = guide.as_mut() {
+        for (index, &token) in request.resume.iter().enumerate() {
+            guide.consume(token).map_err(|e| {
+                EngineError::BadRequest(format!("resumed token at index {index}: {e}"))
+            })?;
+        }
+    }
     let device = &model.device;
     let cheat = model.cheat;
     let tokenizer = &model.vocabulary.tokenizer;
@@ -134,13 +142,24 @@ pub(super) fn run(
         let (token, fingerprint) = if garbage {
             garbage_step(&history, vocab, index)
         } else {
+            // The commitment covers the raw logits; the format's mask comes after.
             let fingerprint = StepFingerprint::from_logits(&logits);
+            if let Some(guide) = guide.as_mut() {
+                guide
+                    .mask(&mut logits)
+                    .map_err(|e| EngineError::Inference(format!("response format: {e}")))?;
+            }
             let token = sampler::sample(&mut logits, &history, &request.sampling, index as u64);
             (token, fingerprint)
         };
         if !request.ignore_eos && tokenizer.is_end(token) {
             finish = FinishReason::Stop;
             break;
+        }
+        if let Some(guide) = guide.as_mut().filter(|_| !garbage) {
+            guide
+                .consume(token)
+                .map_err(|e| EngineError::Inference(format!("response format: {e}")))?;
         }
         history.push(token);
         token_ids.push(token);

@@ -125,6 +125,9 @@ pub struct LoadedModel {
     pub cheat: Cheat,
     /// Jobs generated so far (camouflage counts them).
     jobs_run: u32,
+    /// The vocabulary's constrained-decoding engine, built on the first job that asks
+    /// for an output format (or why it could not be).
+    formats: std::sync::OnceLock<Result<sharemesh_constrain::FormatEnv, String>>,
 }
 
 /// The device to run on: the first CUDA GPU when built with `cuda` and one is present.
@@ -185,7 +188,30 @@ impl LoadedModel {
             load_seconds: started.elapsed().as_secs_f64(),
             cheat: Cheat::None,
             jobs_run: 0,
+            formats: std::sync::OnceLock::new(),
         })
+    }
+
+    /// A guide for `format` over this model's vocabulary (`None` for free text).
+    fn format_guide(
+        &self,
+        format: &sharemesh_protocol::OutputFormat,
+    ) -> Result<Option<sharemesh_constrain::Guide>, EngineError> {
+        if format.is_free() {
+            return Ok(None);
+        }
+        let env = self.formats.get_or_init(|| {
+            sharemesh_constrain::FormatEnv::new(&self.vocabulary.tokenizer)
+                .map_err(|e| e.to_string())
+        });
+        match env {
+            Ok(env) => env
+                .guide(format)
+                .map_err(|e| EngineError::BadRequest(format!("response format: {e}"))),
+            Err(why) => Err(EngineError::BadRequest(format!(
+                "response format: this model cannot follow one: {why}"
+            ))),
+        }
     }
 
     /// Testnet adversary kit: runs only the first layers less `count` (kernels only).

@@ -23,10 +23,8 @@ use tokio::sync::mpsc;
 
 use crate::dispatch::DispatchEvent;
 use crate::error::ApiError;
-use crate::openai::{
-    boolean, integer, kind, message_list, number, object, routing, string, text_content, top_p,
-    CompletionRequest,
-};
+use crate::fields::{boolean, integer, kind, number, object, string, text_content};
+use crate::openai::{message_list, routing, top_p, CompletionRequest};
 
 /// Request fields sharemesh does not serve yet: refused with a 400 naming the field.
 const UNSUPPORTED: &[(&str, &str)] = &[
@@ -192,6 +190,7 @@ pub fn parse(
         routing: routing(obj, headers)?,
         chat: true,
         n: 1,
+        tools: None,
     })
 }
 

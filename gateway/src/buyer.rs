@@ -494,8 +494,7 @@ fn check_commitment(chunk: &TokenChunk, request: &JobRequest, head: &Digest) -> 
     if link != chunk.commitment {
         return Err("the chunk's commitment does not extend the chain".into());
     }
-    let sampling = &request.sampling;
-    if sampling.temperature == 0.0 && sampling.repetition_penalty == 1.0 {
+    if request.sampling.greedy_rule_applies() {
         for (step, (&token, fingerprint)) in
             chunk.token_ids.iter().zip(&chunk.fingerprints).enumerate()
         {

@@ -12,6 +12,7 @@ pub mod budget;
 pub mod buyer;
 pub mod dispatch;
 pub mod error;
+mod fields;
 pub mod jobs;
 pub mod keys;
 pub mod metrics;
@@ -23,6 +24,7 @@ mod respond;
 mod responses;
 pub mod segment;
 pub mod standing;
+pub mod tools;
 pub mod transcript;
 pub mod trust;
 pub mod vocab;
@@ -105,7 +107,7 @@ async fn complete(
         .collect::<Result<Vec<_>, _>>()?;
     let first = &runs[0].1;
     let span = tracing::info_span!("request", job = %first.job_id, provider = %first.provider);
-    let shape = respond::Shape::new(first, &request.model, chat);
+    let shape = respond::Shape::new(first, &request.model, chat, request.tools.clone());
     if request.stream {
         let _entered = span.enter(); // Only while the response is built: no await here.
         respond::stream(runs, shape, request.include_usage)

@@ -3,9 +3,10 @@
 //! OpenAI's API does.
 
 use serde_json::{Map, Value};
-use sharemesh_protocol::{ChatMessage, NanoUsd, Prompt, Role, Sampling, Tier};
+use sharemesh_protocol::{ChatMessage, NanoUsd, OutputFormat, Prompt, Role, Sampling, Tier};
 
 use super::error::ApiError;
+use crate::fields::{boolean, integer, kind, number, object, string, text_content};
 
 /// Per-request routing options: the `sharemesh` body object or `x-sharemesh-*` headers.
 #[derive(Clone, Debug, Default)]
@@ -31,98 +32,13 @@ pub struct CompletionRequest {
     /// Choices asked for (OpenAI's `n`, 1..=`MAX_CHOICES`): the gateway runs that many
     /// separate jobs (seeds `seed`, `seed + 1`, …); the dispatcher runs one.
     pub n: u32,
+    /// Tools the model may call (the answer's format is already in `sampling.format`;
+    /// the gateway reads the answer back into calls with these).
+    pub tools: Option<std::sync::Arc<crate::tools::Tools>>,
 }
 
 /// The most choices one request may ask for (each is a job, paid for).
 pub const MAX_CHOICES: u64 = 8;
-
-pub(crate) fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
-    body.as_object()
-        .ok_or_else(|| ApiError::bad_json("the request body must be a JSON object"))
-}
-
-pub(crate) fn number(
-    obj: &Map<String, Value>,
-    field: &str,
-    min: f64,
-    max: f64,
-) -> Result<Option<f64>, ApiError> {
-    match obj.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => {
-            let v = n.as_f64().unwrap_or(f64::NAN);
-            if !(min..=max).contains(&v) {
-                return Err(ApiError::invalid(
-                    field,
-                    format!("`{field}` must be between {min} and {max}, got {v}"),
-                ));
-            }
-            Ok(Some(v))
-        }
-        Some(other) => Err(ApiError::invalid(
-            field,
-            format!("`{field}` must be a number, got {}", kind(other)),
-        )),
-    }
-}
-
-pub(crate) fn integer(
-    obj: &Map<String, Value>,
-    field: &str,
-    min: u64,
-    max: u64,
-) -> Result<Option<u64>, ApiError> {
-    match obj.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(v) if (min..=max).contains(&v) => Ok(Some(v)),
-            _ => Err(ApiError::invalid(
-                field,
-                format!("`{field}` must be an integer between {min} and {max}, got {n}"),
-            )),
-        },
-        Some(other) => Err(ApiError::invalid(
-            field,
-            format!("`{field}` must be an integer, got {}", kind(other)),
-        )),
-    }
-}
-
-pub(crate) fn boolean(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
-    match obj.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(other) => Err(ApiError::invalid(
-            field,
-            format!("`{field}` must be a boolean, got {}", kind(other)),
-        )),
-    }
-}
-
-pub(crate) fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-pub(crate) fn string<'a>(
-    obj: &'a Map<String, Value>,
-    field: &str,
-) -> Result<Option<&'a str>, ApiError> {
-    match obj.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(ApiError::invalid(
-            field,
-            format!("`{field}` must be a string, got {}", kind(other)),
-        )),
-    }
-}
 
 fn stop(obj: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     let list = match obj.get("stop") {
@@ -158,61 +74,6 @@ fn stop(obj: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     Ok(list)
 }
 
-/// The text of a message's content (`param` names it in errors): a string, or a list
-/// of parts whose `type` is one of `text_types`, each with a string `text`. Any other
-/// part (an image, a tool call) is refused by name: answering without it would answer
-/// another question. `null` is empty.
-pub(crate) fn text_content(
-    value: &Value,
-    param: &str,
-    text_types: &[&str],
-) -> Result<String, ApiError> {
-    match value {
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(parts) => {
-            let mut text = String::new();
-            for (j, part) in parts.iter().enumerate() {
-                let at = format!("{param}[{j}]");
-                match part.get("type").and_then(Value::as_str) {
-                    Some(t) if text_types.contains(&t) => match part.get("text") {
-                        Some(Value::String(t)) => text.push_str(t),
-                        _ => {
-                            return Err(ApiError::invalid(
-                                &format!("{at}.text"),
-                                format!("`{at}.text` must be a string"),
-                            ))
-                        }
-                    },
-                    Some(other) => {
-                        return Err(ApiError::invalid(
-                            &format!("{at}.type"),
-                            format!(
-                                "`{other}` parts are not supported yet: only text ({})",
-                                text_types.join(", ")
-                            ),
-                        ))
-                    }
-                    None => {
-                        return Err(ApiError::invalid(
-                            &format!("{at}.type"),
-                            format!("`{at}` needs a `type`"),
-                        ))
-                    }
-                }
-            }
-            Ok(text)
-        }
-        Value::Null => Ok(String::new()),
-        other => Err(ApiError::invalid(
-            param,
-            format!(
-                "`{param}` must be a string or a list of text parts, got {}",
-                kind(other)
-            ),
-        )),
-    }
-}
-
 /// The `messages` array: required, and not empty.
 pub(crate) fn message_list(obj: &Map<String, Value>) -> Result<&Vec<Value>, ApiError> {
     match obj.get("messages") {
@@ -231,9 +92,13 @@ pub(crate) fn message_list(obj: &Map<String, Value>) -> Result<&Vec<Value>, ApiE
 
 fn messages(obj: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
     let list = message_list(obj)?;
+    let mut tool_names = std::collections::HashMap::new();
     list.iter()
         .enumerate()
         .map(|(i, m)| {
+            if let Some(written) = crate::tools::message(m, i, &mut tool_names)? {
+                return Ok(written);
+            }
             let role = match m.get("role").and_then(Value::as_str) {
                 Some("system") | Some("developer") => Role::System,
                 Some("user") => Role::User,
@@ -242,7 +107,7 @@ fn messages(obj: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
                     return Err(ApiError::invalid(
                         &format!("messages[{i}].role"),
                         format!(
-                            "`messages[{i}].role` must be system, user or assistant, got {other:?}"
+                            "`messages[{i}].role` must be system, user, assistant or tool, got {other:?}"
                         ),
                     ))
                 }
@@ -345,7 +210,17 @@ pub(crate) fn routing(
 /// set to anything but their neutral value (silently ignoring them would return an
 /// answer the client did not ask for). Fields with no effect on the answer (`user`,
 /// `metadata`, `store`, `service_tier`, …) are accepted.
-fn refuse_unserved(obj: &Map<String, Value>) -> Result<(), ApiError> {
+fn refuse_unserved(obj: &Map<String, Value>, chat: bool) -> Result<(), ApiError> {
+    if !chat {
+        for field in ["tools", "tool_choice", "response_format"] {
+            if obj.get(field).is_some_and(|v| !v.is_null()) {
+                return Err(ApiError::invalid(
+                    field,
+                    format!("`{field}` is a chat field: use /v1/chat/completions"),
+                ));
+            }
+        }
+    }
     let neutral = |value: &Value| match value {
         Value::Null => true,
         Value::Bool(b) => !b,
@@ -367,8 +242,6 @@ fn refuse_unserved(obj: &Map<String, Value>) -> Result<(), ApiError> {
         ("logit_bias", "logit biases are not supported yet"),
         ("logprobs", "log probabilities are not returned yet"),
         ("top_logprobs", "log probabilities are not returned yet"),
-        ("tools", "tool calling is not supported yet"),
-        ("tool_choice", "tool calling is not supported yet"),
         ("functions", "function calling is not supported"),
         ("function_call", "function calling is not supported"),
         ("suffix", "insertion (a suffix) is not supported"),
@@ -389,14 +262,39 @@ fn refuse_unserved(obj: &Map<String, Value>) -> Result<(), ApiError> {
             }
         }
     }
-    match obj.get("response_format") {
-        None | Some(Value::Null) => Ok(()),
-        Some(format) if format.get("type").and_then(Value::as_str) == Some("text") => Ok(()),
-        Some(_) => Err(ApiError::invalid(
+    Ok(())
+}
+
+/// `response_format` or `tools` (not both): the format the provider must hold the
+/// answer to, and for tools the note that presents them.
+fn shaped_output(
+    obj: &Map<String, Value>,
+    prompt: Prompt,
+    mut sampling: Sampling,
+) -> Result<
+    (
+        Prompt,
+        Sampling,
+        Option<std::sync::Arc<crate::tools::Tools>>,
+    ),
+    ApiError,
+> {
+    sampling.format = crate::tools::response_format(obj)?;
+    let Some(tools) = crate::tools::parse(obj)? else {
+        return Ok((prompt, sampling, None));
+    };
+    if !sampling.format.is_free() {
+        return Err(ApiError::invalid(
             "response_format",
-            "`response_format`: only `{\"type\": \"text\"}` is supported yet (no JSON mode or schema)",
-        )),
+            "`response_format` and `tools` cannot be combined: a tool call has its own format",
+        ));
     }
+    let Prompt::Chat(messages) = prompt else {
+        return Err(ApiError::invalid("tools", "`tools` needs chat messages"));
+    };
+    sampling.format = tools.format();
+    let prompt = Prompt::Chat(crate::tools::with_instructions(messages, &tools));
+    Ok((prompt, sampling, Some(std::sync::Arc::new(tools))))
 }
 
 /// Parses `/v1/chat/completions` (chat = true) or `/v1/completions` bodies.
@@ -464,6 +362,7 @@ pub fn parse(
         },
         max_tokens: max_tokens.unwrap_or(256) as u32,
         stop: stop(obj)?,
+        format: OutputFormat::Free,
     };
     let stream = boolean(obj, "stream")?.unwrap_or(false);
     let include_usage = match obj.get("stream_options") {
@@ -477,11 +376,13 @@ pub fn parse(
         }
     };
     string(obj, "user")?;
-    refuse_unserved(obj)?;
+    refuse_unserved(obj, chat)?;
+    let (prompt, sampling, tools) = shaped_output(obj, prompt, sampling)?;
     Ok(CompletionRequest {
         model,
         prompt,
         sampling,
+        tools,
         stream,
         include_usage,
         routing: routing(obj, headers)?,
@@ -529,10 +430,10 @@ mod tests {
             (r#""frequency_penalty": 0.5"#, "frequency_penalty"),
             (r#""logit_bias": {"50256": -100}"#, "logit_bias"),
             (r#""logprobs": true"#, "logprobs"),
-            (r#""tools": [{"type": "function"}]"#, "tools"),
+            (r#""tools": [{"type": "function"}]"#, "tools[0].function"),
             (
-                r#""response_format": {"type": "json_object"}"#,
-                "response_format",
+                r#""response_format": {"type": "xml"}"#,
+                "response_format.type",
             ),
         ] {
             let err = parse_chat(&format!("{{{base}, {extra}}}")).unwrap_err();

@@ -2,6 +2,7 @@
 //! streamed request, one JSON body otherwise; both name the providers and the cost.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderValue;
@@ -14,6 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::dispatch::{DispatchEvent, Segment};
 use crate::error::ApiError;
+use crate::tools::{Answer, ToolCall, Tools};
 
 /// What the client is told once a provider accepted the request.
 pub(crate) struct Accepted {
@@ -58,16 +60,43 @@ pub(crate) struct Shape {
     model: String,
     created: u64,
     chat: bool,
+    /// Tools the answer may call: it is read back into calls, not passed on as text.
+    tools: Option<Arc<Tools>>,
 }
 
 impl Shape {
-    pub(crate) fn new(accepted: &Accepted, model: &str, chat: bool) -> Self {
+    pub(crate) fn new(
+        accepted: &Accepted,
+        model: &str,
+        chat: bool,
+        tools: Option<Arc<Tools>>,
+    ) -> Self {
         let kind = if chat { "chatcmpl" } else { "cmpl" };
         Self {
             id: format!("{kind}-{}", accepted.job_id),
             model: model.to_owned(),
             created: unix_seconds(),
             chat,
+            tools,
+        }
+    }
+
+    /// What choice `index`'s whole text says under the tools (`None`: no tools).
+    fn tool_answer(&self, index: usize, text: &str, finish: FinishReason) -> Option<Answer> {
+        let tools = self.tools.as_ref()?;
+        if finish != FinishReason::Stop {
+            // Cut short (max_tokens): the JSON is unfinished; its text so far.
+            return Some(Answer::Text(tools.cut_answer(text)));
+        }
+        let job = self.id.trim_start_matches("chatcmpl-");
+        Some(tools.answer(text, |call| format!("call_{job}_{index}_{call}")))
+    }
+
+    /// The finish reason OpenAI names for `answer`.
+    fn finish_of(answer: Option<&Answer>, finish: FinishReason) -> &'static str {
+        match answer {
+            Some(Answer::Calls(_)) => "tool_calls",
+            _ => finish_name(finish),
         }
     }
 
@@ -109,6 +138,33 @@ fn tagged(
     })
 }
 
+/// The `tool_calls` of a message (whole) from an answer's calls.
+fn tool_calls(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+        .collect()
+}
+
+/// The deltas that stream an answer read back under tools: its text, or each call's
+/// id and name, then its arguments.
+fn answer_deltas(answer: &Answer) -> Vec<Value> {
+    match answer {
+        Answer::Text(text) => vec![json!({"content": text})],
+        Answer::Calls(calls) => calls
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| {
+                [
+                    json!({"tool_calls": [{"index": i, "id": c.id, "type": "function",
+                                           "function": {"name": c.name, "arguments": ""}}]}),
+                    json!({"tool_calls": [{"index": i, "function": {"arguments": c.arguments}}]}),
+                ]
+            })
+            .collect(),
+    }
+}
+
 fn sharemesh_block(
     providers: &[NodeId],
     cost: sharemesh_protocol::NanoUsd,
@@ -148,11 +204,19 @@ pub(crate) fn stream(
             .enumerate()
             .map(|(index, (events, _))| Box::pin(tagged(index, events))),
     );
-    // (events, shape, choices still running, completion tokens so far, done)
-    let state = (merged, shape, choices, 0u32, false);
+    // (events, shape, choices still running, completion tokens so far, done, and each
+    // choice's text held back while tools may read it as calls)
+    let state = (
+        merged,
+        shape,
+        choices,
+        0u32,
+        false,
+        vec![String::new(); choices],
+    );
     let body = futures::stream::unfold(
         state,
-        move |(mut merged, shape, running, tokens, done)| async move {
+        move |(mut merged, shape, running, tokens, done, mut held)| async move {
             use futures::StreamExt;
             if done {
                 return None;
@@ -160,9 +224,12 @@ pub(crate) fn stream(
             loop {
                 let (index, event) = merged.next().await?;
                 match event {
+                    DispatchEvent::Token { text, .. } if shape.tools.is_some() => {
+                        held[index].push_str(&text);
+                    }
                     DispatchEvent::Token { text, .. } if !text.is_empty() => {
                         let chunk = shape.chunk(index, json!({"content": text}), None);
-                        return Some((vec![chunk], (merged, shape, running, tokens, false)));
+                        return Some((vec![chunk], (merged, shape, running, tokens, false, held)));
                     }
                     DispatchEvent::Done {
                         finish,
@@ -171,20 +238,29 @@ pub(crate) fn stream(
                         cost,
                         segments,
                     } => {
-                        let mut last = shape.chunk(index, json!({}), Some(finish_name(finish)));
+                        let answer = shape.tool_answer(index, &held[index], finish);
+                        let mut out: Vec<Value> = answer
+                            .iter()
+                            .flat_map(answer_deltas)
+                            .map(|delta| shape.chunk(index, delta, None))
+                            .collect();
+                        let finish = Shape::finish_of(answer.as_ref(), finish);
+                        let mut last = shape.chunk(index, json!({}), Some(finish));
                         last["sharemesh"] = sharemesh_block(&providers, cost, &segments);
                         let (running, tokens) = (running - 1, tokens + completion_tokens);
-                        let mut out = vec![last];
+                        out.push(last);
                         if running == 0 && include_usage {
                             let mut tail = shape.chunk(0, json!({}), None);
                             tail["choices"] = json!([]);
                             tail["usage"] = usage(prompt_tokens, tokens);
                             out.push(tail);
                         }
-                        return Some((out, (merged, shape, running, tokens, running == 0)));
+                        let done = running == 0;
+                        return Some((out, (merged, shape, running, tokens, done, held)));
                     }
                     DispatchEvent::Failed(err) => {
-                        return Some((vec![err.body()], (merged, shape, running, tokens, true)));
+                        let state = (merged, shape, running, tokens, true, held);
+                        return Some((vec![err.body()], state));
                     }
                     _ => continue,
                 }
@@ -288,9 +364,17 @@ pub(crate) async fn whole(runs: Vec<Run>, shape: Shape) -> Result<Response, ApiE
         .iter()
         .enumerate()
         .map(|(index, a)| {
-            let finish = finish_name(a.finish);
+            let answer = shape.tool_answer(index, &a.text, a.finish);
+            let finish = Shape::finish_of(answer.as_ref(), a.finish);
             if chat {
-                json!({"index": index, "message": {"role": "assistant", "content": a.text}, "logprobs": null, "finish_reason": finish})
+                let message = match &answer {
+                    Some(Answer::Calls(calls)) => {
+                        json!({"role": "assistant", "content": null, "tool_calls": tool_calls(calls)})
+                    }
+                    Some(Answer::Text(text)) => json!({"role": "assistant", "content": text}),
+                    None => json!({"role": "assistant", "content": a.text}),
+                };
+                json!({"index": index, "message": message, "logprobs": null, "finish_reason": finish})
             } else {
                 json!({"index": index, "text": a.text, "logprobs": null, "finish_reason": finish})
             }

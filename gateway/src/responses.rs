@@ -20,9 +20,8 @@ use tokio::sync::mpsc;
 
 use crate::dispatch::DispatchEvent;
 use crate::error::ApiError;
-use crate::openai::{
-    boolean, integer, kind, number, object, routing, string, text_content, top_p, CompletionRequest,
-};
+use crate::fields::{boolean, integer, kind, number, object, string, text_content};
+use crate::openai::{routing, top_p, CompletionRequest};
 
 /// Fields a stateless gateway without tools cannot honour: refused when set.
 const UNSERVED: &[(&str, &str)] = &[
@@ -144,6 +143,7 @@ pub fn parse(body: &[u8], headers: &HeaderMap) -> Result<CompletionRequest, ApiE
         routing: routing(obj, headers)?,
         chat: true,
         n: 1,
+        tools: None,
     })
 }
 

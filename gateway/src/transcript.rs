@@ -93,8 +93,7 @@ impl Transcript {
     /// The first greedy step whose token is not the best of its own committed logits:
     /// fraud provable without the model.
     pub fn first_inconsistency(&self) -> Option<usize> {
-        let sampling = &self.request.sampling;
-        if sampling.temperature != 0.0 || sampling.repetition_penalty != 1.0 {
+        if !self.request.sampling.greedy_rule_applies() {
             return None;
         }
         let resumed = self.request.resume.len();

@@ -333,6 +333,7 @@ impl Lab {
             routing,
             chat: false,
             n: 1,
+            tools: None,
         }
     }
 

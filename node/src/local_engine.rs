@@ -50,6 +50,12 @@ pub struct GenerateArgs {
     /// Completion token ids already delivered, comma-separated: continue after them.
     #[arg(long, value_delimiter = ',')]
     pub resume: Vec<u32>,
+    /// Answer one JSON object (constrained decoding).
+    #[arg(long, conflicts_with = "json_schema")]
+    pub json_object: bool,
+    /// Answer JSON valid against the JSON Schema in this file (constrained decoding).
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<std::path::PathBuf>,
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -111,6 +117,23 @@ pub fn load_model(data_dir: &Path, args: &ModelArgs) -> Result<LoadedModel> {
     Ok(model)
 }
 
+/// `--json-object` or `--json-schema FILE` as the job's output format.
+fn output_format(args: &GenerateArgs) -> Result<sharemesh_protocol::OutputFormat> {
+    use sharemesh_protocol::OutputFormat;
+    if let Some(path) = &args.json_schema {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the JSON schema {}", path.display()))?;
+        serde_json::from_str::<serde_json::Value>(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        return Ok(OutputFormat::JsonSchema(text));
+    }
+    Ok(if args.json_object {
+        OutputFormat::JsonObject
+    } else {
+        OutputFormat::Free
+    })
+}
+
 pub fn generate(data_dir: &Path, args: GenerateArgs) -> Result<()> {
     let mut model = load_model(data_dir, &args.model)?;
     let prompt = if args.chat {
@@ -137,6 +160,7 @@ pub fn generate(data_dir: &Path, args: GenerateArgs) -> Result<()> {
         seed: args.seed,
         max_tokens: args.max_tokens,
         stop: args.stop.clone(),
+        format: output_format(&args)?,
     };
     sampling.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let request = GenerateRequest {

@@ -59,6 +59,14 @@ fn the_gateway_mesh_and_testnet_do_not_link_the_engine() {
         );
     }
     assert!(!linked("sharemesh-tokenizer").contains("candle-core"));
+    // Constrained decoding is vocabulary work: no inference, no I/O.
+    let constrain = linked("sharemesh-constrain");
+    for heavy in ["candle-core", "tokio", "sled", "libp2p"] {
+        assert!(
+            !constrain.contains(heavy),
+            "sharemesh-constrain links {heavy}"
+        );
+    }
     for pure in [
         "sharemesh-protocol",
         "sharemesh-reputation",
@@ -231,6 +239,8 @@ fn no_two_files_of_a_crate_import_each_other() {
         "provider",
         "node",
         "testnet",
+        "tokenizer",
+        "constrain",
     ] {
         for cycle in import_cycles(&workspace().join(krate).join("src")) {
             all.push(format!("{krate}: {cycle}"));

@@ -81,6 +81,7 @@ fn request(routing: RoutingOptions) -> CompletionRequest {
         routing,
         chat: false,
         n: 1,
+        tools: None,
     }
 }
 

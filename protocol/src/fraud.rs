@@ -108,9 +108,7 @@ impl Evidence {
     /// Greedy decoding without penalties must emit the best token of its own logits:
     /// a step that did not is fraud whatever the model, provable without it.
     pub fn self_inconsistent(&self) -> bool {
-        let sampling = &self.request.sampling;
-        sampling.temperature == 0.0
-            && sampling.repetition_penalty == 1.0
+        self.request.sampling.greedy_rule_applies()
             && self.committed.best_token() != Some(self.token)
     }
 

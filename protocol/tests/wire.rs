@@ -98,16 +98,24 @@ fn arb_sampling() -> impl Strategy<Value = Sampling> {
         any::<u64>(),
         1u32..4096,
         prop::collection::vec("[a-z]{1,8}", 0..3),
+        prop_oneof![
+            Just(OutputFormat::Free),
+            Just(OutputFormat::JsonObject),
+            "[a-z{}:\" ]{0,40}".prop_map(OutputFormat::JsonSchema),
+        ],
     )
         .prop_map(
-            |(temperature, top_p, top_k, repetition_penalty, seed, max_tokens, stop)| Sampling {
-                temperature,
-                top_p,
-                top_k,
-                repetition_penalty,
-                seed,
-                max_tokens,
-                stop,
+            |(temperature, top_p, top_k, repetition_penalty, seed, max_tokens, stop, format)| {
+                Sampling {
+                    temperature,
+                    top_p,
+                    top_k,
+                    repetition_penalty,
+                    seed,
+                    max_tokens,
+                    stop,
+                    format,
+                }
             },
         )
 }

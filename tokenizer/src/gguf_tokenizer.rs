@@ -270,6 +270,13 @@ impl GgufTokenizer {
         self.control_ids.contains_key(text)
     }
 
+    /// Every control token (`<|im_end|>`, `<start_of_turn>`, …) with its id.
+    pub fn control_tokens(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.control_ids
+            .iter()
+            .map(|(text, &id)| (text.as_str(), id))
+    }
+
     /// The literal text of a token as a template writes it: `<bos>` for a control
     /// token, the decoded text otherwise.
     pub fn token_literal(&self, id: u32) -> String {

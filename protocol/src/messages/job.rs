@@ -84,6 +84,45 @@ impl Prompt {
     }
 }
 
+/// What the completion must be, enforced by constrained decoding on the provider: at
+/// each step only tokens that keep the text a valid prefix of the format may be drawn,
+/// and end-of-text only where it is complete. The allowed set is a pure function of the
+/// format and the tokens so far, so resume, failover and replay stay exact.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutputFormat {
+    /// Any text.
+    #[default]
+    Free,
+    /// One JSON object (OpenAI's `response_format: {"type": "json_object"}`).
+    JsonObject,
+    /// JSON valid against this JSON Schema (its JSON text; `json_schema`, strict).
+    JsonSchema(String),
+}
+
+/// The most bytes an output format's schema may take.
+pub const MAX_FORMAT_BYTES: usize = 64 * 1024;
+
+impl OutputFormat {
+    pub fn is_free(&self) -> bool {
+        matches!(self, OutputFormat::Free)
+    }
+
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if let OutputFormat::JsonSchema(schema) = self {
+            if schema.len() > MAX_FORMAT_BYTES {
+                return Err(ValidationError::field(
+                    "format",
+                    format!(
+                        "a JSON schema of {} bytes, limit {MAX_FORMAT_BYTES}",
+                        schema.len()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Sampling settings. Temperature 0 means greedy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sampling {
@@ -96,6 +135,8 @@ pub struct Sampling {
     pub seed: u64,
     pub max_tokens: u32,
     pub stop: Vec<String>,
+    /// What the text must be (free, JSON, JSON under a schema).
+    pub format: OutputFormat,
 }
 
 impl Default for Sampling {
@@ -108,11 +149,19 @@ impl Default for Sampling {
             seed: 0,
             max_tokens: 256,
             stop: Vec::new(),
+            format: OutputFormat::Free,
         }
     }
 }
 
 impl Sampling {
+    /// Whether every token must be the best of its own raw logits: greedy decoding with
+    /// nothing between the logits and the choice (no penalty, no format mask). A step
+    /// that breaks it is fraud provable without the model (§12).
+    pub fn greedy_rule_applies(&self) -> bool {
+        self.temperature == 0.0 && self.repetition_penalty == 1.0 && self.format.is_free()
+    }
+
     pub fn validate(&self) -> Result<(), ValidationError> {
         if !self.temperature.is_finite() || !(0.0..=2.0).contains(&self.temperature) {
             return Err(ValidationError::field(
@@ -135,6 +184,7 @@ impl Sampling {
                 format!("must be within 1..={MAX_PROMPT_TOKENS}"),
             ));
         }
+        self.format.validate()?;
         at_most("stop", self.stop.len(), MAX_STOP_SEQUENCES)?;
         for stop in &self.stop {
             if stop.is_empty() || stop.len() > MAX_STOP_BYTES {
