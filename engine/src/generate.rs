@@ -84,6 +84,16 @@ pub(super) fn run(
             context_length: context,
         });
     }
+    if let Some((bad, _)) = request
+        .sampling
+        .logit_bias
+        .iter()
+        .find(|(id, _)| *id >= vocab)
+    {
+        return Err(EngineError::BadRequest(format!(
+            "logit_bias names token {bad}, outside the vocabulary (size {vocab})"
+        )));
+    }
     if let Some(bad) = request.resume.iter().find(|&&id| id >= vocab) {
         return Err(EngineError::BadRequest(format!(
             "resume token id {bad} is outside the vocabulary (size {vocab})"
@@ -149,7 +159,13 @@ pub(super) fn run(
                     .mask(&mut logits)
                     .map_err(|e| EngineError::Inference(format!("response format: {e}")))?;
             }
-            let token = sampler::sample(&mut logits, &history, &request.sampling, index as u64);
+            let token = sampler::sample(
+                &mut logits,
+                &history,
+                history.len() - prompt.len(),
+                &request.sampling,
+                index as u64,
+            );
             (token, fingerprint)
         };
         if !request.ignore_eos && tokenizer.is_end(token) {

@@ -42,6 +42,37 @@ pub fn apply_repetition_penalty(logits: &mut [f32], history: &[u32], penalty: f3
     }
 }
 
+/// OpenAI's presence and frequency penalties over the completion's tokens so far.
+pub fn apply_presence_frequency(
+    logits: &mut [f32],
+    completion: &[u32],
+    presence: f32,
+    frequency: f32,
+) {
+    if presence == 0.0 && frequency == 0.0 {
+        return;
+    }
+    let mut counts = std::collections::BTreeMap::<u32, u32>::new();
+    for &token in completion {
+        *counts.entry(token).or_default() += 1;
+    }
+    for (token, count) in counts {
+        if let Some(logit) = logits.get_mut(token as usize) {
+            *logit -= presence + frequency * count as f32;
+        }
+    }
+}
+
+/// Adds each listed token's bias to its logit (ids past the logits are skipped: the
+/// engine refuses them before generating).
+pub fn apply_logit_bias(logits: &mut [f32], bias: &[(u32, f32)]) {
+    for &(token, add) in bias {
+        if let Some(logit) = logits.get_mut(token as usize) {
+            *logit += add;
+        }
+    }
+}
+
 /// The highest logit; ties go to the lowest id.
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;
@@ -53,9 +84,23 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-/// Picks the token for completion position `index`.
-pub fn sample(logits: &mut [f32], history: &[u32], sampling: &Sampling, index: u64) -> u32 {
+/// Picks the token for completion position `index`; `history` is the prompt and the
+/// completion so far, its last `completion` tokens the completion's.
+pub fn sample(
+    logits: &mut [f32],
+    history: &[u32],
+    completion: usize,
+    sampling: &Sampling,
+    index: u64,
+) -> u32 {
+    apply_logit_bias(logits, &sampling.logit_bias);
     apply_repetition_penalty(logits, history, sampling.repetition_penalty);
+    apply_presence_frequency(
+        logits,
+        &history[history.len().saturating_sub(completion)..],
+        sampling.presence_penalty,
+        sampling.frequency_penalty,
+    );
     if sampling.temperature <= 0.0 {
         return argmax(logits);
     }
@@ -118,14 +163,14 @@ mod tests {
     #[test]
     fn greedy_takes_the_argmax_and_lowest_id_on_ties() {
         let mut logits = vec![0.1, 3.0, 3.0, -1.0];
-        assert_eq!(sample(&mut logits, &[], &with(0.0, 0, 1.0, 0), 0), 1);
+        assert_eq!(sample(&mut logits, &[], 0, &with(0.0, 0, 1.0, 0), 0), 1);
     }
 
     #[test]
     fn top_k_one_is_greedy() {
         for index in 0..50 {
             let mut logits = vec![0.1, 0.5, 2.0, 1.9];
-            assert_eq!(sample(&mut logits, &[], &with(1.0, 1, 1.0, 9), index), 2);
+            assert_eq!(sample(&mut logits, &[], 0, &with(1.0, 1, 1.0, 9), index), 2);
         }
     }
 
@@ -133,7 +178,10 @@ mod tests {
     fn tiny_top_p_is_greedy() {
         for index in 0..50 {
             let mut logits = vec![0.1, 0.5, 5.0, 1.9];
-            assert_eq!(sample(&mut logits, &[], &with(1.0, 0, 0.01, 3), index), 2);
+            assert_eq!(
+                sample(&mut logits, &[], 0, &with(1.0, 0, 0.01, 3), index),
+                2
+            );
         }
     }
 
@@ -141,7 +189,7 @@ mod tests {
     fn same_seed_same_draws_other_seed_other_draws() {
         let draw = |seed| -> Vec<u32> {
             (0..64)
-                .map(|i| sample(&mut [1.0; 16], &[], &with(1.0, 0, 1.0, seed), i))
+                .map(|i| sample(&mut [1.0; 16], &[], 0, &with(1.0, 0, 1.0, seed), i))
                 .collect()
         };
         assert_eq!(draw(1), draw(1));
@@ -154,7 +202,7 @@ mod tests {
         let mut ones = 0;
         for i in 0..4000 {
             let mut logits = vec![0.0, 3f32.ln()];
-            ones += sample(&mut logits, &[], &with(1.0, 0, 1.0, 5), i);
+            ones += sample(&mut logits, &[], 0, &with(1.0, 0, 1.0, 5), i);
         }
         assert!((2800..3200).contains(&ones), "{ones}");
     }
@@ -169,7 +217,7 @@ mod tests {
             repetition_penalty: 1.5,
             ..Sampling::default()
         };
-        assert_eq!(sample(&mut logits, &[0], &s, 0), 1);
+        assert_eq!(sample(&mut logits, &[0], 1, &s, 0), 1);
     }
 
     #[test]
@@ -178,5 +226,32 @@ mod tests {
             let u = uniform(42, i);
             assert!((0.0..1.0).contains(&u));
         }
+    }
+
+    #[test]
+    fn presence_and_frequency_count_only_the_completion() {
+        // Prompt [0], completion [1, 1, 2]: token 1 seen twice, 2 once, 0 not at all.
+        let mut logits = vec![1.0, 1.0, 1.0, 1.0];
+        apply_presence_frequency(&mut logits, &[1, 1, 2], 0.5, 0.25);
+        assert_eq!(logits, vec![1.0, 1.0 - 0.5 - 0.5, 1.0 - 0.5 - 0.25, 1.0]);
+        // Through `sample`: the prompt's token 0 is not penalised, the completion's are.
+        let s = Sampling {
+            presence_penalty: 1.0,
+            ..Sampling::default()
+        };
+        let mut logits = vec![2.0, 2.5, 0.0];
+        assert_eq!(sample(&mut logits, &[0, 1], 1, &s, 0), 0);
+    }
+
+    #[test]
+    fn logit_bias_can_ban_and_force() {
+        let s = Sampling {
+            logit_bias: vec![(0, -100.0), (2, 5.0)],
+            ..Sampling::default()
+        };
+        let mut logits = vec![9.0, 1.0, 0.0];
+        assert_eq!(sample(&mut logits, &[], 0, &s, 0), 2);
+        // Ids past the vocabulary are skipped, not a panic.
+        apply_logit_bias(&mut [0.0; 2], &[(7, 1.0)]);
     }
 }

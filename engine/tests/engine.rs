@@ -334,6 +334,62 @@ fn resume_from_every_cut_point_equals_the_uninterrupted_run() {
 }
 
 #[test]
+fn penalties_and_biases_change_the_answer_and_resume_exactly() {
+    let mut model = load();
+    let prompt = user("Write a short poem about the sea.");
+    let plain = run(&mut model, prompt.clone(), greedy(24), vec![]);
+    // A frequency penalty steers away from repeated tokens: another answer.
+    let penalised = Sampling {
+        frequency_penalty: 1.5,
+        presence_penalty: 0.5,
+        ..greedy(24)
+    };
+    let full = run(&mut model, prompt.clone(), penalised.clone(), vec![]);
+    assert_ne!(full.token_ids, plain.token_ids);
+    // The penalties count the completion so far, resumed tokens included: exact resume.
+    for cut in [1, 7, 16, 23] {
+        let resumed = run(
+            &mut model,
+            prompt.clone(),
+            penalised.clone(),
+            full.token_ids[..cut].to_vec(),
+        );
+        assert_eq!(resumed.token_ids, full.token_ids, "resume at {cut}");
+    }
+    // A bias of -100 bans the greedy first token; +100 forces another one.
+    let first = plain.token_ids[0];
+    let banned = Sampling {
+        logit_bias: vec![(first, -100.0)],
+        ..greedy(4)
+    };
+    assert_ne!(
+        run(&mut model, prompt.clone(), banned, vec![]).token_ids[0],
+        first
+    );
+    let forced = Sampling {
+        logit_bias: vec![(300, 100.0)],
+        ..greedy(1)
+    };
+    assert_eq!(
+        run(&mut model, prompt.clone(), forced, vec![]).token_ids,
+        [300]
+    );
+    // A biased token outside the vocabulary is a clear error.
+    let outside = GenerateRequest {
+        model: model.descriptor.id,
+        prompt,
+        sampling: Sampling {
+            logit_bias: vec![(10_000_000, 1.0)],
+            ..greedy(1)
+        },
+        resume: vec![],
+        ignore_eos: false,
+    };
+    let err = model.generate(&outside, |_| true).unwrap_err().to_string();
+    assert!(err.contains("outside the vocabulary"), "{err}");
+}
+
+#[test]
 fn streamed_deltas_concatenate_to_the_final_text() {
     let mut model = load();
     let request = GenerateRequest {

@@ -231,15 +231,6 @@ fn refuse_unserved(obj: &Map<String, Value>, chat: bool) -> Result<(), ApiError>
         Value::String(s) => s == "none" || s == "auto",
     };
     for (field, why) in [
-        (
-            "frequency_penalty",
-            "frequency penalties are not supported yet",
-        ),
-        (
-            "presence_penalty",
-            "presence penalties are not supported yet",
-        ),
-        ("logit_bias", "logit biases are not supported yet"),
         ("logprobs", "log probabilities are not returned yet"),
         ("top_logprobs", "log probabilities are not returned yet"),
         ("functions", "function calling is not supported"),
@@ -263,6 +254,61 @@ fn refuse_unserved(obj: &Map<String, Value>, chat: bool) -> Result<(), ApiError>
         }
     }
     Ok(())
+}
+
+/// `logit_bias`: `{"<token id>": bias}` with biases in -100..=100, at most 300 tokens;
+/// sorted by id as the wire wants it.
+fn logit_bias(obj: &Map<String, Value>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let map = match obj.get("logit_bias") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "logit_bias",
+                format!(
+                    "`logit_bias` must be an object of token ids, got {}",
+                    kind(other)
+                ),
+            ))
+        }
+    };
+    if map.len() > sharemesh_protocol::MAX_LOGIT_BIAS {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            format!(
+                "{} tokens, limit {}",
+                map.len(),
+                sharemesh_protocol::MAX_LOGIT_BIAS
+            ),
+        ));
+    }
+    let mut bias = Vec::with_capacity(map.len());
+    for (token, value) in map {
+        let id: u32 = token.parse().map_err(|_| {
+            ApiError::invalid(
+                "logit_bias",
+                format!("`logit_bias` keys must be token ids, got `{token}`"),
+            )
+        })?;
+        let add = value
+            .as_f64()
+            .filter(|v| (-100.0..=100.0).contains(v))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "logit_bias",
+                    format!("the bias of token {id} must be a number within -100..=100"),
+                )
+            })?;
+        bias.push((id, add as f32));
+    }
+    bias.sort_by_key(|&(id, _)| id);
+    if bias.windows(2).any(|w| w[0].0 == w[1].0) {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            "a token id is listed twice (as `7` and `07`?)",
+        ));
+    }
+    Ok(bias)
 }
 
 /// `response_format` or `tools` (not both): the format the provider must hold the
@@ -363,6 +409,9 @@ pub fn parse(
         max_tokens: max_tokens.unwrap_or(256) as u32,
         stop: stop(obj)?,
         format: OutputFormat::Free,
+        presence_penalty: number(obj, "presence_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32,
+        frequency_penalty: number(obj, "frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32,
+        logit_bias: logit_bias(obj)?,
     };
     let stream = boolean(obj, "stream")?.unwrap_or(false);
     let include_usage = match obj.get("stream_options") {
@@ -427,8 +476,10 @@ mod tests {
             (r#""stop": 5"#, "stop"),
             (r#""stream": "yes""#, "stream"),
             (r#""sharemesh": {"tier": "platinum"}"#, "sharemesh.tier"),
-            (r#""frequency_penalty": 0.5"#, "frequency_penalty"),
-            (r#""logit_bias": {"50256": -100}"#, "logit_bias"),
+            (r#""frequency_penalty": 2.5"#, "frequency_penalty"),
+            (r#""presence_penalty": "lots""#, "presence_penalty"),
+            (r#""logit_bias": {"50256": -101}"#, "logit_bias"),
+            (r#""logit_bias": {"fifty": 1}"#, "logit_bias"),
             (r#""logprobs": true"#, "logprobs"),
             (r#""tools": [{"type": "function"}]"#, "tools[0].function"),
             (

@@ -161,6 +161,7 @@ pub fn generate(data_dir: &Path, args: GenerateArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         stop: args.stop.clone(),
         format: output_format(&args)?,
+        ..Sampling::default()
     };
     sampling.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let request = GenerateRequest {

@@ -112,11 +112,21 @@ check(len(calls) == 1 and calls[0]["name"] == "get_time" and calls[0]["id"], f"s
 check(isinstance(json.loads(calls[0]["arguments"]).get("city"), str), f"streamed arguments {calls}")
 results["streamed"] = calls[0]
 
+# Penalties and biases are served (and change the answer).
+plain = client.chat.completions.create(model=model, messages=QUESTION, temperature=0, max_tokens=24)
+steered = client.chat.completions.create(model=model, messages=QUESTION, temperature=0, max_tokens=24,
+                                         frequency_penalty=1.5, presence_penalty=0.5, logit_bias={"504": -100})
+check(steered.choices[0].message.content != plain.choices[0].message.content,
+      f"penalties changed nothing: {steered.choices[0].message.content!r}")
+results["penalised"] = steered.choices[0].message.content
+
 # Errors name the field.
 for kwargs, field in [
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice.function.name"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format.json_schema.schema"),
     ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "response_format"),
+    ({"logit_bias": {"504": 250}}, "logit_bias"),
+    ({"presence_penalty": 3}, "presence_penalty"),
 ]:
     try:
         client.chat.completions.create(model=model, messages=QUESTION, max_tokens=4, **kwargs)

@@ -103,10 +103,28 @@ fn arb_sampling() -> impl Strategy<Value = Sampling> {
             Just(OutputFormat::JsonObject),
             "[a-z{}:\" ]{0,40}".prop_map(OutputFormat::JsonSchema),
         ],
+        (
+            -2.0f32..=2.0,
+            -2.0f32..=2.0,
+            prop::collection::btree_map(any::<u32>(), -100.0f32..=100.0, 0..4),
+        ),
     )
         .prop_map(
-            |(temperature, top_p, top_k, repetition_penalty, seed, max_tokens, stop, format)| {
+            |(
+                temperature,
+                top_p,
+                top_k,
+                repetition_penalty,
+                seed,
+                max_tokens,
+                stop,
+                format,
+                (presence_penalty, frequency_penalty, bias),
+            )| {
                 Sampling {
+                    presence_penalty,
+                    frequency_penalty,
+                    logit_bias: bias.into_iter().collect(),
                     temperature,
                     top_p,
                     top_k,

@@ -137,7 +137,17 @@ pub struct Sampling {
     pub stop: Vec<String>,
     /// What the text must be (free, JSON, JSON under a schema).
     pub format: OutputFormat,
+    /// OpenAI's penalties (-2..=2; 0 = off), over the completion's tokens so far: each
+    /// token's logit less `presence` if it appeared, less `frequency` × its count.
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// Added to a token's logit before sampling (-100..=100 each; ≤ 300 tokens, each
+    /// once, in ascending id order).
+    pub logit_bias: Vec<(u32, f32)>,
 }
+
+/// The most tokens `logit_bias` may name (OpenAI's limit).
+pub const MAX_LOGIT_BIAS: usize = 300;
 
 impl Default for Sampling {
     fn default() -> Self {
@@ -150,6 +160,9 @@ impl Default for Sampling {
             max_tokens: 256,
             stop: Vec::new(),
             format: OutputFormat::Free,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -159,7 +172,12 @@ impl Sampling {
     /// nothing between the logits and the choice (no penalty, no format mask). A step
     /// that breaks it is fraud provable without the model (§12).
     pub fn greedy_rule_applies(&self) -> bool {
-        self.temperature == 0.0 && self.repetition_penalty == 1.0 && self.format.is_free()
+        self.temperature == 0.0
+            && self.repetition_penalty == 1.0
+            && self.presence_penalty == 0.0
+            && self.frequency_penalty == 0.0
+            && self.logit_bias.is_empty()
+            && self.format.is_free()
     }
 
     pub fn validate(&self) -> Result<(), ValidationError> {
@@ -185,6 +203,31 @@ impl Sampling {
             ));
         }
         self.format.validate()?;
+        for (field, value) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !value.is_finite() || !(-2.0..=2.0).contains(&value) {
+                return Err(ValidationError::field(field, "must be within -2..=2"));
+            }
+        }
+        at_most("logit_bias", self.logit_bias.len(), MAX_LOGIT_BIAS)?;
+        if self.logit_bias.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(ValidationError::field(
+                "logit_bias",
+                "tokens must be listed once each, in ascending id order",
+            ));
+        }
+        if let Some((token, _)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, bias)| !bias.is_finite() || !(-100.0..=100.0).contains(bias))
+        {
+            return Err(ValidationError::field(
+                "logit_bias",
+                format!("the bias of token {token} must be within -100..=100"),
+            ));
+        }
         at_most("stop", self.stop.len(), MAX_STOP_SEQUENCES)?;
         for stop in &self.stop {
             if stop.is_empty() || stop.len() > MAX_STOP_BYTES {

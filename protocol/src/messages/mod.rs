@@ -144,6 +144,86 @@ mod tests {
             .to_string()
             .contains("max_tokens"));
         assert!(Sampling::default().validate().is_ok());
+        for (bad, field) in [
+            (
+                Sampling {
+                    presence_penalty: 2.5,
+                    ..Sampling::default()
+                },
+                "presence_penalty",
+            ),
+            (
+                Sampling {
+                    frequency_penalty: f32::INFINITY,
+                    ..Sampling::default()
+                },
+                "frequency_penalty",
+            ),
+            (
+                Sampling {
+                    logit_bias: vec![(5, 1.0), (3, 1.0)],
+                    ..Sampling::default()
+                },
+                "ascending",
+            ),
+            (
+                Sampling {
+                    logit_bias: vec![(5, 101.0)],
+                    ..Sampling::default()
+                },
+                "token 5",
+            ),
+            (
+                Sampling {
+                    logit_bias: (0..=MAX_LOGIT_BIAS as u32).map(|t| (t, 1.0)).collect(),
+                    ..Sampling::default()
+                },
+                "logit_bias",
+            ),
+            (
+                Sampling {
+                    format: OutputFormat::JsonSchema("x".repeat(MAX_FORMAT_BYTES + 1)),
+                    ..Sampling::default()
+                },
+                "format",
+            ),
+        ] {
+            let err = bad.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{field}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_greedy_rule_holds_only_with_nothing_between_logits_and_choice() {
+        assert!(Sampling::default().greedy_rule_applies());
+        for changed in [
+            Sampling {
+                temperature: 0.5,
+                ..Sampling::default()
+            },
+            Sampling {
+                repetition_penalty: 1.1,
+                ..Sampling::default()
+            },
+            Sampling {
+                presence_penalty: 0.1,
+                ..Sampling::default()
+            },
+            Sampling {
+                frequency_penalty: -0.1,
+                ..Sampling::default()
+            },
+            Sampling {
+                logit_bias: vec![(1, 0.5)],
+                ..Sampling::default()
+            },
+            Sampling {
+                format: OutputFormat::JsonObject,
+                ..Sampling::default()
+            },
+        ] {
+            assert!(!changed.greedy_rule_applies(), "{changed:?}");
+        }
     }
 
     #[test]
