@@ -25,11 +25,10 @@ use crate::dispatch::DispatchEvent;
 use crate::error::ApiError;
 use crate::fields::{boolean, integer, kind, number, object, string, text_content};
 use crate::openai::{message_list, routing, top_p, CompletionRequest};
+use crate::tools::Answer;
 
 /// Request fields sharemesh does not serve yet: refused with a 400 naming the field.
 const UNSUPPORTED: &[(&str, &str)] = &[
-    ("tools", "tool use is not supported yet"),
-    ("tool_choice", "tool use is not supported yet"),
     ("thinking", "extended thinking is not supported"),
     ("mcp_servers", "MCP servers are not supported"),
     ("container", "containers are not supported"),
@@ -80,6 +79,7 @@ fn prompt(obj: &Map<String, Value>) -> Result<Prompt, ApiError> {
         }
     }
     let list = message_list(obj)?;
+    let mut tool_names = std::collections::HashMap::new();
     for (i, message) in list.iter().enumerate() {
         let role = match message.get("role").and_then(Value::as_str) {
             Some("user") => Role::User,
@@ -92,7 +92,11 @@ fn prompt(obj: &Map<String, Value>) -> Result<Prompt, ApiError> {
             }
         };
         let param = format!("messages[{i}].content");
-        let content = text_of(message.get("content").unwrap_or(&Value::Null), &param)?;
+        let value = message.get("content").unwrap_or(&Value::Null);
+        let content = match crate::anthropic_tools::content(value, &param, &mut tool_names)? {
+            Some(written) => written,
+            None => text_of(value, &param)?,
+        };
         chat.push(ChatMessage { role, content });
     }
     if chat.last().is_some_and(|m| m.role == Role::Assistant) {
@@ -164,12 +168,20 @@ pub fn parse(
         stop: stop_sequences(obj)?,
         ..Sampling::default()
     };
-    if let Some(Value::Object(config)) = obj.get("output_config") {
-        if config.get("format").is_some_and(|f| !f.is_null()) {
+    let mut sampling = sampling;
+    sampling.format = crate::anthropic_tools::output_format(obj)?;
+    let tools = crate::anthropic_tools::parse(obj)?;
+    let mut prompt = prompt(obj)?;
+    if let Some(tools) = &tools {
+        if !sampling.format.is_free() {
             return Err(ApiError::invalid(
                 "output_config.format",
-                "`output_config.format`: structured output is not supported yet",
+                "`output_config.format` and `tools` cannot be combined: a tool use has its own format",
             ));
+        }
+        sampling.format = tools.format();
+        if let Prompt::Chat(messages) = prompt {
+            prompt = Prompt::Chat(crate::tools::with_instructions(messages, tools));
         }
     }
     match obj.get("metadata") {
@@ -183,14 +195,14 @@ pub fn parse(
     }
     Ok(CompletionRequest {
         model,
-        prompt: prompt(obj)?,
+        prompt,
         sampling,
         stream: boolean(obj, "stream")?.unwrap_or(false),
         include_usage: true,
         routing: routing(obj, headers)?,
         chat: true,
         n: 1,
-        tools: None,
+        tools: tools.map(std::sync::Arc::new),
     })
 }
 
@@ -234,9 +246,43 @@ pub(crate) struct Reply {
     pub decode: Decoder,
     pub job_header: HeaderValue,
     pub provider_header: HeaderValue,
+    /// Tools the answer may use: it is read back into `tool_use` blocks.
+    pub tools: Option<std::sync::Arc<crate::tools::Tools>>,
 }
 
 impl Reply {
+    /// What a finished answer says under the tools (`None`: no tools).
+    fn answer(&self, text: &str, finish: FinishReason) -> Option<Answer> {
+        let tools = self.tools.as_ref()?;
+        if finish != FinishReason::Stop {
+            return Some(Answer::Text(tools.cut_answer(text)));
+        }
+        let job = self.id.trim_start_matches("msg_");
+        Some(tools.answer(text, |i| format!("toolu_{job}_{i}")))
+    }
+
+    /// The stop reason: `tool_use` for calls, else as [`Self::stopped`] says.
+    fn reason(
+        &self,
+        answer: Option<&Answer>,
+        finish: FinishReason,
+        text: &str,
+        ids: &[u32],
+    ) -> (&'static str, Option<String>) {
+        match answer {
+            Some(Answer::Calls(_)) => ("tool_use", None),
+            Some(Answer::Text(_)) => (
+                if finish == FinishReason::Length {
+                    "max_tokens"
+                } else {
+                    "end_turn"
+                },
+                None,
+            ),
+            None => self.stopped(finish, text, ids),
+        }
+    }
+
     /// The stop reason and sequence of a completion that returned `text` from the
     /// tokens `ids`.
     fn stopped(
@@ -263,10 +309,20 @@ pub(crate) async fn whole(
     reply: Reply,
 ) -> Result<Response, ApiError> {
     let answer = crate::respond::collect(events).await?;
-    let (reason, sequence) = reply.stopped(answer.finish, &answer.text, &answer.token_ids);
+    let read = reply.answer(&answer.text, answer.finish);
+    let (reason, sequence) = reply.reason(
+        read.as_ref(),
+        answer.finish,
+        &answer.text,
+        &answer.token_ids,
+    );
+    let content = match &read {
+        Some(read) => crate::anthropic_tools::blocks(read),
+        None => vec![json!({"type": "text", "text": answer.text})],
+    };
     let body = json!({
         "id": reply.id, "type": "message", "role": "assistant", "model": reply.model,
-        "content": [{"type": "text", "text": answer.text}],
+        "content": content,
         "stop_reason": reason, "stop_sequence": sequence,
         "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": answer.completion_tokens},
         "sharemesh": {"providers": answer.providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -279,20 +335,60 @@ fn event(name: &str, data: Value) -> Result<Event, Infallible> {
     Ok(Event::default().event(name).data(data.to_string()))
 }
 
+/// An answer read under tools, as Anthropic's block events: each block's start, its
+/// text or its input as one JSON delta, and its stop.
+fn block_events(answer: &Answer) -> Vec<Result<Event, Infallible>> {
+    let mut frames = Vec::new();
+    for (index, block) in crate::anthropic_tools::blocks(answer)
+        .into_iter()
+        .enumerate()
+    {
+        let (opened, delta) = if block["type"] == "tool_use" {
+            let input = block["input"].to_string();
+            let mut opened = block;
+            opened["input"] = json!({});
+            (
+                opened,
+                json!({"type": "input_json_delta", "partial_json": input}),
+            )
+        } else {
+            let text = block["text"].clone();
+            (
+                json!({"type": "text", "text": ""}),
+                json!({"type": "text_delta", "text": text}),
+            )
+        };
+        frames.push(event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": opened}),
+        ));
+        frames.push(event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": index, "delta": delta}),
+        ));
+        frames.push(event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    frames
+}
+
 /// The message streamed as Anthropic's events.
 pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Response {
     let start = json!({"type": "message_start", "message": {
         "id": reply.id, "type": "message", "role": "assistant", "model": reply.model,
         "content": [], "stop_reason": null, "stop_sequence": null,
         "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": 0}}});
-    let opening = vec![
-        event("message_start", start),
-        event(
+    // With tools the blocks are known only at the end (text or tool uses).
+    let mut opening = vec![event("message_start", start)];
+    if reply.tools.is_none() {
+        opening.push(event(
             "content_block_start",
             json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        ),
-        event("ping", json!({"type": "ping"})),
-    ];
+        ));
+    }
+    opening.push(event("ping", json!({"type": "ping"})));
     let headers = (reply.job_header.clone(), reply.provider_header.clone());
     let state = (events, reply, String::new(), Vec::new(), false);
     let body = futures::stream::unfold(
@@ -312,6 +408,9 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Res
                             continue;
                         }
                         text.push_str(&delta);
+                        if reply.tools.is_some() {
+                            continue;
+                        }
                         let frame = event(
                             "content_block_delta",
                             json!({"type": "content_block_delta", "index": 0,
@@ -326,12 +425,16 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Res
                         cost,
                         ..
                     }) => {
-                        let (reason, sequence) = reply.stopped(finish, &text, &ids);
-                        let frames = vec![
-                            event(
+                        let read = reply.answer(&text, finish);
+                        let (reason, sequence) = reply.reason(read.as_ref(), finish, &text, &ids);
+                        let mut frames = match &read {
+                            Some(read) => block_events(read),
+                            None => vec![event(
                                 "content_block_stop",
                                 json!({"type": "content_block_stop", "index": 0}),
-                            ),
+                            )],
+                        };
+                        frames.extend([
                             event(
                                 "message_delta",
                                 json!({"type": "message_delta",
@@ -341,7 +444,7 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Res
                                                  "cost_nano_usd": cost.0}}),
                             ),
                             event("message_stop", json!({"type": "message_stop"})),
-                        ];
+                        ]);
                         return Some((frames, (events, reply, text, ids, true)));
                     }
                     Some(DispatchEvent::Failed(err)) => {
@@ -403,7 +506,10 @@ mod tests {
         for (extra, field) in [
             (r#""max_tokens": 0"#, "max_tokens"),
             (r#""max_tokens": 5, "temperature": 1.5"#, "temperature"),
-            (r#""max_tokens": 5, "tools": [{"name": "f"}]"#, "tools"),
+            (
+                r#""max_tokens": 5, "tools": [{"name": "f"}]"#,
+                "tools[0].input_schema",
+            ),
             (
                 r#""max_tokens": 5, "thinking": {"type": "enabled"}"#,
                 "thinking",

@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod anthropic;
+mod anthropic_tools;
 pub mod attest;
 pub mod audit;
 pub mod budget;
@@ -217,6 +218,7 @@ async fn anthropic_message(
         prompt_tokens: accepted.prompt_tokens,
         stops: request.sampling.stop.clone(),
         decode: Box::new(move |ids| dispatcher.decode(&model, ids)),
+        tools: request.tools.clone(),
         job_header: header(accepted.job_id.to_string())?,
         provider_header: header(accepted.provider.to_string())?,
     };

@@ -126,6 +126,36 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+impl Tool {
+    /// A tool from the object that holds its `name` and `description` (`at` names it in
+    /// errors), with the schema of its arguments.
+    pub(crate) fn read(
+        fields: &Map<String, Value>,
+        at: &str,
+        parameters: Value,
+    ) -> Result<Self, ApiError> {
+        let name = fields
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| valid_name(n))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    &format!("{at}.name"),
+                    format!("`{at}.name` must be 1-64 letters, digits, _ or -"),
+                )
+            })?;
+        Ok(Tool {
+            name: name.to_owned(),
+            description: fields
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            parameters,
+        })
+    }
+}
+
 fn tool(value: &Value, i: usize) -> Result<Tool, ApiError> {
     let at = format!("tools[{i}]");
     if value.get("type").and_then(Value::as_str) != Some("function") {
@@ -138,16 +168,6 @@ fn tool(value: &Value, i: usize) -> Result<Tool, ApiError> {
         .get("function")
         .and_then(Value::as_object)
         .ok_or_else(|| required(&at, "function"))?;
-    let name = function
-        .get("name")
-        .and_then(Value::as_str)
-        .filter(|n| valid_name(n))
-        .ok_or_else(|| {
-            ApiError::invalid(
-                &format!("{at}.function.name"),
-                format!("`{at}.function.name` must be 1-64 letters, digits, _ or -"),
-            )
-        })?;
     let parameters = match function.get("parameters") {
         None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
         Some(p) if p.is_object() => p.clone(),
@@ -161,40 +181,13 @@ fn tool(value: &Value, i: usize) -> Result<Tool, ApiError> {
             ))
         }
     };
-    Ok(Tool {
-        name: name.to_owned(),
-        description: function
-            .get("description")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        parameters,
-    })
+    Tool::read(function, &format!("{at}.function"), parameters)
 }
 
 /// `tools`, `tool_choice` and `parallel_tool_calls`; `None` when no tool may be called
 /// (none declared, or `tool_choice: "none"`).
 pub fn parse(obj: &Map<String, Value>) -> Result<Option<Tools>, ApiError> {
-    let tools: Vec<Tool> = match obj.get("tools") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(list)) if list.len() <= MAX_TOOLS => list
-            .iter()
-            .enumerate()
-            .map(|(i, t)| tool(t, i))
-            .collect::<Result<_, _>>()?,
-        Some(Value::Array(list)) => {
-            return Err(ApiError::invalid(
-                "tools",
-                format!("{} tools, limit {MAX_TOOLS}", list.len()),
-            ))
-        }
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "tools",
-                format!("`tools` must be an array, got {}", kind(other)),
-            ))
-        }
-    };
+    let tools = tool_list(obj, tool)?;
     let choice = match obj.get("tool_choice") {
         None | Some(Value::Null) => Some(ToolChoice::Auto),
         Some(Value::String(s)) if s == "auto" => Some(ToolChoice::Auto),
@@ -229,6 +222,37 @@ pub fn parse(obj: &Map<String, Value>) -> Result<Option<Tools>, ApiError> {
         }
     };
     let parallel = boolean(obj, "parallel_tool_calls")?.unwrap_or(true);
+    offer(tools, choice, parallel)
+}
+
+/// The `tools` array read with `read` (each tool, by index), at most [`MAX_TOOLS`].
+pub(crate) fn tool_list(
+    obj: &Map<String, Value>,
+    read: impl Fn(&Value, usize) -> Result<Tool, ApiError>,
+) -> Result<Vec<Tool>, ApiError> {
+    match obj.get("tools") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(list)) if list.len() <= MAX_TOOLS => {
+            list.iter().enumerate().map(|(i, t)| read(t, i)).collect()
+        }
+        Some(Value::Array(list)) => Err(ApiError::invalid(
+            "tools",
+            format!("{} tools, limit {MAX_TOOLS}", list.len()),
+        )),
+        Some(other) => Err(ApiError::invalid(
+            "tools",
+            format!("`tools` must be an array, got {}", kind(other)),
+        )),
+    }
+}
+
+/// The tools a request offers under `choice` (`None`: no tool may be called); a choice
+/// that asks for a call needs tools.
+pub(crate) fn offer(
+    tools: Vec<Tool>,
+    choice: Option<ToolChoice>,
+    parallel: bool,
+) -> Result<Option<Tools>, ApiError> {
     if tools.is_empty() {
         if choice.as_ref().is_some_and(|c| *c != ToolChoice::Auto) {
             return Err(ApiError::invalid(

@@ -82,10 +82,38 @@ def expect(error_type, status, error_kind, **kwargs):
     check(False, f"expected {error_type.__name__}")
 
 
-tools = [{"name": "get_weather", "description": "weather", "input_schema": {"type": "object"}}]
-why = expect(anthropic.BadRequestError, 400, "invalid_request_error",
-             model=model, max_tokens=8, messages=QUESTION, tools=tools)
-check("tools" in why, f"names the field: {why}")
+# Tool use: a tool_use block with its input, stop_reason tool_use; the result goes back
+# as a tool_result block; streamed, the input arrives as an input_json_delta.
+tools = [{"name": "get_weather", "description": "The current weather in a city",
+          "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+used = client.messages.create(model=model, max_tokens=60, messages=WEATHER, tools=tools,
+                              tool_choice={"type": "any"}, extra_body=GREEDY)
+check(used.stop_reason == "tool_use", f"stop_reason {used.stop_reason}")
+use = [b for b in used.content if b.type == "tool_use"]
+check(use and use[0].name == "get_weather" and isinstance(use[0].input.get("city"), str), f"tool_use {used.content}")
+check(use[0].id.startswith("toolu_"), f"tool_use id {use[0].id}")
+results["tool_use"] = use[0].input
+after = client.messages.create(model=model, max_tokens=60, tools=tools, extra_body=GREEDY, messages=WEATHER + [
+    {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in used.content]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use[0].id, "content": "18 degrees"}]}])
+check(after.stop_reason in ("end_turn", "tool_use", "max_tokens") and after.content, f"after the result {after}")
+with client.messages.stream(model=model, max_tokens=60, messages=WEATHER, tools=tools, extra_body=GREEDY,
+                            tool_choice={"type": "tool", "name": "get_weather"}) as stream:
+    kinds = [e.type for e in stream]
+    final = stream.get_final_message()
+check("content_block_start" in kinds and kinds[-1] == "message_stop", f"streamed events {kinds}")
+check(final.stop_reason == "tool_use" and final.content[0].type == "tool_use", f"streamed {final}")
+check(isinstance(final.content[0].input.get("city"), str), f"streamed input {final.content[0]}")
+# Structured output: output_config.format with a JSON schema.
+shaped = client.messages.create(model=model, max_tokens=60, messages=[{"role": "user", "content": "Name a colour."}],
+                                extra_body={**GREEDY, "output_config": {"format": {"type": "json_schema", "schema": {
+                                    "type": "object", "properties": {"colour": {"type": "string"}},
+                                    "required": ["colour"], "additionalProperties": False}}}})
+check(isinstance(json.loads(shaped.content[0].text).get("colour"), str), f"output_config.format {shaped.content}")
+why = expect(anthropic.BadRequestError, 400, "invalid_request_error", model=model, max_tokens=8, messages=QUESTION,
+             tools=tools, tool_choice={"type": "tool", "name": "nope"})
+check("tool_choice" in why, f"names the field: {why}")
 expect(anthropic.BadRequestError, 400, "invalid_request_error",
        model=model, max_tokens=8, messages=QUESTION + [{"role": "assistant", "content": "The"}])
 expect(anthropic.NotFoundError, 404, "not_found_error", model="no-such-model", max_tokens=8, messages=QUESTION)
