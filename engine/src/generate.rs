@@ -168,7 +168,9 @@ pub(super) fn run(
             );
             (token, fingerprint)
         };
-        if !request.ignore_eos && tokenizer.is_end(token) {
+        // A finished format allows only an end token: the text ends there, even for a
+        // benchmark that otherwise runs past end-of-text.
+        if tokenizer.is_end(token) && (!request.ignore_eos || guide.is_some()) {
             finish = FinishReason::Stop;
             break;
         }

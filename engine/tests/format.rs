@@ -2,12 +2,13 @@
 //! Constrained decoding on the real model (SmolLM2-135M-Instruct): a JSON schema or
 //! "a JSON object" holds where the model left to itself answers prose, and the masks
 //! depend only on the format and the tokens so far, so a resumed job (a failover, a
-//! verifier's replay) reproduces the uninterrupted one token for token.
+//! verifier's replay) reproduces the uninterrupted one token for token, and a
+//! teacher-forced replay reproduces every committed fingerprint.
 
 mod support;
 
 use serde_json::Value;
-use sharemesh_engine::{GenerateRequest, Generation, LoadedModel};
+use sharemesh_engine::{GenerateRequest, Generation, LoadedModel, ReplayRequest};
 use sharemesh_protocol::{ChatMessage, OutputFormat, Prompt, Role, Sampling};
 
 const PERSON: &str = r#"{"type": "object", "properties": {"name": {"type": "string"},
@@ -104,6 +105,49 @@ fn a_schema_holds_where_the_model_alone_answers_prose_and_resumes_exactly() {
             );
         }
     }
+}
+
+#[test]
+fn a_verifier_replays_a_constrained_job_bit_for_bit() {
+    // The fingerprints are of the raw logits, before the format's mask: a teacher-forced
+    // replay (which knows nothing of the format) reproduces every one, fresh or resumed.
+    let mut model = load();
+    let prompt = ask("Tell me about a French woman named Alice who is 31.");
+    let sampling = in_format(OutputFormat::JsonSchema(PERSON.into()), 0.8);
+    let serve = |model: &mut LoadedModel, resume: Vec<u32>| {
+        let request = GenerateRequest {
+            model: model.descriptor.id,
+            prompt: prompt.clone(),
+            sampling: sampling.clone(),
+            resume,
+            ignore_eos: true, // even so, a finished format ends the text
+        };
+        let mut fingerprints = Vec::new();
+        let generation = model
+            .generate(&request, |event| {
+                fingerprints.push(event.fingerprint.clone());
+                true
+            })
+            .unwrap();
+        (generation.token_ids, fingerprints)
+    };
+    let (tokens, committed) = serve(&mut model, vec![]);
+    assert!(person(&model.vocabulary.tokenizer.decode(&tokens)).is_ok());
+    let replay = |model: &mut LoadedModel, from: usize| {
+        let request = ReplayRequest {
+            model: model.descriptor.id,
+            prompt: prompt.clone(),
+            outputs: tokens.clone(),
+            from,
+            seed: 0,
+        };
+        model.replay(&request).unwrap().fingerprints
+    };
+    assert_eq!(replay(&mut model, 0), committed);
+    let cut = tokens.len() / 2;
+    let (resumed, resumed_committed) = serve(&mut model, tokens[..cut].to_vec());
+    assert_eq!(resumed, tokens);
+    assert_eq!(replay(&mut model, cut), resumed_committed);
 }
 
 #[test]
