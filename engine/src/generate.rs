@@ -34,6 +34,9 @@ pub struct TokenEvent {
     /// provider commits to and a verifier replays.
     #[serde(skip)]
     pub fingerprint: StepFingerprint,
+    /// Its log-probability and the best alternatives, when the request asked.
+    #[serde(skip)]
+    pub logprobs: Option<sharemesh_protocol::TokenLogprobs>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -148,7 +151,10 @@ pub(super) fn run(
     let mut stopped_by_sequence = false;
     let garbage = cheat.serves_garbage(model.jobs_run, !request.resume.is_empty());
     model.jobs_run += 1;
+    let want_logprobs = request.sampling.logprobs.map(usize::from);
     for index in request.resume.len()..max_tokens {
+        // Log-probabilities are of the raw logits, as the fingerprint is.
+        let raw = want_logprobs.map(|_| logits.clone());
         let (token, fingerprint) = if garbage {
             garbage_step(&history, vocab, index)
         } else {
@@ -192,6 +198,9 @@ pub(super) fn run(
             text_delta: delta,
             prompt_tokens,
             fingerprint,
+            logprobs: raw
+                .zip(want_logprobs)
+                .map(|(raw, top)| sampler::logprobs(&raw, token, top)),
         };
         if !on_token(&event) {
             finish = FinishReason::Cancelled;

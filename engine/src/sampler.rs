@@ -73,6 +73,42 @@ pub fn apply_logit_bias(logits: &mut [f32], bias: &[(u32, f32)]) {
     }
 }
 
+/// `token`'s log-probability under the raw distribution `raw` (log-softmax, summed in
+/// f64), with the `top` best tokens (ties by id).
+pub fn logprobs(raw: &[f32], token: u32, top: usize) -> sharemesh_protocol::TokenLogprobs {
+    let max = raw
+        .iter()
+        .copied()
+        .filter(|l| l.is_finite())
+        .fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = raw
+        .iter()
+        .filter(|l| l.is_finite())
+        .map(|&l| f64::from(l - max).exp())
+        .sum();
+    let lse = f64::from(max) + sum.ln();
+    let of = |id: u32| {
+        let logit = raw.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY);
+        let value = (f64::from(logit) - lse) as f32;
+        // A token the raw distribution cannot draw: the least a finite f32 says.
+        (if value.is_finite() { value } else { f32::MIN }).to_bits()
+    };
+    let mut best: Vec<u32> = (0..raw.len() as u32).collect();
+    let top = top.min(best.len());
+    if top > 0 {
+        let order = |a: &u32, b: &u32| raw[*b as usize].total_cmp(&raw[*a as usize]).then(a.cmp(b));
+        best.select_nth_unstable_by(top - 1, order);
+        best.truncate(top);
+        best.sort_by(order);
+    } else {
+        best.clear();
+    }
+    sharemesh_protocol::TokenLogprobs {
+        logprob: of(token),
+        top: best.into_iter().map(|id| (id, of(id))).collect(),
+    }
+}
+
 /// The highest logit; ties go to the lowest id.
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;
@@ -253,5 +289,18 @@ mod tests {
         assert_eq!(sample(&mut logits, &[], 0, &s, 0), 2);
         // Ids past the vocabulary are skipped, not a panic.
         apply_logit_bias(&mut [0.0; 2], &[(7, 1.0)]);
+    }
+
+    #[test]
+    fn logprobs_are_the_raw_log_softmax_with_the_best_first() {
+        let raw = [0.0f32, 2f32.ln(), f32::NEG_INFINITY, 2f32.ln()];
+        // Probabilities 1/5, 2/5, 0, 2/5.
+        let lp = logprobs(&raw, 0, 2);
+        assert!((lp.logprob() - 0.2f32.ln()).abs() < 1e-6);
+        assert_eq!(lp.top.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 3]);
+        assert!((f32::from_bits(lp.top[0].1) - 0.4f32.ln()).abs() < 1e-6);
+        assert_eq!(f32::from_bits(logprobs(&raw, 2, 0).logprob), f32::MIN);
+        assert!(logprobs(&raw, 0, 0).top.is_empty());
+        assert!(lp.validate().is_ok());
     }
 }

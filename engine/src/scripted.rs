@@ -203,6 +203,8 @@ impl ScriptedEngine {
                 text_delta: delta,
                 prompt_tokens,
                 fingerprint: Self::fingerprint(token_id),
+                // A script has no distribution to report.
+                logprobs: None,
             };
             if events.send(EngineEvent::Token(event)).await.is_err() {
                 return; // The consumer left: the job is cancelled.

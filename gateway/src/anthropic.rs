@@ -402,6 +402,7 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Res
                     Some(DispatchEvent::Token {
                         text: delta,
                         token_id,
+                        ..
                     }) => {
                         ids.push(token_id);
                         if delta.is_empty() {

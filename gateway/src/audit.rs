@@ -557,6 +557,7 @@ mod tests {
                 finish: None,
                 fingerprints,
                 commitment: head,
+                logprobs: Vec::new(),
             };
             transcript.push(provider.seal(&chunk, 1, 0, 60_000).unwrap(), chunk);
         }

@@ -534,6 +534,57 @@ fn check_chunk(chunk: &TokenChunk, request: &JobRequest, received: u64) -> Resul
     if chunk.token_ids.is_empty() && chunk.finish.is_none() {
         return Err("a chunk with neither tokens nor an end".into());
     }
+    check_logprobs(chunk, request)
+}
+
+/// Log-probabilities only when asked for, one per token, at most the alternatives asked
+/// for, and consistent with the committed fingerprint: every token both list must sit
+/// the same distance below its raw logit (that distance is the log of the softmax's
+/// normaliser), so they cannot be made up apart from the logits the provider committed.
+fn check_logprobs(chunk: &TokenChunk, request: &JobRequest) -> Result<(), String> {
+    let Some(top) = request.sampling.logprobs else {
+        return match chunk.logprobs.is_empty() {
+            true => Ok(()),
+            false => Err("log-probabilities nobody asked for".into()),
+        };
+    };
+    if chunk.logprobs.len() != chunk.token_ids.len() {
+        return Err(format!(
+            "{} log-probabilities for {} tokens",
+            chunk.logprobs.len(),
+            chunk.token_ids.len()
+        ));
+    }
+    let steps = chunk
+        .token_ids
+        .iter()
+        .zip(&chunk.logprobs)
+        .zip(&chunk.fingerprints);
+    for ((&token, logprobs), fingerprint) in steps {
+        if logprobs.top.len() > usize::from(top) {
+            return Err(format!(
+                "{} alternatives, {top} asked for",
+                logprobs.top.len()
+            ));
+        }
+        let listed = std::iter::once((token, logprobs.logprob)).chain(logprobs.top.iter().copied());
+        let mut normaliser: Option<f32> = None;
+        for (id, logprob) in listed {
+            let Some(&(_, logit)) = fingerprint.top.iter().find(|(t, _)| *t == id) else {
+                continue;
+            };
+            let distance = f32::from_bits(logit) - f32::from_bits(logprob);
+            match normaliser {
+                None => normaliser = Some(distance),
+                Some(first) if (distance - first).abs() > 1e-3 * first.abs().max(1.0) => {
+                    return Err(format!(
+                        "the log-probability of token {id} does not follow from its committed logit"
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
     Ok(())
 }
 
@@ -584,6 +635,7 @@ mod tests {
                 })
                 .collect(),
             commitment: Digest::from_bytes([0; 32]),
+            logprobs: Vec::new(),
         }
     }
 
@@ -626,5 +678,42 @@ mod tests {
         assert!(beyond.contains("more than max_tokens 6"), "{beyond}");
         assert!(check_chunk(&chunk(3, &[], "free text", None), &job, 0).is_err());
         assert!(check_chunk(&chunk(3, &[], "", None), &job, 0).is_err());
+    }
+
+    #[test]
+    fn logprobs_come_only_when_asked_and_must_follow_from_the_committed_logits() {
+        use sharemesh_protocol::TokenLogprobs;
+        let mut job = request(0, 8);
+        let mut one = chunk(0, &[5], "a", None);
+        // The fingerprint: token 5 at logit 3.0, token 9 at 1.0 (normaliser 3.5).
+        one.fingerprints = vec![StepFingerprint {
+            top: vec![(5, 3.0f32.to_bits()), (9, 1.0f32.to_bits())],
+        }];
+        let honest = TokenLogprobs {
+            logprob: (-0.5f32).to_bits(),
+            top: vec![(5, (-0.5f32).to_bits()), (9, (-2.5f32).to_bits())],
+        };
+        one.logprobs = vec![honest.clone()];
+        let unasked = check_chunk(&one, &job, 0).unwrap_err();
+        assert!(unasked.contains("nobody asked"), "{unasked}");
+        job.sampling.logprobs = Some(2);
+        assert!(check_chunk(&one, &job, 0).is_ok());
+        // Token 9's log-probability made up: it no longer sits 3.5 below its logit.
+        one.logprobs = vec![TokenLogprobs {
+            top: vec![(5, (-0.5f32).to_bits()), (9, (-0.1f32).to_bits())],
+            ..honest.clone()
+        }];
+        let made_up = check_chunk(&one, &job, 0).unwrap_err();
+        assert!(made_up.contains("token 9"), "{made_up}");
+        // More alternatives than asked for, or none at all when asked.
+        job.sampling.logprobs = Some(1);
+        one.logprobs = vec![honest];
+        assert!(check_chunk(&one, &job, 0)
+            .unwrap_err()
+            .contains("alternatives"));
+        one.logprobs.clear();
+        assert!(check_chunk(&one, &job, 0)
+            .unwrap_err()
+            .contains("0 log-probabilities"));
     }
 }

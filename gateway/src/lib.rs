@@ -108,7 +108,12 @@ async fn complete(
         .collect::<Result<Vec<_>, _>>()?;
     let first = &runs[0].1;
     let span = tracing::info_span!("request", job = %first.job_id, provider = %first.provider);
-    let shape = respond::Shape::new(first, &request.model, chat, request.tools.clone());
+    let vocabulary = request
+        .sampling
+        .logprobs
+        .and_then(|_| state.dispatcher.vocabulary_of(&request.model));
+    let shape = respond::Shape::new(first, &request.model, chat, request.tools.clone())
+        .with_vocabulary(vocabulary);
     if request.stream {
         let _entered = span.enter(); // Only while the response is built: no await here.
         respond::stream(runs, shape, request.include_usage)

@@ -231,8 +231,6 @@ fn refuse_unserved(obj: &Map<String, Value>, chat: bool) -> Result<(), ApiError>
         Value::String(s) => s == "none" || s == "auto",
     };
     for (field, why) in [
-        ("logprobs", "log probabilities are not returned yet"),
-        ("top_logprobs", "log probabilities are not returned yet"),
         ("functions", "function calling is not supported"),
         ("function_call", "function calling is not supported"),
         ("suffix", "insertion (a suffix) is not supported"),
@@ -254,6 +252,23 @@ fn refuse_unserved(obj: &Map<String, Value>, chat: bool) -> Result<(), ApiError>
         }
     }
     Ok(())
+}
+
+/// Chat: `logprobs: true` with `top_logprobs` (0..=20) alternatives; completions:
+/// `logprobs: N` (0..=5) alternatives. `None`: no log-probabilities.
+fn logprobs(obj: &Map<String, Value>, chat: bool) -> Result<Option<u8>, ApiError> {
+    if !chat {
+        return Ok(integer(obj, "logprobs", 0, 5)?.map(|n| n as u8));
+    }
+    let top = integer(obj, "top_logprobs", 0, 20)?;
+    match boolean(obj, "logprobs")? {
+        Some(true) => Ok(Some(top.unwrap_or(0) as u8)),
+        _ if top.is_some_and(|n| n > 0) => Err(ApiError::invalid(
+            "top_logprobs",
+            "`top_logprobs` needs `logprobs: true`",
+        )),
+        _ => Ok(None),
+    }
 }
 
 /// `logit_bias`: `{"<token id>": bias}` with biases in -100..=100, at most 300 tokens;
@@ -412,6 +427,7 @@ pub fn parse(
         presence_penalty: number(obj, "presence_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32,
         frequency_penalty: number(obj, "frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32,
         logit_bias: logit_bias(obj)?,
+        logprobs: logprobs(obj, chat)?,
     };
     let stream = boolean(obj, "stream")?.unwrap_or(false);
     let include_usage = match obj.get("stream_options") {
@@ -480,7 +496,9 @@ mod tests {
             (r#""presence_penalty": "lots""#, "presence_penalty"),
             (r#""logit_bias": {"50256": -101}"#, "logit_bias"),
             (r#""logit_bias": {"fifty": 1}"#, "logit_bias"),
-            (r#""logprobs": true"#, "logprobs"),
+            (r#""logprobs": 3"#, "logprobs"),
+            (r#""top_logprobs": 2"#, "top_logprobs"),
+            (r#""logprobs": true, "top_logprobs": 21"#, "top_logprobs"),
             (r#""tools": [{"type": "function"}]"#, "tools[0].function"),
             (
                 r#""response_format": {"type": "xml"}"#,

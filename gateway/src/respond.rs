@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use crate::dispatch::{DispatchEvent, Segment};
 use crate::error::ApiError;
 use crate::tools::{Answer, ToolCall, Tools};
+use sharemesh_protocol::TokenLogprobs;
 
 /// What the client is told once a provider accepted the request.
 pub(crate) struct Accepted {
@@ -62,6 +63,8 @@ pub(crate) struct Shape {
     chat: bool,
     /// Tools the answer may call: it is read back into calls, not passed on as text.
     tools: Option<Arc<Tools>>,
+    /// The model's vocabulary, to spell the tokens of log-probabilities.
+    vocabulary: Option<Arc<sharemesh_tokenizer::Vocabulary>>,
 }
 
 impl Shape {
@@ -78,7 +81,69 @@ impl Shape {
             created: unix_seconds(),
             chat,
             tools,
+            vocabulary: None,
         }
+    }
+
+    pub(crate) fn with_vocabulary(
+        mut self,
+        vocabulary: Option<Arc<sharemesh_tokenizer::Vocabulary>>,
+    ) -> Self {
+        self.vocabulary = vocabulary;
+        self
+    }
+
+    /// A token's bytes (empty for control tokens, or without the vocabulary).
+    fn bytes_of(&self, token: u32) -> Vec<u8> {
+        self.vocabulary
+            .as_ref()
+            .map(|v| v.tokenizer.token_bytes(token).to_vec())
+            .unwrap_or_default()
+    }
+
+    /// One token's entry in OpenAI's chat `logprobs.content`.
+    fn logprob_entry(&self, token: u32, logprobs: &TokenLogprobs) -> Value {
+        let entry = |id: u32, bits: u32| {
+            let bytes = self.bytes_of(id);
+            json!({"token": String::from_utf8_lossy(&bytes), "logprob": f32::from_bits(bits), "bytes": bytes})
+        };
+        let mut first = entry(token, logprobs.logprob);
+        first["top_logprobs"] = logprobs
+            .top
+            .iter()
+            .map(|&(id, bits)| entry(id, bits))
+            .collect();
+        first
+    }
+
+    /// A choice's `logprobs` over its tokens (`null` when none were asked for): chat's
+    /// `{"content": [...]}`, or the completions API's token lists.
+    fn logprobs(&self, tokens: &[(u32, TokenLogprobs)]) -> Value {
+        if tokens.is_empty() {
+            return Value::Null;
+        }
+        if self.chat {
+            let content: Vec<Value> = tokens
+                .iter()
+                .map(|(t, lp)| self.logprob_entry(*t, lp))
+                .collect();
+            return json!({"content": content, "refusal": null});
+        }
+        let text = |id: u32| String::from_utf8_lossy(&self.bytes_of(id)).into_owned();
+        let mut offset = 0usize;
+        let mut offsets = Vec::new();
+        for (token, _) in tokens {
+            offsets.push(offset);
+            offset += self.bytes_of(*token).len();
+        }
+        json!({
+            "tokens": tokens.iter().map(|(t, _)| text(*t)).collect::<Vec<_>>(),
+            "token_logprobs": tokens.iter().map(|(_, lp)| lp.logprob()).collect::<Vec<_>>(),
+            "top_logprobs": tokens.iter().map(|(_, lp)| lp.top.iter()
+                .map(|&(id, bits)| (text(id), json!(f32::from_bits(bits))))
+                .collect::<serde_json::Map<String, Value>>()).collect::<Vec<_>>(),
+            "text_offset": offsets,
+        })
     }
 
     /// What choice `index`'s whole text says under the tools (`None`: no tools).
@@ -101,16 +166,26 @@ impl Shape {
     }
 
     fn chunk(&self, index: usize, delta: Value, finish: Option<&str>) -> Value {
+        self.chunk_with(index, delta, finish, Value::Null)
+    }
+
+    fn chunk_with(
+        &self,
+        index: usize,
+        delta: Value,
+        finish: Option<&str>,
+        logprobs: Value,
+    ) -> Value {
         if self.chat {
             json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                   "choices": [{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+                   "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
         } else {
             let text = delta
                 .get("content")
                 .cloned()
                 .unwrap_or(Value::String(String::new()));
             json!({"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
-                   "choices": [{"index": index, "text": text, "logprobs": null, "finish_reason": finish}]})
+                   "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}]})
         }
     }
 }
@@ -227,8 +302,17 @@ pub(crate) fn stream(
                     DispatchEvent::Token { text, .. } if shape.tools.is_some() => {
                         held[index].push_str(&text);
                     }
-                    DispatchEvent::Token { text, .. } if !text.is_empty() => {
-                        let chunk = shape.chunk(index, json!({"content": text}), None);
+                    DispatchEvent::Token {
+                        text,
+                        token_id,
+                        logprobs,
+                    } if !text.is_empty() || logprobs.is_some() => {
+                        let logprobs = match logprobs {
+                            Some(lp) => shape.logprobs(&[(token_id, lp)]),
+                            None => Value::Null,
+                        };
+                        let chunk =
+                            shape.chunk_with(index, json!({"content": text}), None, logprobs);
                         return Some((vec![chunk], (merged, shape, running, tokens, false, held)));
                     }
                     DispatchEvent::Done {
@@ -306,6 +390,8 @@ pub(crate) struct Collected {
     pub text: String,
     /// Every completion token, for an API that must decode them (a stop sequence).
     pub token_ids: Vec<u32>,
+    /// Each token's log-probabilities, when asked for.
+    pub logprobs: Vec<(u32, TokenLogprobs)>,
     pub finish: FinishReason,
     pub completion_tokens: u32,
     pub providers: Vec<NodeId>,
@@ -317,15 +403,17 @@ pub(crate) struct Collected {
 pub(crate) async fn collect(
     mut events: mpsc::Receiver<DispatchEvent>,
 ) -> Result<Collected, ApiError> {
-    let (mut text, mut token_ids) = (String::new(), Vec::new());
+    let (mut text, mut token_ids, mut logprobs) = (String::new(), Vec::new(), Vec::new());
     loop {
         match events.recv().await {
             Some(DispatchEvent::Token {
                 text: delta,
                 token_id,
+                logprobs: token_logprobs,
             }) => {
                 text.push_str(&delta);
                 token_ids.push(token_id);
+                logprobs.extend(token_logprobs.map(|lp| (token_id, lp)));
             }
             Some(DispatchEvent::Done {
                 finish,
@@ -337,6 +425,7 @@ pub(crate) async fn collect(
                 return Ok(Collected {
                     text,
                     token_ids,
+                    logprobs,
                     finish,
                     completion_tokens,
                     providers,
@@ -374,9 +463,9 @@ pub(crate) async fn whole(runs: Vec<Run>, shape: Shape) -> Result<Response, ApiE
                     Some(Answer::Text(text)) => json!({"role": "assistant", "content": text}),
                     None => json!({"role": "assistant", "content": a.text}),
                 };
-                json!({"index": index, "message": message, "logprobs": null, "finish_reason": finish})
+                json!({"index": index, "message": message, "logprobs": shape.logprobs(&a.logprobs), "finish_reason": finish})
             } else {
-                json!({"index": index, "text": a.text, "logprobs": null, "finish_reason": finish})
+                json!({"index": index, "text": a.text, "logprobs": shape.logprobs(&a.logprobs), "finish_reason": finish})
             }
         })
         .collect();

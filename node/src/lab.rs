@@ -383,6 +383,7 @@ impl Lab {
                 DispatchEvent::Token {
                     text: delta,
                     token_id,
+                    ..
                 } => {
                     text.push_str(&delta);
                     token_ids.push(token_id);

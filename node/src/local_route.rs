@@ -44,6 +44,7 @@ impl LocalRoute for LocalProvider {
                         // The node's own provider is not audited: no chain kept.
                         fingerprints: vec![token.fingerprint],
                         commitment: Digest::from_bytes([0; 32]),
+                        logprobs: token.logprobs.into_iter().collect(),
                     }),
                     EngineEvent::Finished(generation) => JobEvent::Finished {
                         finish: generation.finish,

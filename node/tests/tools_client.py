@@ -120,6 +120,29 @@ check(steered.choices[0].message.content != plain.choices[0].message.content,
       f"penalties changed nothing: {steered.choices[0].message.content!r}")
 results["penalised"] = steered.choices[0].message.content
 
+# Log-probabilities: one entry per token, the alternatives best first; greedy draws the
+# best, so each token is its own first alternative. Streamed, each chunk carries its own.
+lp = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "What is 2 + 2?"}],
+                                    temperature=0, max_tokens=12, logprobs=True, top_logprobs=3)
+entries = lp.choices[0].logprobs.content
+check(len(entries) == lp.usage.completion_tokens, f"{len(entries)} entries, {lp.usage.completion_tokens} tokens")
+for entry in entries:
+    check(entry.logprob <= 0 and len(entry.top_logprobs) == 3, f"entry {entry}")
+    check(entry.top_logprobs[0].token == entry.token, f"greedy picks the best: {entry}")
+    check(abs(entry.top_logprobs[0].logprob - entry.logprob) < 1e-6, f"same value: {entry}")
+    ranked = [t.logprob for t in entry.top_logprobs]
+    check(ranked == sorted(ranked, reverse=True), f"best first: {ranked}")
+check("".join(e.token for e in entries) == lp.choices[0].message.content, "the tokens spell the answer")
+streamed = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "What is 2 + 2?"}],
+                                          temperature=0, max_tokens=12, logprobs=True, stream=True)
+streamed_entries = [e for c in streamed for ch in c.choices if ch.logprobs for e in ch.logprobs.content]
+check([e.logprob for e in streamed_entries] == [e.logprob for e in entries], "streamed log-probabilities")
+completion = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4,
+                                       temperature=0, logprobs=2)
+check(len(completion.choices[0].logprobs.tokens) == 4 and len(completion.choices[0].logprobs.top_logprobs[0]) == 2,
+      f"completions logprobs {completion.choices[0].logprobs}")
+results["logprobs"] = [(e.token, round(e.logprob, 4)) for e in entries[:4]]
+
 # Errors name the field.
 for kwargs, field in [
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice.function.name"),
@@ -127,6 +150,7 @@ for kwargs, field in [
     ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "response_format"),
     ({"logit_bias": {"504": 250}}, "logit_bias"),
     ({"presence_penalty": 3}, "presence_penalty"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
 ]:
     try:
         client.chat.completions.create(model=model, messages=QUESTION, max_tokens=4, **kwargs)

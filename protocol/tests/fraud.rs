@@ -83,6 +83,7 @@ fn proof(temperature: f32, lie_at: Option<usize>, disputed: usize) -> FraudProof
             finish: None,
             fingerprints,
             commitment: head,
+            logprobs: Vec::new(),
         });
     }
     FraudProof {

@@ -107,6 +107,7 @@ fn arb_sampling() -> impl Strategy<Value = Sampling> {
             -2.0f32..=2.0,
             -2.0f32..=2.0,
             prop::collection::btree_map(any::<u32>(), -100.0f32..=100.0, 0..4),
+            prop::option::of(0u8..=20),
         ),
     )
         .prop_map(
@@ -119,9 +120,10 @@ fn arb_sampling() -> impl Strategy<Value = Sampling> {
                 max_tokens,
                 stop,
                 format,
-                (presence_penalty, frequency_penalty, bias),
+                (presence_penalty, frequency_penalty, bias, logprobs),
             )| {
                 Sampling {
+                    logprobs,
                     presence_penalty,
                     frequency_penalty,
                     logit_bias: bias.into_iter().collect(),
@@ -218,7 +220,7 @@ proptest! {
         round_trip(&provider, &Quote { job_id: job, provider: provider.node_id(), price_per_token: NanoUsd(price), queue_wait_ms: a, expected_milli_tokens_per_second: b });
         round_trip(&provider, &Accept { job_id: job, provider: provider.node_id(), price_per_token: NanoUsd(price), prompt_tokens: a, credit_window_tokens: b, profile: ExecutionProfile { engine: "sharemesh-kernels".into(), version: "1".into(), isa: text.clone(), quantization: "Q4_1".into(), device: "cpu".into() } });
         round_trip(&provider, &Reject { job_id: job, provider: provider.node_id(), reason: RejectReason::OverCapacity, detail: text.clone() });
-        round_trip(&provider, &TokenChunk { job_id: job, provider: provider.node_id(), first_index: a, token_ids: vec![b, a], text_delta: text, finish: Some(FinishReason::Length), fingerprints: vec![StepFingerprint { top: vec![(b, 2.0f32.to_bits()), (a, 1.0f32.to_bits())] }, StepFingerprint { top: vec![(a, 0.5f32.to_bits())] }], commitment: Digest::from_bytes([b as u8; 32]) });
+        round_trip(&provider, &TokenChunk { job_id: job, provider: provider.node_id(), first_index: a, token_ids: vec![b, a], text_delta: text, finish: Some(FinishReason::Length), fingerprints: vec![StepFingerprint { top: vec![(b, 2.0f32.to_bits()), (a, 1.0f32.to_bits())] }, StepFingerprint { top: vec![(a, 0.5f32.to_bits())] }], commitment: Digest::from_bytes([b as u8; 32]), logprobs: vec![] });
         let tokens = u64::from(a) + u64::from(b);
         round_trip(&buyer, &Receipt { job_id: job, provider: provider.node_id(), buyer: buyer.node_id(), prompt_tokens: u64::from(a), completion_tokens: u64::from(b), price_per_token: NanoUsd(price), amount: NanoUsd(price * tokens), commitment: Digest::from_bytes([a as u8; 32]) });
         round_trip(&buyer, &ReputationReport { reporter: buyer.node_id(), epoch: u64::from(a), entries: vec![(provider.node_id(), ReportedDealings { verified_jobs: a, verified_tokens: u64::from(b), mismatches: 1, failures: 2 })] });

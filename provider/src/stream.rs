@@ -13,6 +13,14 @@ use sharemesh_protocol::commitment::commitment_step;
 use sharemesh_protocol::{Digest, FinishReason, JobRequest, StepFingerprint, TokenChunk};
 use tokio::sync::{mpsc, watch, Notify};
 
+/// One token as the stream sends it.
+struct SentToken {
+    id: u32,
+    text: String,
+    fingerprint: StepFingerprint,
+    logprobs: Option<sharemesh_protocol::TokenLogprobs>,
+}
+
 use crate::policy::Adversary;
 use crate::Provider;
 
@@ -61,18 +69,24 @@ impl JobStream<'_> {
         (self.request.resume.len() as u64 + self.sent) as u32
     }
 
-    /// The next chunk of this job (tokens with their text and fingerprints, or none
+    /// The next chunk of this job (tokens with their text, fingerprints and, if asked,
+    /// log-probabilities, or none
     /// with the finish), linked into the commitment chain.
     fn chunk(
         &mut self,
         provider: &Provider,
         first_index: u32,
-        token: Option<(u32, String, StepFingerprint)>,
+        token: Option<SentToken>,
         finish: Option<FinishReason>,
     ) -> TokenChunk {
-        let (token_ids, text_delta, fingerprints) = match token {
-            Some((id, text, fingerprint)) => (vec![id], text, vec![fingerprint]),
-            None => (Vec::new(), String::new(), Vec::new()),
+        let (token_ids, text_delta, fingerprints, logprobs) = match token {
+            Some(token) => (
+                vec![token.id],
+                token.text,
+                vec![token.fingerprint],
+                token.logprobs.into_iter().collect(),
+            ),
+            None => (Vec::new(), String::new(), Vec::new(), Vec::new()),
         };
         self.head = commitment_step(&self.head, first_index, &token_ids, &fingerprints, finish);
         let sent = self.sent + token_ids.len() as u64;
@@ -88,6 +102,7 @@ impl JobStream<'_> {
             finish,
             fingerprints,
             commitment: self.head,
+            logprobs,
         }
     }
 
@@ -166,7 +181,12 @@ impl Provider {
                         }
                         _ => token.text_delta,
                     };
-                    let token = (token.token_id, text, token.fingerprint);
+                    let token = SentToken {
+                        id: token.token_id,
+                        text,
+                        fingerprint: token.fingerprint,
+                        logprobs: token.logprobs,
+                    };
                     let chunk = job.chunk(self, index, Some(token), None);
                     job.write(self, &chunk, limit).await?;
                     job.sent += 1;

@@ -78,6 +78,7 @@ pub fn chunks(job: &JobRequest, provider: &Keypair) -> Vec<TokenChunk> {
             finish,
             fingerprints,
             commitment: head,
+            logprobs: Vec::new(),
         });
         first_index += ids.len() as u32;
     }

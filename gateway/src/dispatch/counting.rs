@@ -2,6 +2,7 @@
 //! provider's header), and decoding tokens with it.
 
 use super::*;
+use std::sync::Arc;
 
 impl Dispatcher {
     /// Counts the prompt with the model's vocabulary (fetched from the candidates the
@@ -64,6 +65,12 @@ impl Dispatcher {
 
     /// `ids` decoded with the vocabulary of the model `name` names, if this node holds
     /// it.
+    /// The vocabulary of model `name`, if held (to spell tokens for log-probabilities).
+    pub fn vocabulary_of(&self, name: &str) -> Option<Arc<sharemesh_tokenizer::Vocabulary>> {
+        let model = self.resolve_model(name).ok()?;
+        self.vocabularies.get(&model)
+    }
+
     pub fn decode(&self, name: &str, ids: &[u32]) -> Option<String> {
         let model = self.resolve_model(name).ok()?;
         let vocabulary = self.vocabularies.get(&model)?;

@@ -47,6 +47,8 @@ pub enum DispatchEvent {
     Token {
         text: String,
         token_id: u32,
+        /// Its log-probabilities, when the request asked.
+        logprobs: Option<sharemesh_protocol::TokenLogprobs>,
     },
     Switched {
         provider: NodeId,

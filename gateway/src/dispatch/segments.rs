@@ -107,8 +107,13 @@ impl Dispatcher {
                     response.delivered.extend(&chunk.token_ids);
                     self.maybe_warm_standby(response, job, next);
                     let text = chunk.text_delta;
+                    let logprobs = chunk.logprobs.into_iter().next();
                     events
-                        .send(DispatchEvent::Token { text, token_id })
+                        .send(DispatchEvent::Token {
+                            text,
+                            token_id,
+                            logprobs,
+                        })
                         .await
                         .ok()?;
                 }

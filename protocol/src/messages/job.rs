@@ -144,6 +144,42 @@ pub struct Sampling {
     /// Added to a token's logit before sampling (-100..=100 each; ≤ 300 tokens, each
     /// once, in ascending id order).
     pub logit_bias: Vec<(u32, f32)>,
+    /// Return each token's log-probability with this many best alternatives
+    /// (0..=[`MAX_TOP_LOGPROBS`]); `None`: none. No effect on the tokens drawn.
+    pub logprobs: Option<u8>,
+}
+
+/// The most alternatives a token's log-probabilities may list (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// One completion token's log-probability under the model's raw distribution (the
+/// log-softmax of the raw logits: before temperature, penalties, bias or a format's
+/// mask), with the best alternatives, best first; f32 bits, as fingerprints carry them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenLogprobs {
+    pub logprob: u32,
+    pub top: Vec<(u32, u32)>,
+}
+
+impl TokenLogprobs {
+    pub fn logprob(&self) -> f32 {
+        f32::from_bits(self.logprob)
+    }
+
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        at_most("logprobs.top", self.top.len(), MAX_TOP_LOGPROBS)?;
+        let values = std::iter::once(self.logprob).chain(self.top.iter().map(|(_, v)| *v));
+        if values
+            .map(f32::from_bits)
+            .any(|v| !v.is_finite() || v > 1e-3)
+        {
+            return Err(ValidationError::field(
+                "logprobs",
+                "log-probabilities must be finite and at most 0",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The most tokens `logit_bias` may name (OpenAI's limit).
@@ -163,6 +199,7 @@ impl Default for Sampling {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             logit_bias: Vec::new(),
+            logprobs: None,
         }
     }
 }
@@ -212,6 +249,9 @@ impl Sampling {
             }
         }
         at_most("logit_bias", self.logit_bias.len(), MAX_LOGIT_BIAS)?;
+        if let Some(top) = self.logprobs {
+            at_most("top_logprobs", usize::from(top), MAX_TOP_LOGPROBS)?;
+        }
         if self.logit_bias.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err(ValidationError::field(
                 "logit_bias",
@@ -392,6 +432,9 @@ pub struct TokenChunk {
     /// The chain head after this chunk: `commitment_step(previous head, first_index,
     /// token_ids, fingerprints, finish)`, from `commitment_root` for the first chunk.
     pub commitment: Digest,
+    /// One per token when the request asked for log-probabilities, else none. Not
+    /// committed: the buyer checks them against the committed fingerprints.
+    pub logprobs: Vec<TokenLogprobs>,
 }
 
 impl TokenChunk {
@@ -409,6 +452,19 @@ impl TokenChunk {
         }
         for step in &self.fingerprints {
             step.validate()?;
+        }
+        if !self.logprobs.is_empty() && self.logprobs.len() != self.token_ids.len() {
+            return Err(ValidationError::field(
+                "logprobs",
+                format!(
+                    "{} log-probabilities for {} tokens",
+                    self.logprobs.len(),
+                    self.token_ids.len()
+                ),
+            ));
+        }
+        for token in &self.logprobs {
+            token.validate()?;
         }
         if self.text_delta.len() > MAX_TEXT_BYTES {
             return Err(ValidationError::field("text_delta", "over the text limit"));
