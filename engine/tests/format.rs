@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used)]
-//! Constrained decoding on the real model (SmolLM2-135M-Instruct): a JSON schema or
+//! Constrained decoding on the real models (SmolLM2-135M-Instruct, and Gemma 3 270M): a JSON schema or
 //! "a JSON object" holds where the model left to itself answers prose, and the masks
 //! depend only on the format and the tokens so far, so a resumed job (a failover, a
 //! verifier's replay) reproduces the uninterrupted one token for token, and a
@@ -148,6 +148,39 @@ fn a_verifier_replays_a_constrained_job_bit_for_bit() {
     let (resumed, resumed_committed) = serve(&mut model, tokens[..cut].to_vec());
     assert_eq!(resumed, tokens);
     assert_eq!(replay(&mut model, cut), resumed_committed);
+}
+
+#[test]
+fn gemma_holds_to_a_schema_too() {
+    // The other catalog model (Gemma 3 270M, its own graph and SentencePiece vocabulary).
+    let path = support::gemma3_model_path();
+    let mut model = support::load(&path, support::GEMMA3_MODEL_ID, "gemma3-270m");
+    let prompt = ask("Tell me about a French woman named Alice who is 31.");
+    let free = run(
+        &mut model,
+        &prompt,
+        &in_format(OutputFormat::Free, 0.0),
+        vec![],
+    )
+    .unwrap();
+    assert!(person(&free.text).is_err(), "unconstrained: {}", free.text);
+    let sampling = in_format(OutputFormat::JsonSchema(PERSON.into()), 0.0);
+    let constrained = run(&mut model, &prompt, &sampling, vec![]).unwrap();
+    assert!(
+        person(&constrained.text).is_ok(),
+        "{:?} in {}",
+        person(&constrained.text),
+        constrained.text
+    );
+    let cut = constrained.token_ids.len() / 2;
+    let resumed = run(
+        &mut model,
+        &prompt,
+        &sampling,
+        constrained.token_ids[..cut].to_vec(),
+    )
+    .unwrap();
+    assert_eq!(resumed.token_ids, constrained.token_ids, "resume at {cut}");
 }
 
 #[test]
