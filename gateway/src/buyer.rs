@@ -219,6 +219,8 @@ struct Streaming {
     timeout: Duration,
     /// The provider's commitment chain as this buyer recomputed it.
     head: Digest,
+    /// The request's output format, followed token by token (with the vocabulary).
+    format: Option<crate::format_check::FormatCheck>,
 }
 
 impl BuyerStream {
@@ -299,8 +301,11 @@ impl BuyerStream {
             accept.clone(),
         ));
         self.pending.push_back(JobEvent::Accepted(accept.clone()));
+        let format =
+            crate::format_check::FormatCheck::start(&self.request, self.terms.counted.as_ref());
         State::Streaming(Box::new(Streaming {
             head,
+            format,
             accept,
             text,
             stopped: false,
@@ -331,9 +336,12 @@ impl BuyerStream {
             }
             Err(err) => return self.fail(SegmentError::BadChunk(err.to_string())),
         };
-        let checked = check_chunk(&chunk, &self.request, at.received)
+        let mut checked = check_chunk(&chunk, &self.request, at.received)
             .and_then(|()| check_commitment(&chunk, &self.request, &at.head))
             .and_then(|()| self.check_text(&chunk, &mut at));
+        if let (Ok(()), Some(format)) = (&checked, at.format.as_mut()) {
+            checked = format.follow(&chunk, at.stopped);
+        }
         if let Some(transcript) = self.transcript.as_mut() {
             // Kept even when it fails the checks: a provider-signed chunk that breaks
             // the greedy rule is evidence on its own.

@@ -14,6 +14,7 @@ pub mod buyer;
 pub mod dispatch;
 pub mod error;
 mod fields;
+mod format_check;
 pub mod jobs;
 pub mod keys;
 pub mod metrics;

@@ -50,6 +50,9 @@ pub enum FetchError {
 pub struct Counted {
     pub prompt_tokens: u32,
     pub vocabulary: Arc<Vocabulary>,
+    /// The vocabulary's format engine, when the request has an output format: the
+    /// buyer follows every delivered token through it.
+    pub formats: Option<Arc<sharemesh_constrain::FormatEnv>>,
 }
 
 /// Held vocabularies by model, each with its last use, and the logical clock.
@@ -66,6 +69,8 @@ pub struct Vocabularies {
     /// on purpose delays nobody by more than that (the request is then held to the
     /// token bound).
     in_flight: Mutex<HashMap<ModelId, tokio::sync::watch::Receiver<bool>>>,
+    /// Format engines of held vocabularies, built on first use (forgotten with them).
+    formats: Mutex<HashMap<ModelId, Arc<sharemesh_constrain::FormatEnv>>>,
 }
 
 impl Vocabularies {
@@ -76,6 +81,29 @@ impl Vocabularies {
         let (vocabulary, used) = held.get_mut(model)?;
         *used = *clock;
         Some(vocabulary.clone())
+    }
+
+    /// The format engine of `model`'s held vocabulary (built once, then shared).
+    pub fn formats(&self, model: &ModelId) -> Option<Arc<sharemesh_constrain::FormatEnv>> {
+        let vocabulary = self.get(model)?;
+        let mut formats = self.formats.lock().ok()?;
+        if let Some(env) = formats.get(model) {
+            return Some(env.clone());
+        }
+        match sharemesh_constrain::FormatEnv::new(&vocabulary.tokenizer) {
+            Ok(env) => {
+                let env = Arc::new(env);
+                if formats.len() >= HELD {
+                    formats.clear(); // Rebuilt on use: at most one per held vocabulary.
+                }
+                formats.insert(*model, env.clone());
+                Some(env)
+            }
+            Err(err) => {
+                tracing::warn!(%model, %err, "no format engine for this vocabulary");
+                None
+            }
+        }
     }
 
     /// Holds `vocabulary` for `model`, forgetting the least recently used beyond `HELD`.
@@ -173,6 +201,7 @@ pub fn count(vocabulary: &Arc<Vocabulary>, prompt: &Prompt) -> Result<Counted, T
     Ok(Counted {
         prompt_tokens: u32::try_from(ids.len()).unwrap_or(u32::MAX),
         vocabulary: vocabulary.clone(),
+        formats: None,
     })
 }
 

@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use sharemesh_engine::{oneshot_generate, Device, LoadedModel};
 use sharemesh_protocol::{ChatMessage, Prompt, Role, Sampling};
 
@@ -58,40 +56,13 @@ fn the_buyer_counts_the_prompt_and_checks_the_text_itself() {
         &["--price", "0.07", "--adversary", "overbill:2"],
     );
     let (_honest, honest) = common::provider(dirs[2].path(), Some(&bootstrap), &["--price", "0.1"]);
-    let (_gateway, http) = common::gateway(
-        &bootstrap,
-        dirs[3].path(),
-        3,
-        // Wait for the header as long as it takes: this test is about counting.
-        &[
-            "--warm-standby-every",
-            "0",
-            "--quote-k",
-            "0",
-            "--count-wait-ms",
-            "60000",
-        ],
-    );
+    let (_gateway, http) = common::gateway(&bootstrap, dirs[3].path(), 3, common::CHECKING_GATEWAY);
     let body = serde_json::json!({
         "model": "smollm2-135m-instruct",
         "messages": [{"role": "user", "content": QUESTION}],
         "temperature": 0, "max_tokens": MAX_TOKENS,
     });
-    let out = Command::new("curl")
-        .args([
-            "-s",
-            "-m",
-            "120",
-            "-H",
-            "content-type: application/json",
-            "-d",
-        ])
-        .arg(body.to_string())
-        .arg(format!("http://{http}/v1/chat/completions"))
-        .output()
-        .unwrap();
-    let answer: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
+    let answer = common::chat(&http, &body);
     assert_eq!(
         answer["choices"][0]["message"]["content"], expected_text,
         "{answer}"

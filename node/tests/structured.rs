@@ -29,3 +29,52 @@ fn the_openai_sdk_gets_schema_valid_json_and_tool_calls() {
     );
     eprintln!("{stdout}");
 }
+
+/// A provider that ignores the format (the adversary kit's `garbage`: noise tokens under
+/// the model's name) is caught by the buyer's own check at its first token: it is cut
+/// off unpaid and the honest provider writes the JSON from the start.
+#[test]
+fn a_provider_that_ignores_the_format_is_cut_off_at_its_first_token() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_cheat, cheat) = common::provider(
+        dirs[0].path(),
+        None,
+        &["--price", "0.05", "--adversary", "garbage"],
+    );
+    let bootstrap = cheat["listen"][0].as_str().unwrap().to_owned();
+    let (_honest, honest) = common::provider(dirs[1].path(), Some(&bootstrap), &["--price", "0.1"]);
+    let (_gateway, http) = common::gateway(&bootstrap, dirs[2].path(), 2, common::CHECKING_GATEWAY);
+    let schema = serde_json::json!({"type": "object", "properties": {"colour": {"type": "string",
+        "enum": ["red", "green", "blue"]}}, "required": ["colour"], "additionalProperties": false});
+    let body = serde_json::json!({
+        "model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 40,
+        "messages": [{"role": "user", "content": "Name a colour."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+    });
+    let answer = common::chat(&http, &body);
+    let content = answer["choices"][0]["message"]["content"].as_str().unwrap();
+    let parsed: serde_json::Value =
+        serde_json::from_str(content).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert!(parsed["colour"].is_string(), "{answer}");
+    let peer = |ready: &serde_json::Value| ready["peer_id"].as_str().unwrap().to_owned();
+    let providers = &answer["sharemesh"]["providers"];
+    assert_eq!(
+        providers,
+        &serde_json::json!([peer(&cheat), peer(&honest)]),
+        "{answer}"
+    );
+    let segments = answer["sharemesh"]["segments"].as_array().unwrap();
+    assert_eq!(
+        segments[0]["completion_tokens"], 0,
+        "its token was not relayed: {answer}"
+    );
+    assert_eq!(segments[0]["amount_nano_usd"], 0, "nor paid: {answer}");
+    // The job's route names why the cheat's segment ended.
+    let job = answer["id"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("chatcmpl-");
+    let route = common::get_json(&http, &format!("/v1/jobs/{job}"));
+    let ended = route["segments"][0]["ended"].as_str().unwrap_or_default();
+    assert!(ended.contains("response format"), "{route}");
+}

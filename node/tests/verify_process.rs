@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use serde_json::Value;
 use sharemesh_engine::{oneshot_generate, Device, LoadedModel};
 use sharemesh_protocol::{ChatMessage, Prompt, Role, Sampling};
@@ -44,21 +42,7 @@ fn ask(http: &str) -> Value {
         "messages": [{"role": "user", "content": QUESTION}],
         "temperature": 0, "max_tokens": MAX_TOKENS,
     });
-    let out = Command::new("curl")
-        .args([
-            "-s",
-            "-m",
-            "120",
-            "-H",
-            "content-type: application/json",
-            "-d",
-        ])
-        .arg(body.to_string())
-        .arg(format!("http://{http}/v1/chat/completions"))
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)))
+    common::chat(http, &body)
 }
 
 fn dropped(http: &str, peer: &str) -> bool {

@@ -98,8 +98,22 @@ impl Dispatcher {
             sharemesh_protocol::Prompt::Chat(_) => "messages",
             _ => "prompt",
         };
-        let counted = vocab::count(&vocabulary, &request.prompt)
+        let mut counted = vocab::count(&vocabulary, &request.prompt)
             .map_err(|e| ApiError::invalid(param, e.to_string()))?;
+        if !request.sampling.format.is_free() {
+            let vocabularies = self.vocabularies.clone();
+            // Building the token trie takes a moment, once per model: off the runtime.
+            counted.formats = tokio::task::spawn_blocking(move || vocabularies.formats(&model))
+                .await
+                .ok()
+                .flatten();
+            if let Some(formats) = &counted.formats {
+                // A format the vocabulary cannot follow is refused before any provider works.
+                formats
+                    .guide(&request.sampling.format)
+                    .map_err(|e| ApiError::invalid("response_format", e.to_string()))?;
+            }
+        }
         // From the verified header, not from adverts: a provider advertising a tiny
         // context must not make the gateway refuse every request for the model.
         let context = vocabulary.context_length.unwrap_or(u32::MAX);

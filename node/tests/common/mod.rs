@@ -112,6 +112,36 @@ pub fn get_json_with_key(address: &str, path: &str, key: Option<&str>) -> serde_
     serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
 }
 
+/// Gateway flags for tests about what the buyer checks itself: wait for the model's
+/// header as long as it takes, no warm standby, no quote round (the cheapest first).
+pub const CHECKING_GATEWAY: &[&str] = &[
+    "--warm-standby-every",
+    "0",
+    "--quote-k",
+    "0",
+    "--count-wait-ms",
+    "60000",
+];
+
+/// POST http://{address}/v1/chat/completions with `body` (curl, 120 s), parsed as JSON.
+pub fn chat(address: &str, body: &serde_json::Value) -> serde_json::Value {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-m",
+            "120",
+            "-H",
+            "content-type: application/json",
+            "-d",
+        ])
+        .arg(body.to_string())
+        .arg(format!("http://{address}/v1/chat/completions"))
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)))
+}
+
 /// Polls `condition` every 200 ms until it holds or `seconds` pass.
 pub fn wait_until(seconds: u64, what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
