@@ -1,9 +1,11 @@
 #![allow(clippy::unwrap_used)]
-//! Structured output and tool calling end to end on the real model: a provider and a
-//! gateway on loopback, driven by the official OpenAI SDK (`tools_client.py`): JSON
-//! schemas (also the SDK's pydantic `parse`), JSON objects, tool calls required, named,
-//! streamed and after a tool result, and errors naming the field. The provider enforces
-//! the format by constrained decoding; the gateway reads the answer back into calls.
+//! Structured output and tool calling end to end on the real model: providers and a
+//! gateway on loopback. The official OpenAI SDK (`tools_client.py`): JSON schemas (also
+//! the SDK's pydantic `parse`), JSON objects, tool calls required, named, streamed and
+//! after a tool result, penalties, log-probabilities, and errors naming the field. The
+//! provider enforces the format by constrained decoding; the gateway checks every token
+//! against the format itself (a provider that ignores it is cut off unpaid) and reads the
+//! answer back into calls; a constrained job failing over mid-answer continues exactly.
 
 mod common;
 
@@ -77,4 +79,67 @@ fn a_provider_that_ignores_the_format_is_cut_off_at_its_first_token() {
     let route = common::get_json(&http, &format!("/v1/jobs/{job}"));
     let ended = route["segments"][0]["ended"].as_str().unwrap_or_default();
     assert!(ended.contains("response format"), "{route}");
+}
+
+/// A constrained job that fails over mid-answer (its provider goes silent after 6
+/// tokens) continues on another provider exactly: the format's masks replay over the
+/// resumed tokens, so the client gets what one uninterrupted run writes.
+#[test]
+fn a_constrained_job_fails_over_mid_answer_exactly() {
+    let schema = serde_json::json!({"type": "object", "properties": {"name": {"type": "string"},
+        "age": {"type": "integer"}}, "required": ["name", "age"], "additionalProperties": false});
+    let question = "Tell me about a French woman named Alice who is 31.";
+    let reference = {
+        sharemesh_engine::set_threads(1);
+        let mut model = sharemesh_engine::LoadedModel::load(
+            &common::default_model_path(),
+            common::DEFAULT_MODEL_ID.parse().unwrap(),
+            "smollm2-135m-instruct",
+            sharemesh_engine::Device::Cpu,
+        )
+        .unwrap();
+        let prompt = sharemesh_protocol::Prompt::Chat(vec![sharemesh_protocol::ChatMessage {
+            role: sharemesh_protocol::Role::User,
+            content: question.into(),
+        }]);
+        let sampling = sharemesh_protocol::Sampling {
+            max_tokens: 40,
+            format: sharemesh_protocol::OutputFormat::JsonSchema(schema.to_string()),
+            ..sharemesh_protocol::Sampling::default()
+        };
+        sharemesh_engine::oneshot_generate(&mut model, prompt, sampling)
+            .unwrap()
+            .text
+    };
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_stalls, stalls) = common::provider(
+        dirs[0].path(),
+        None,
+        &["--price", "0.05", "--adversary", "stall-after:6"],
+    );
+    let bootstrap = stalls["listen"][0].as_str().unwrap().to_owned();
+    let (_honest, honest) = common::provider(dirs[1].path(), Some(&bootstrap), &["--price", "0.1"]);
+    let mut flags = common::CHECKING_GATEWAY.to_vec();
+    flags.extend(["--stall-timeout-ms", "1500"]);
+    let (_gateway, http) = common::gateway(&bootstrap, dirs[2].path(), 2, &flags);
+    let body = serde_json::json!({
+        "model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 40,
+        "messages": [{"role": "user", "content": question}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
+    });
+    let answer = common::chat(&http, &body);
+    assert_eq!(
+        answer["choices"][0]["message"]["content"], reference,
+        "{answer}"
+    );
+    let peer = |ready: &serde_json::Value| ready["peer_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        answer["sharemesh"]["providers"],
+        serde_json::json!([peer(&stalls), peer(&honest)]),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["sharemesh"]["segments"][0]["completion_tokens"], 6,
+        "{answer}"
+    );
 }
