@@ -15,7 +15,7 @@ use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
-use sharemesh_protocol::{ChatMessage, FinishReason, Prompt, Role, Sampling};
+use sharemesh_protocol::{ChatMessage, FinishReason, OutputFormat, Prompt, Role, Sampling};
 use tokio::sync::mpsc;
 
 use crate::dispatch::DispatchEvent;
@@ -37,6 +37,35 @@ const UNSERVED: &[(&str, &str)] = &[
     ("tools", "tool calling is not supported yet"),
     ("prompt", "stored prompts are not supported"),
 ];
+
+/// `text.format`: `text`, `json_object`, or `json_schema` with its `schema` (the
+/// Responses API puts `name`, `schema` and `strict` beside `type`).
+fn text_format(obj: &Map<String, Value>) -> Result<OutputFormat, ApiError> {
+    let Some(format) = obj.get("text").and_then(|t| t.get("format")) else {
+        return Ok(OutputFormat::Free);
+    };
+    match format.get("type").and_then(Value::as_str) {
+        None | Some("text") => Ok(OutputFormat::Free),
+        Some("json_object") => Ok(OutputFormat::JsonObject),
+        Some("json_schema") => match format.get("schema") {
+            Some(schema) if schema.is_object() => {
+                let format = OutputFormat::JsonSchema(schema.to_string());
+                format
+                    .validate()
+                    .map_err(|e| ApiError::invalid("text.format.schema", e.to_string()))?;
+                Ok(format)
+            }
+            _ => Err(ApiError::invalid(
+                "text.format.schema",
+                "`text.format.schema` must be a JSON Schema object",
+            )),
+        },
+        Some(other) => Err(ApiError::invalid(
+            "text.format.type",
+            format!("`text.format.type` must be text, json_object or json_schema, got `{other}`"),
+        )),
+    }
+}
 
 /// `instructions` and `input` as a chat prompt.
 fn prompt(obj: &Map<String, Value>) -> Result<Prompt, ApiError> {
@@ -113,17 +142,11 @@ pub fn parse(body: &[u8], headers: &HeaderMap) -> Result<CompletionRequest, ApiE
             return Err(ApiError::invalid(field, format!("`{field}`: {why}")));
         }
     }
-    if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
-        if format
-            .get("type")
-            .and_then(Value::as_str)
-            .is_some_and(|t| t != "text")
-        {
-            return Err(ApiError::invalid(
-                "text.format",
-                "`text.format`: only plain text is supported yet (no JSON schema)",
-            ));
-        }
+    if integer(obj, "top_logprobs", 0, 20)?.is_some_and(|n| n > 0) {
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            "`top_logprobs`: log-probabilities are served on /v1/chat/completions",
+        ));
     }
     let model = string(obj, "model")?
         .ok_or_else(|| ApiError::invalid("model", "`model` is required"))?
@@ -132,6 +155,7 @@ pub fn parse(body: &[u8], headers: &HeaderMap) -> Result<CompletionRequest, ApiE
         temperature: number(obj, "temperature", 0.0, 2.0)?.unwrap_or(1.0) as f32,
         top_p: top_p(obj)?,
         max_tokens: integer(obj, "max_output_tokens", 1, 131_072)?.unwrap_or(256) as u32,
+        format: text_format(obj)?,
         ..Sampling::default()
     };
     Ok(CompletionRequest {
@@ -212,12 +236,19 @@ impl Shape {
             }
         };
         let sampling = &self.request.sampling;
+        // The SDK's `responses.parse` reads the format back from the response.
+        let format = match &sampling.format {
+            OutputFormat::Free => json!({"type": "text"}),
+            OutputFormat::JsonObject => json!({"type": "json_object"}),
+            OutputFormat::JsonSchema(schema) => json!({"type": "json_schema", "name": "response",
+                "schema": serde_json::from_str::<Value>(schema).unwrap_or(Value::Null), "strict": true}),
+        };
         let mut body = json!({
             "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
             "model": self.model, "output": items, "usage": usage, "incomplete_details": incomplete,
             "error": null, "instructions": null, "max_output_tokens": sampling.max_tokens,
             "temperature": sampling.temperature, "top_p": sampling.top_p, "parallel_tool_calls": false,
-            "tool_choice": "none", "tools": [], "text": {"format": {"type": "text"}}, "store": false,
+            "tool_choice": "none", "tools": [], "text": {"format": format}, "store": false,
         });
         if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
             body.extend(extra);
@@ -399,8 +430,13 @@ mod tests {
             (r#""background": true"#, "background"),
             (
                 r#""text": {"format": {"type": "json_schema"}}"#,
-                "text.format",
+                "text.format.schema",
             ),
+            (
+                r#""text": {"format": {"type": "yaml"}}"#,
+                "text.format.type",
+            ),
+            (r#""top_logprobs": 3"#, "top_logprobs"),
             (r#""max_output_tokens": 0"#, "max_output_tokens"),
         ] {
             let err =

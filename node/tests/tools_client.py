@@ -56,6 +56,12 @@ city = parsed.choices[0].message.parsed
 check(isinstance(city, City) and isinstance(city.population, int), f"parsed: {parsed.choices[0].message}")
 results["parse"] = city.model_dump()
 
+# The Responses API's structured output (text.format), through the SDK's parse helper.
+response = client.responses.parse(model=model, input="Describe Paris.", temperature=0, max_output_tokens=80,
+                                  text_format=City)
+check(isinstance(response.output_parsed, City), f"responses.parse: {response.output_text}")
+results["responses_parse"] = response.output_parsed.model_dump()
+
 # Any JSON object.
 reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "List three colours."}],
                                        temperature=0, max_tokens=60, response_format={"type": "json_object"})
