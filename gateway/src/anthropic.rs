@@ -374,6 +374,67 @@ fn block_events(answer: &Answer) -> Vec<Result<Event, Infallible>> {
     frames
 }
 
+/// A message being streamed: its text and tokens so far, and with tools, the answer
+/// held back (a text answer is released as written, in a text block opened then).
+#[derive(Default)]
+struct Streamed {
+    text: String,
+    ids: Vec<u32>,
+    held: crate::tools::HeldAnswer,
+    text_open: bool,
+}
+
+fn text_delta(text: &str) -> Result<Event, Infallible> {
+    event(
+        "content_block_delta",
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+    )
+}
+
+impl Streamed {
+    /// The events a delta releases: itself (no tools), or the part of a text answer it
+    /// made final (opening the text block the first time).
+    fn stream(&mut self, tools: bool, delta: &str) -> Vec<Result<Event, Infallible>> {
+        if !tools {
+            return vec![text_delta(delta)];
+        }
+        let released = self.held.push(delta);
+        if released.is_empty() {
+            return Vec::new();
+        }
+        let mut frames = Vec::new();
+        if !self.text_open {
+            self.text_open = true;
+            frames.push(event(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ));
+        }
+        frames.push(text_delta(&released));
+        frames
+    }
+
+    /// The events that close the content: the open text block (with what was not
+    /// released yet), or every block of an answer read under tools.
+    fn close(&self, read: Option<Answer>) -> Vec<Result<Event, Infallible>> {
+        let stop = || {
+            event(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": 0}),
+            )
+        };
+        match read {
+            None => vec![stop()],
+            Some(read) if self.text_open => match self.held.unreleased(read) {
+                Answer::Text(rest) if rest.is_empty() => vec![stop()],
+                Answer::Text(rest) => vec![text_delta(&rest), stop()],
+                Answer::Calls(_) => vec![stop()],
+            },
+            Some(read) => block_events(&read),
+        }
+    }
+}
+
 /// The message streamed as Anthropic's events.
 pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Response {
     let start = json!({"type": "message_start", "message": {
@@ -390,74 +451,60 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Res
     }
     opening.push(event("ping", json!({"type": "ping"})));
     let headers = (reply.job_header.clone(), reply.provider_header.clone());
-    let state = (events, reply, String::new(), Vec::new(), false);
-    let body = futures::stream::unfold(
-        state,
-        |(mut events, reply, mut text, mut ids, done)| async move {
-            if done {
-                return None;
-            }
-            loop {
-                match events.recv().await {
-                    Some(DispatchEvent::Token {
-                        text: delta,
-                        token_id,
-                        ..
-                    }) => {
-                        ids.push(token_id);
-                        if delta.is_empty() {
-                            continue;
-                        }
-                        text.push_str(&delta);
-                        if reply.tools.is_some() {
-                            continue;
-                        }
-                        let frame = event(
-                            "content_block_delta",
-                            json!({"type": "content_block_delta", "index": 0,
-                               "delta": {"type": "text_delta", "text": delta}}),
-                        );
-                        return Some((vec![frame], (events, reply, text, ids, false)));
+    let state = (events, reply, Streamed::default(), false);
+    let body = futures::stream::unfold(state, |(mut events, reply, mut at, done)| async move {
+        if done {
+            return None;
+        }
+        loop {
+            match events.recv().await {
+                Some(DispatchEvent::Token {
+                    text: delta,
+                    token_id,
+                    ..
+                }) => {
+                    at.ids.push(token_id);
+                    if delta.is_empty() {
+                        continue;
                     }
-                    Some(DispatchEvent::Done {
-                        finish,
-                        completion_tokens,
-                        providers,
-                        cost,
-                        ..
-                    }) => {
-                        let read = reply.answer(&text, finish);
-                        let (reason, sequence) = reply.reason(read.as_ref(), finish, &text, &ids);
-                        let mut frames = match &read {
-                            Some(read) => block_events(read),
-                            None => vec![event(
-                                "content_block_stop",
-                                json!({"type": "content_block_stop", "index": 0}),
-                            )],
-                        };
-                        frames.extend([
-                            event(
-                                "message_delta",
-                                json!({"type": "message_delta",
-                                   "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                   "usage": {"output_tokens": completion_tokens},
-                                   "sharemesh": {"providers": providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                                                 "cost_nano_usd": cost.0}}),
-                            ),
-                            event("message_stop", json!({"type": "message_stop"})),
-                        ]);
-                        return Some((frames, (events, reply, text, ids, true)));
+                    at.text.push_str(&delta);
+                    let frames = at.stream(reply.tools.is_some(), &delta);
+                    if !frames.is_empty() {
+                        return Some((frames, (events, reply, at, false)));
                     }
-                    Some(DispatchEvent::Failed(err)) => {
-                        let frame = event("error", error_body("api_error", &err.message));
-                        return Some((vec![frame], (events, reply, text, ids, true)));
-                    }
-                    Some(_) => {}
-                    None => return None,
                 }
+                Some(DispatchEvent::Done {
+                    finish,
+                    completion_tokens,
+                    providers,
+                    cost,
+                    ..
+                }) => {
+                    let read = reply.answer(&at.text, finish);
+                    let (reason, sequence) = reply.reason(read.as_ref(), finish, &at.text, &at.ids);
+                    let mut frames = at.close(read);
+                    frames.extend([
+                        event(
+                            "message_delta",
+                            json!({"type": "message_delta",
+                               "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                               "usage": {"output_tokens": completion_tokens},
+                               "sharemesh": {"providers": providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                                             "cost_nano_usd": cost.0}}),
+                        ),
+                        event("message_stop", json!({"type": "message_stop"})),
+                    ]);
+                    return Some((frames, (events, reply, at, true)));
+                }
+                Some(DispatchEvent::Failed(err)) => {
+                    let frame = event("error", error_body("api_error", &err.message));
+                    return Some((vec![frame], (events, reply, at, true)));
+                }
+                Some(_) => {}
+                None => return None,
             }
-        },
-    );
+        }
+    });
     let frames = futures::StreamExt::chain(
         futures::stream::iter(opening),
         futures::StreamExt::flat_map(body, futures::stream::iter),

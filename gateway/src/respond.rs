@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::dispatch::{DispatchEvent, Segment};
 use crate::error::ApiError;
-use crate::tools::{Answer, ToolCall, Tools};
+use crate::tools::{Answer, HeldAnswer, ToolCall, Tools};
 use sharemesh_protocol::TokenLogprobs;
 
 /// What the client is told once a provider accepted the request.
@@ -287,7 +287,7 @@ pub(crate) fn stream(
         choices,
         0u32,
         false,
-        vec![String::new(); choices],
+        vec![HeldAnswer::default(); choices],
     );
     let body = futures::stream::unfold(
         state,
@@ -300,7 +300,12 @@ pub(crate) fn stream(
                 let (index, event) = merged.next().await?;
                 match event {
                     DispatchEvent::Token { text, .. } if shape.tools.is_some() => {
-                        held[index].push_str(&text);
+                        let released = held[index].push(&text);
+                        if !released.is_empty() {
+                            let chunk = shape.chunk(index, json!({"content": released}), None);
+                            let state = (merged, shape, running, tokens, false, held);
+                            return Some((vec![chunk], state));
+                        }
                     }
                     DispatchEvent::Token {
                         text,
@@ -322,8 +327,9 @@ pub(crate) fn stream(
                         cost,
                         segments,
                     } => {
-                        let answer = shape.tool_answer(index, &held[index], finish);
-                        let mut out: Vec<Value> = answer
+                        let answer = shape.tool_answer(index, held[index].text(), finish);
+                        let unreleased = answer.clone().map(|a| held[index].unreleased(a));
+                        let mut out: Vec<Value> = unreleased
                             .iter()
                             .flat_map(answer_deltas)
                             .map(|delta| shape.chunk(index, delta, None))

@@ -363,18 +363,66 @@ impl Tools {
     /// The text of an answer cut short (`max_tokens`): the part of a `{"response": "…`
     /// string written so far, or the raw text when it is not one.
     pub fn cut_answer(&self, text: &str) -> String {
-        let Some(rest) = text.strip_prefix(r#"{"response": ""#) else {
-            return text.to_owned();
-        };
-        // Close the string where it stopped (dropping half an escape) and read it.
-        let mut open = rest.to_owned();
-        for _ in 0..6 {
-            if let Ok(Value::String(read)) = serde_json::from_str(&format!("\"{open}\"")) {
-                return read;
-            }
-            open.pop();
+        response_so_far(text).unwrap_or_else(|| text.to_owned())
+    }
+}
+
+/// How a `{"response": …}` answer begins (the format is compiled compact).
+const RESPONSE_OPENING: &str = r#"{"response": ""#;
+
+/// The text of a `{"response": "…` answer as far as it is written (a half-written
+/// escape left out, the closing `"}` too), or `None` when it is not such an answer.
+fn response_so_far(text: &str) -> Option<String> {
+    let rest = text.strip_prefix(RESPONSE_OPENING)?;
+    // Close the string where it stopped and read it, dropping at most a half escape
+    // (`\u00e` is 5 characters) and the closing quote and brace.
+    let mut open = rest.to_owned();
+    for _ in 0..8 {
+        if let Ok(Value::String(read)) = serde_json::from_str(&format!("\"{open}\"")) {
+            return Some(read);
         }
-        text.to_owned()
+        open.pop();
+    }
+    None
+}
+
+/// A tool answer arriving token by token: the text of a `{"response": "…"}` answer is
+/// released as it is written (so an `auto` request streams like any other), tool calls
+/// are held until the answer is whole.
+#[derive(Clone, Debug, Default)]
+pub struct HeldAnswer {
+    text: String,
+    /// Bytes of the response's text already released.
+    released: usize,
+}
+
+impl HeldAnswer {
+    /// Takes a delta; returns the response text it made final (empty if none).
+    pub fn push(&mut self, delta: &str) -> String {
+        self.text.push_str(delta);
+        match response_so_far(&self.text) {
+            Some(read) if read.len() > self.released && read.is_char_boundary(self.released) => {
+                let new = read[self.released..].to_owned();
+                self.released = read.len();
+                new
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// Everything received.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// `answer` less what was released already.
+    pub fn unreleased(&self, answer: Answer) -> Answer {
+        match answer {
+            Answer::Text(text) if text.is_char_boundary(self.released.min(text.len())) => {
+                Answer::Text(text[self.released.min(text.len())..].to_owned())
+            }
+            other => other,
+        }
     }
 }
 

@@ -98,6 +98,13 @@ after = client.messages.create(model=model, max_tokens=60, tools=tools, extra_bo
     {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in used.content]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use[0].id, "content": "18 degrees"}]}])
 check(after.stop_reason in ("end_turn", "tool_use", "max_tokens") and after.content, f"after the result {after}")
+if after.content[0].type == "text":
+    # With tools offered (auto), a text answer streams as it is written.
+    with client.messages.stream(model=model, max_tokens=60, tools=tools, extra_body=GREEDY, messages=WEATHER + [
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in used.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use[0].id, "content": "18 degrees"}]}]) as s:
+        deltas = [e.delta.text for e in s if e.type == "content_block_delta" and e.delta.type == "text_delta"]
+    check(len(deltas) > 1 and "".join(deltas) == after.content[0].text, f"streamed text {deltas}")
 with client.messages.stream(model=model, max_tokens=60, messages=WEATHER, tools=tools, extra_body=GREEDY,
                             tool_choice={"type": "tool", "name": "get_weather"}) as stream:
     kinds = [e.type for e in stream]

@@ -99,6 +99,15 @@ check(answer.finish_reason in ("stop", "tool_calls"), f"finish after a result: {
 check(bool(answer.message.content) or bool(answer.message.tool_calls), f"an answer after the result: {answer.message}")
 results["after_result"] = answer.message.content or "(another call)"
 
+# With tools offered (auto), a text answer streams as it is written, not at the end.
+if answer.message.content:
+    chunks = list(client.chat.completions.create(model=model, messages=follow, tools=[WEATHER, TIME],
+                                                 temperature=0, max_tokens=80, stream=True))
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    check(len(deltas) > 3, f"streamed in {len(deltas)} deltas")
+    check("".join(deltas) == answer.message.content, f"streamed {''.join(deltas)!r}")
+    check([c.choices[0].finish_reason for c in chunks if c.choices][-1] == answer.finish_reason, "finish")
+
 # A named tool, streamed: the call arrives as OpenAI's tool_calls deltas.
 stream = client.chat.completions.create(
     model=model, messages=QUESTION, tools=[WEATHER, TIME], temperature=0, max_tokens=60, stream=True,
