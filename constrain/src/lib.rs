@@ -173,6 +173,16 @@ impl Guide {
             })
     }
 
+    /// A guide at the same position with its own state (the compiled format and the
+    /// lexer's caches copied, not compiled again): one per segment of a job.
+    pub fn fresh(&self) -> Guide {
+        Guide {
+            matcher: self.matcher.deep_clone(),
+            end_ids: self.end_ids.clone(),
+            vocab_size: self.vocab_size,
+        }
+    }
+
     /// Whether the text so far is a complete instance of the format.
     pub fn is_complete(&mut self) -> bool {
         self.matcher.is_accepting().unwrap_or(false)

@@ -179,12 +179,7 @@ pub(crate) fn blocks(answer: &Answer) -> Vec<Value> {
 mod tests {
     use super::*;
 
-    fn object(text: &str) -> Map<String, Value> {
-        match serde_json::from_str(text) {
-            Ok(Value::Object(map)) => map,
-            other => panic!("{other:?}"),
-        }
-    }
+    use crate::fields::test_object as object;
 
     const WEATHER: &str = r#"{"name": "get_weather", "description": "Weather",
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}"#;

@@ -147,3 +147,12 @@ pub(crate) fn text_content(
         )),
     }
 }
+
+/// A JSON object from test text (panics on anything else).
+#[cfg(test)]
+pub(crate) fn test_object(text: &str) -> Map<String, Value> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(map)) => map,
+        other => panic!("{other:?}"),
+    }
+}

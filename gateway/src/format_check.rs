@@ -17,8 +17,7 @@ impl FormatCheck {
     /// The check for `request`'s format, past its resumed tokens (`None`: free text, or
     /// no format engine for the vocabulary).
     pub(crate) fn start(request: &JobRequest, counted: Option<&Counted>) -> Option<Self> {
-        let formats = counted?.formats.as_ref()?;
-        let mut guide = formats.guide(&request.sampling.format).ok()??;
+        let mut guide = counted?.format.as_ref()?.lock().ok()?.fresh();
         for &token in &request.resume {
             // The buyer's own delivered prefix: it passed this check when it arrived.
             guide.consume(token).ok()?;

@@ -227,7 +227,7 @@ fn refuse_unserved(obj: &Map<String, Value>, chat: bool) -> Result<(), ApiError>
         Value::Number(n) => n.as_f64() == Some(0.0),
         Value::Array(items) => items.is_empty(),
         Value::Object(map) => map.is_empty(),
-        // `tool_choice: "auto"` without tools asks for nothing.
+        // `function_call: "none"`/`"auto"` asks for nothing (tools are parsed elsewhere).
         Value::String(s) => s == "none" || s == "auto",
     };
     for (field, why) in [

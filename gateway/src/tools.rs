@@ -373,15 +373,23 @@ const RESPONSE_OPENING: &str = r#"{"response": ""#;
 /// The text of a `{"response": "…` answer as far as it is written (a half-written
 /// escape left out, the closing `"}` too), or `None` when it is not such an answer.
 fn response_so_far(text: &str) -> Option<String> {
-    let rest = text.strip_prefix(RESPONSE_OPENING)?;
-    // Close the string where it stopped and read it, dropping at most a half escape
-    // (`\u00e` is 5 characters) and the closing quote and brace.
-    let mut open = rest.to_owned();
-    for _ in 0..8 {
+    decode_open_string(text.strip_prefix(RESPONSE_OPENING)?).map(|(read, _)| read)
+}
+
+/// Decodes the body of a JSON string that may stop anywhere: as far as it is whole (a
+/// half-written escape, and a closing `"}` if there, left out), with how many bytes of
+/// `raw` that took. A string body cut where no escape is open decodes piece by piece,
+/// so a stream can decode each new piece alone.
+fn decode_open_string(raw: &str) -> Option<(String, usize)> {
+    // At most `\uD83D\uDE0` (11 bytes) of a half escape, or `"}`, to leave out.
+    let mut open = raw;
+    for _ in 0..12 {
         if let Ok(Value::String(read)) = serde_json::from_str(&format!("\"{open}\"")) {
-            return Some(read);
+            return Some((read, open.len()));
         }
-        open.pop();
+        let mut chars = open.chars();
+        chars.next_back()?;
+        open = chars.as_str();
     }
     None
 }
@@ -392,21 +400,30 @@ fn response_so_far(text: &str) -> Option<String> {
 #[derive(Clone, Debug, Default)]
 pub struct HeldAnswer {
     text: String,
+    /// Bytes of `text` decoded and released so far (after the opening; 0: none yet).
+    decoded: usize,
     /// Bytes of the response's text already released.
     released: usize,
 }
 
 impl HeldAnswer {
-    /// Takes a delta; returns the response text it made final (empty if none).
+    /// Takes a delta; returns the response text it made final (empty if none). Only the
+    /// part not decoded yet is read: a token costs its own length, not the answer's.
     pub fn push(&mut self, delta: &str) -> String {
         self.text.push_str(delta);
-        match response_so_far(&self.text) {
-            Some(read) if read.len() > self.released && read.is_char_boundary(self.released) => {
-                let new = read[self.released..].to_owned();
-                self.released = read.len();
-                new
+        if self.decoded == 0 {
+            if !self.text.starts_with(RESPONSE_OPENING) {
+                return String::new();
             }
-            _ => String::new(),
+            self.decoded = RESPONSE_OPENING.len();
+        }
+        match decode_open_string(&self.text[self.decoded..]) {
+            Some((read, used)) => {
+                self.decoded += used;
+                self.released += read.len();
+                read
+            }
+            None => String::new(),
         }
     }
 
@@ -511,12 +528,7 @@ pub(crate) fn message(
 mod tests {
     use super::*;
 
-    fn object(text: &str) -> Map<String, Value> {
-        match serde_json::from_str(text) {
-            Ok(Value::Object(map)) => map,
-            other => panic!("{other:?}"),
-        }
-    }
+    use crate::fields::test_object as object;
 
     const WEATHER: &str = r#"{"type": "function", "function": {"name": "get_weather",
         "description": "Weather in a city", "parameters": {"type": "object",

@@ -50,9 +50,9 @@ pub enum FetchError {
 pub struct Counted {
     pub prompt_tokens: u32,
     pub vocabulary: Arc<Vocabulary>,
-    /// The vocabulary's format engine, when the request has an output format: the
-    /// buyer follows every delivered token through it.
-    pub formats: Option<Arc<sharemesh_constrain::FormatEnv>>,
+    /// The request's output format compiled for the vocabulary, at its start (when it
+    /// has one): each segment follows its delivered tokens through a fresh copy.
+    pub format: Option<Arc<std::sync::Mutex<sharemesh_constrain::Guide>>>,
 }
 
 /// Held vocabularies by model, each with its last use, and the logical clock.
@@ -201,7 +201,7 @@ pub fn count(vocabulary: &Arc<Vocabulary>, prompt: &Prompt) -> Result<Counted, T
     Ok(Counted {
         prompt_tokens: u32::try_from(ids.len()).unwrap_or(u32::MAX),
         vocabulary: vocabulary.clone(),
-        formats: None,
+        format: None,
     })
 }
 

@@ -95,7 +95,7 @@ pub struct Report {
     /// Spend per API key id (spend on a gateway that uses keys; receipts without a key
     /// are in the totals and in no key's row).
     pub per_api_key: BTreeMap<String, Totals>,
-    /// Spend per API key id and UTC day (`YYYY-MM-DD`), the last days first counted.
+    /// Spend per API key id, then per UTC day (`YYYY-MM-DD`).
     pub per_api_key_per_day: BTreeMap<String, BTreeMap<String, Totals>>,
     pub ttft_ms: Option<Percentiles>,
     pub tokens_per_second: Option<Percentiles>,

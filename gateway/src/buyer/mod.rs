@@ -421,9 +421,9 @@ impl BuyerStream {
 }
 
 impl BuyerStream {
-    /// With the vocabulary: every token is in it, and the chunk's text is exactly what
-    /// its tokens spell (after the stop-sequence hold-back the engine applies), and
-    /// nothing follows a stop sequence but the end.
+    /// With the vocabulary: every token (and log-probability alternative) is in it, the
+    /// chunk's text is exactly what its tokens spell (after the stop-sequence hold-back
+    /// the engine applies), and nothing follows a stop sequence but the end.
     fn check_text(&self, chunk: &TokenChunk, at: &mut Streaming) -> Result<(), String> {
         let (Some(text), Some(counted)) = (at.text.as_mut(), self.terms.counted.as_ref()) else {
             return Ok(());
@@ -431,6 +431,18 @@ impl BuyerStream {
         let tokenizer = &counted.vocabulary.tokenizer;
         if at.stopped && !chunk.token_ids.is_empty() {
             return Err("tokens after a stop sequence ended the text".into());
+        }
+        let alternatives = chunk
+            .logprobs
+            .iter()
+            .flat_map(|lp| lp.top.iter().map(|(id, _)| id));
+        if let Some(id) = alternatives
+            .copied()
+            .find(|&id| id as usize >= tokenizer.vocab_size())
+        {
+            return Err(format!(
+                "log-probability alternative {id} is outside the model's vocabulary"
+            ));
         }
         let mut expected = String::new();
         for (i, &id) in chunk.token_ids.iter().enumerate() {

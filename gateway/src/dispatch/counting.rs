@@ -101,17 +101,25 @@ impl Dispatcher {
         let mut counted = vocab::count(&vocabulary, &request.prompt)
             .map_err(|e| ApiError::invalid(param, e.to_string()))?;
         if !request.sampling.format.is_free() {
-            let vocabularies = self.vocabularies.clone();
-            // Building the token trie takes a moment, once per model: off the runtime.
-            counted.formats = tokio::task::spawn_blocking(move || vocabularies.formats(&model))
-                .await
-                .ok()
-                .flatten();
-            if let Some(formats) = &counted.formats {
+            let (vocabularies, format) =
+                (self.vocabularies.clone(), request.sampling.format.clone());
+            // The token trie (once per model) and the format (once per request) take a
+            // moment to build: off the runtime.
+            let compiled = tokio::task::spawn_blocking(move || {
+                vocabularies.formats(&model).map(|env| env.guide(&format))
+            })
+            .await
+            .ok()
+            .flatten();
+            match compiled {
                 // A format the vocabulary cannot follow is refused before any provider works.
-                formats
-                    .guide(&request.sampling.format)
-                    .map_err(|e| ApiError::invalid("response_format", e.to_string()))?;
+                Some(Err(err)) => {
+                    return Err(ApiError::invalid("response_format", err.to_string()))
+                }
+                Some(Ok(guide)) => {
+                    counted.format = guide.map(|g| Arc::new(std::sync::Mutex::new(g)))
+                }
+                None => {}
             }
         }
         // From the verified header, not from adverts: a provider advertising a tiny
