@@ -143,3 +143,50 @@ fn a_constrained_job_fails_over_mid_answer_exactly() {
         "{answer}"
     );
 }
+
+/// A provider that reports flattering log-probabilities (its runners-up 2 nats less
+/// likely than its own committed logits say) is cut off at its first token: the buyer
+/// checks each value against the fingerprint the provider committed to, and the honest
+/// provider answers with log-probabilities that hold.
+#[test]
+fn made_up_log_probabilities_are_caught_at_the_first_token() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_liar, liar) = common::provider(
+        dirs[0].path(),
+        None,
+        &["--price", "0.05", "--adversary", "lie-logprobs"],
+    );
+    let bootstrap = liar["listen"][0].as_str().unwrap().to_owned();
+    let (_honest, honest) = common::provider(dirs[1].path(), Some(&bootstrap), &["--price", "0.1"]);
+    let (_gateway, http) = common::gateway(&bootstrap, dirs[2].path(), 2, common::CHECKING_GATEWAY);
+    let body = serde_json::json!({
+        "model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 8,
+        "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+        "logprobs": true, "top_logprobs": 3,
+    });
+    let answer = common::chat(&http, &body);
+    let peer = |ready: &serde_json::Value| ready["peer_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        answer["sharemesh"]["providers"],
+        serde_json::json!([peer(&liar), peer(&honest)]),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["sharemesh"]["segments"][0]["completion_tokens"], 0,
+        "{answer}"
+    );
+    let entries = answer["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    assert_eq!(entries.len(), 8, "{answer}");
+    let job = answer["id"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("chatcmpl-");
+    let route = common::get_json(&http, &format!("/v1/jobs/{job}"));
+    let ended = route["segments"][0]["ended"].as_str().unwrap_or_default();
+    assert!(
+        ended.contains("does not follow from its committed logit"),
+        "{route}"
+    );
+}

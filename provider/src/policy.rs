@@ -198,6 +198,10 @@ pub enum Adversary {
     /// Advertises and attests a GPU with this many MiB of VRAM that it does not have
     /// (a hardware claim that cannot hold the model it offers).
     ClaimGpu(u64),
+    /// Reports log-probabilities that flatter its answer: every alternative but the best
+    /// made 2 nats less likely than the model says (a buyer comparing providers by
+    /// confidence would pick it).
+    LieLogprobs,
 }
 
 impl std::str::FromStr for Adversary {
@@ -224,6 +228,7 @@ impl std::str::FromStr for Adversary {
             "garbage" => Ok(Adversary::Garbage),
             "lazy-verifier" => Ok(Adversary::LazyVerifier),
             "claim-gpu" => Ok(Adversary::ClaimGpu(number()?)),
+            "lie-logprobs" => Ok(Adversary::LieLogprobs),
             "truncate-layers" => {
                 let count = u32::try_from(number()?).map_err(|_| "layer count too large")?;
                 Ok(Adversary::TruncateLayers(count))
@@ -238,7 +243,7 @@ impl std::str::FromStr for Adversary {
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB, lie-logprobs)"
             )),
         }
     }
@@ -259,6 +264,7 @@ mod tests {
         assert_eq!("garbage".parse(), Ok(Adversary::Garbage));
         assert_eq!("lazy-verifier".parse(), Ok(Adversary::LazyVerifier));
         assert_eq!("claim-gpu:64".parse(), Ok(Adversary::ClaimGpu(64)));
+        assert_eq!("lie-logprobs".parse(), Ok(Adversary::LieLogprobs));
         assert_eq!(
             "truncate-layers:2".parse(),
             Ok(Adversary::TruncateLayers(2))

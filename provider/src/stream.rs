@@ -181,11 +181,20 @@ impl Provider {
                         }
                         _ => token.text_delta,
                     };
+                    let mut logprobs = token.logprobs;
+                    if let (Some(Adversary::LieLogprobs), Some(lp)) =
+                        (&self.policy.adversary, logprobs.as_mut())
+                    {
+                        // Adversary: the runners-up look less likely than they are.
+                        for (_, value) in lp.top.iter_mut().skip(1) {
+                            *value = (f32::from_bits(*value) - 2.0).to_bits();
+                        }
+                    }
                     let token = SentToken {
                         id: token.token_id,
                         text,
                         fingerprint: token.fingerprint,
-                        logprobs: token.logprobs,
+                        logprobs,
                     };
                     let chunk = job.chunk(self, index, Some(token), None);
                     job.write(self, &chunk, limit).await?;
