@@ -132,6 +132,37 @@ fn a_constrained_job_fails_over_mid_answer_exactly() {
         answer["choices"][0]["message"]["content"], reference,
         "{answer}"
     );
+    // Streamed, the failover is as exact: the deltas spell the same JSON.
+    let mut streaming = body.clone();
+    streaming["stream"] = serde_json::json!(true);
+    let out = Command::new("curl")
+        .args([
+            "-sN",
+            "-m",
+            "120",
+            "-H",
+            "content-type: application/json",
+            "-d",
+        ])
+        .arg(streaming.to_string())
+        .arg(format!("http://{http}/v1/chat/completions"))
+        .output()
+        .unwrap();
+    let chunks: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str(data).ok())
+        .collect();
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|chunk| chunk["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, reference);
+    let route = chunks
+        .iter()
+        .find_map(|chunk| chunk.get("sharemesh"))
+        .unwrap();
+    assert_eq!(route["providers"].as_array().unwrap().len(), 2, "{route}");
     let peer = |ready: &serde_json::Value| ready["peer_id"].as_str().unwrap().to_owned();
     assert_eq!(
         answer["sharemesh"]["providers"],

@@ -40,6 +40,12 @@ check(set(person) == {"name", "age", "city"}, f"schema keys: {content}")
 check(isinstance(person["age"], int) and person["city"] in ("Paris", "Lyon", "Nice"), f"schema types: {content}")
 check(reply.choices[0].finish_reason == "stop", "finish after the object")
 results["json_schema"] = person
+# Streamed, the same schema-valid answer arrives in deltas.
+chunks = list(client.chat.completions.create(
+    model=model, messages=ASK, temperature=0, max_tokens=80, stream=True,
+    response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}))
+streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+check(streamed == content and len(chunks) > 5, f"streamed json_schema {streamed!r} in {len(chunks)} chunks")
 
 
 # The SDK's own structured-output helper (pydantic model to strict schema, parsed back).
