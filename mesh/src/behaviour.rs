@@ -118,6 +118,12 @@ fn peer_score() -> (gossipsub::PeerScoreParams, gossipsub::PeerScoreThresholds) 
         params.topics.insert(topic.hash(), topic_params);
     }
     params.app_specific_weight = 1.0;
+    // A "slow peer" is one whose queued messages expired before they were sent; but a
+    // queue also backs up when the local process is starved and its connection tasks
+    // run late, and a node must never penalise a peer for its own lateness. A peer
+    // that is really slow only loses the messages it could not take (IHAVE/IWANT
+    // repairs them).
+    params.slow_peer_weight = 0.0;
     let thresholds = gossipsub::PeerScoreThresholds {
         gossip_threshold: -100.0,
         publish_threshold: -200.0,
@@ -157,10 +163,10 @@ pub fn build(key: &identity::Keypair, config: &BehaviourConfig) -> Result<Behavi
     // manager's pruning that kept connections churning.
     kad_config.set_kbucket_inserts(kad::BucketInserts::Manual);
     // A bootstrap is a lookup per bucket, some nine lookups and ~180 new connections at
-    // 200 nodes. libp2p's default, every 5 minutes on every node, was most of the
-    // steady connection churn of a 200-node mesh; the peer manager looks for peers
-    // itself when it lacks them, so a full refresh every half hour keeps tables fresh.
-    kad_config.set_periodic_bootstrap_interval(Some(Duration::from_secs(30 * 60)));
+    // 200 nodes; libp2p's default, every 5 minutes on every node, was most of the steady
+    // connection churn of a 200-node mesh. The event loop runs its own every half hour
+    // (and stops the ones Kademlia starts by itself).
+    kad_config.set_periodic_bootstrap_interval(None);
     let kad = kad::Behaviour::with_config(peer_id, store, kad_config);
     let mdns = if config.mdns {
         Some(

@@ -20,8 +20,44 @@ use super::peer_targets::{PeerTargets, PendingDials};
 use super::{AddressBook, Command, MeshEvent, PeerInfo};
 use crate::clock::now_ms;
 use sharemesh_protocol::{
-    Attestation, FraudProof, ReplayGuard, ReputationReport, SignedEnvelope, WireMessage,
+    Attestation, FraudProof, OpenError, ReplayGuard, ReputationReport, SignedEnvelope, WireMessage,
 };
+
+/// Why a standing gossip message (attestation, report, fraud proof) was not taken.
+#[derive(Debug, thiserror::Error)]
+enum GossipRefusal {
+    /// No honest node sends or forwards it: the sender is penalised.
+    #[error("malformed: {0}")]
+    Malformed(String),
+    /// It arrived outside its validity window (a slow path or a slow receiver).
+    #[error("untimely: {0}")]
+    Untimely(OpenError),
+}
+
+impl GossipRefusal {
+    fn verdict(&self) -> MessageAcceptance {
+        match self {
+            GossipRefusal::Malformed(_) => MessageAcceptance::Reject,
+            GossipRefusal::Untimely(_) => MessageAcceptance::Ignore,
+        }
+    }
+}
+
+fn open_gossip<T: WireMessage>(
+    data: &[u8],
+    now: u64,
+) -> Result<(SignedEnvelope, sharemesh_protocol::Opened<T>), GossipRefusal> {
+    let envelope =
+        SignedEnvelope::from_bytes(data).map_err(|e| GossipRefusal::Malformed(e.to_string()))?;
+    let opened = envelope.open::<T>(now).map_err(|e| {
+        if e.is_untimely() {
+            GossipRefusal::Untimely(e)
+        } else {
+            GossipRefusal::Malformed(e.to_string())
+        }
+    })?;
+    Ok((envelope, opened))
+}
 
 /// State the event loop keeps current for the handle to read without a command.
 pub(super) struct SharedViews {
@@ -29,6 +65,12 @@ pub(super) struct SharedViews {
     pub listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
     pub live: super::LivePeers,
 }
+
+/// How often the peer manager runs (and the loop measures its own lateness).
+const MAINTENANCE_EVERY: Duration = Duration::from_secs(5);
+
+/// How often the node refreshes its whole Kademlia routing table.
+const BOOTSTRAP_EVERY: Duration = Duration::from_secs(30 * 60);
 
 /// How long a new connection is safe from pruning.
 const PRUNE_GRACE: Duration = Duration::from_secs(10);
@@ -48,6 +90,9 @@ pub(super) struct EventLoop {
     connected_since: HashMap<PeerId, Instant>,
     /// When the last Kademlia random walk started.
     last_walk: Option<Instant>,
+    /// The Kademlia bootstrap this loop started (any other is stopped).
+    own_bootstrap: Option<kad::QueryId>,
+    last_bootstrap: Instant,
     rtt: HashMap<PeerId, Duration>,
     agents: HashMap<PeerId, String>,
     addresses: HashMap<PeerId, Multiaddr>,
@@ -84,6 +129,8 @@ impl EventLoop {
             dialing: PendingDials::default(),
             connected_since: HashMap::new(),
             last_walk: None,
+            own_bootstrap: None,
+            last_bootstrap: Instant::now(),
             rtt: HashMap::new(),
             agents: HashMap::new(),
             addresses: HashMap::new(),
@@ -93,8 +140,18 @@ impl EventLoop {
         }
     }
 
-    pub(super) async fn run(mut self) {
-        let mut maintenance = tokio::time::interval(Duration::from_secs(5));
+    /// Runs until shut down, inside a span that names this node (every line the mesh
+    /// logs carries its peer id: a simulation runs hundreds in one process).
+    pub(super) async fn run(self) {
+        use tracing::Instrument as _;
+        let span = tracing::info_span!("mesh", node = %self.swarm.local_peer_id());
+        self.run_loop().instrument(span).await
+    }
+
+    async fn run_loop(mut self) {
+        let mut maintenance = tokio::time::interval(MAINTENANCE_EVERY);
+        // A starved loop runs one late round, not a burst of catch-up rounds.
+        maintenance.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 event = self.swarm.select_next_some() => self.on_swarm_event(event),
@@ -107,8 +164,26 @@ impl EventLoop {
                     // Every handle dropped: the node is shutting down.
                     None => return,
                 },
-                _ = maintenance.tick() => self.maintain(),
+                scheduled = maintenance.tick() => {
+                    self.note_lateness(scheduled.into_std());
+                    self.maintain();
+                }
             }
+        }
+    }
+
+    /// How late the maintenance tick ran: the loop's own lateness (a starved process),
+    /// which says nothing about any peer.
+    fn note_lateness(&self, scheduled: Instant) {
+        let late = Instant::now().saturating_duration_since(scheduled);
+        if let Some(metrics) = &self.metrics {
+            metrics.loop_lateness.observe(late.as_secs_f64());
+        }
+        if late >= Duration::from_secs(1) {
+            tracing::debug!(
+                late_ms = late.as_millis() as u64,
+                "the mesh's event loop ran late"
+            );
         }
     }
 
@@ -194,6 +269,7 @@ impl EventLoop {
     #[allow(clippy::collapsible_match)]
     fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
         self.record(&event);
+        self.stop_unasked_bootstraps();
         match event {
             SwarmEvent::NewListenAddr { address, .. } => {
                 tracing::info!(%address, "listening");
@@ -436,8 +512,8 @@ impl EventLoop {
         })
     }
 
-    /// Standing messages (one signer's newest wins): malformed → reject, stale →
-    /// ignore, otherwise the event and forward.
+    /// Standing messages (one signer's newest wins): malformed → reject, stale or
+    /// untimely → ignore, otherwise the event and forward.
     fn admit_newest<T: WireMessage>(
         &mut self,
         source: PeerId,
@@ -445,14 +521,11 @@ impl EventLoop {
         event: impl FnOnce(T) -> MeshEvent,
     ) -> MessageAcceptance {
         let now = now_ms();
-        let opened = SignedEnvelope::from_bytes(data)
-            .map_err(|e| e.to_string())
-            .and_then(|envelope| envelope.open::<T>(now).map_err(|e| e.to_string()));
-        let opened = match opened {
-            Ok(opened) => opened,
-            Err(reason) => {
-                tracing::debug!(from = %source, %reason, kind = ?T::KIND, "malformed gossip");
-                return MessageAcceptance::Reject;
+        let opened = match open_gossip::<T>(data, now) {
+            Ok((_, opened)) => opened,
+            Err(refusal) => {
+                tracing::debug!(from = %source, %refusal, kind = ?T::KIND, "gossip not taken");
+                return refusal.verdict();
             }
         };
         if self.reports.admit(&opened, T::KIND, [0; 16], now).is_err() {
@@ -463,18 +536,16 @@ impl EventLoop {
     }
 
     /// A fraud proof is forwarded when its signatures and chain check (anyone can
-    /// check those); a malformed one is a violation. Whether it is fraud takes a
-    /// replay, which the trust layer does where it holds the model.
+    /// check those); a malformed one is a violation, an expired one is dropped. Whether
+    /// it is fraud takes a replay, which the trust layer does where it holds the model.
     fn check_fraud_proof(&mut self, source: PeerId, data: &[u8]) -> MessageAcceptance {
-        let checked = SignedEnvelope::from_bytes(data)
-            .map_err(|e| e.to_string())
-            .and_then(|envelope| {
-                let opened = envelope
-                    .open::<FraudProof>(now_ms())
-                    .map_err(|e| e.to_string())?;
-                opened.body.evidence().map_err(|e| e.to_string())?;
-                Ok((envelope, opened.body.provider))
-            });
+        let checked = open_gossip::<FraudProof>(data, now_ms()).and_then(|(envelope, opened)| {
+            opened
+                .body
+                .evidence()
+                .map_err(|e| GossipRefusal::Malformed(e.to_string()))?;
+            Ok((envelope, opened.body.provider))
+        });
         match checked {
             Ok((envelope, accused)) => {
                 self.emit(MeshEvent::FraudProof {
@@ -484,9 +555,9 @@ impl EventLoop {
                 });
                 MessageAcceptance::Accept
             }
-            Err(reason) => {
-                tracing::debug!(from = %source, %reason, "malformed fraud proof");
-                MessageAcceptance::Reject
+            Err(refusal) => {
+                tracing::debug!(from = %source, %refusal, "fraud proof not taken");
+                refusal.verdict()
             }
         }
     }
@@ -496,6 +567,7 @@ impl EventLoop {
     /// drop peers whose gossip score fell below the graylist threshold.
     fn maintain(&mut self) {
         self.dialing.expire(Instant::now());
+        self.bootstrap_when_due();
         // The book's size for the metrics: every maintenance tick, not every message.
         if let (Some(metrics), Ok(book)) = (&self.metrics, self.book.read()) {
             metrics
@@ -612,6 +684,37 @@ impl EventLoop {
         });
         if !full_without_peer {
             kad.add_address(&peer, address);
+        }
+    }
+
+    /// Ends every Kademlia bootstrap this loop did not start. libp2p-kad starts a full
+    /// bootstrap by itself whenever a peer joins a routing table of fewer than 20 (the
+    /// switch is crate-private): a lookup per bucket, each dialling some twenty peers.
+    /// When 200 simulated nodes joined together on a starved host those lookups, slowed
+    /// by the CPU they took and cut by pruning, ran for minutes — about 1,100 lookups
+    /// and most of the ~100 new connections per node per minute. A node short of peers
+    /// takes one random walk instead (`maintain`), and [`Self::bootstrap_when_due`]
+    /// refreshes the whole table every half hour.
+    fn stop_unasked_bootstraps(&mut self) {
+        let own = self.own_bootstrap;
+        for mut query in self.swarm.behaviour_mut().kad.iter_queries_mut() {
+            if matches!(query.info(), kad::QueryInfo::Bootstrap { .. }) && Some(query.id()) != own {
+                tracing::debug!("stopping a Kademlia bootstrap this node did not ask for");
+                query.finish();
+            }
+        }
+    }
+
+    /// A full Kademlia bootstrap every [`BOOTSTRAP_EVERY`] (a lookup per bucket keeps the
+    /// routing table fresh across the key space, for provider lookups).
+    fn bootstrap_when_due(&mut self) {
+        if self.last_bootstrap.elapsed() < BOOTSTRAP_EVERY {
+            return;
+        }
+        self.last_bootstrap = Instant::now();
+        match self.swarm.behaviour_mut().kad.bootstrap() {
+            Ok(query) => self.own_bootstrap = Some(query),
+            Err(err) => tracing::debug!(%err, "no Kademlia bootstrap: no known peers"),
         }
     }
 

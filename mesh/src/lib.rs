@@ -53,6 +53,23 @@ pub struct MeshConfig {
     pub book: orderbook::BookLimits,
     /// Where the mesh registers its metrics (`None`: none kept).
     pub metrics: Option<metrics::SharedRegistry>,
+    /// Where the event loop and the swarm's connection tasks run.
+    pub runtime: MeshRuntime,
+}
+
+/// Where a node's mesh runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MeshRuntime {
+    /// On the caller's tokio runtime: in-process labs and simulations of many nodes,
+    /// where every node shares the same few threads anyway.
+    #[default]
+    Shared,
+    /// On a thread of its own with a single-threaded runtime: a provider's inference and
+    /// a gateway's request handling can take every worker of the main runtime, and a
+    /// mesh queued behind them answers pings, handshakes and gossip late. On its own
+    /// thread the OS scheduler gives it its turn (it sleeps almost always, so it is
+    /// woken ahead of busy threads).
+    Dedicated,
 }
 
 /// What carries the mesh's connections.
@@ -100,6 +117,7 @@ impl Default for MeshConfig {
             transport: MeshTransport::Network,
             book: orderbook::BookLimits::default(),
             metrics: None,
+            runtime: MeshRuntime::Shared,
         }
     }
 }
@@ -426,12 +444,63 @@ pub fn split_peer(address: &Multiaddr) -> (Option<PeerId>, Multiaddr) {
     }
 }
 
-/// Starts the mesh on the current tokio runtime. `secret` is the node's ed25519 secret.
+/// Starts the mesh where `config.runtime` says. `secret` is the node's ed25519 secret.
 pub async fn spawn(secret: [u8; 32], config: MeshConfig) -> Result<MeshHandle> {
+    match config.runtime {
+        MeshRuntime::Shared => {
+            let (handle, event_loop) = start(secret, &config)?;
+            tokio::spawn(event_loop.run());
+            Ok(handle)
+        }
+        MeshRuntime::Dedicated => spawn_dedicated(secret, config).await,
+    }
+}
+
+/// Builds the swarm and its event loop on a thread of its own (see
+/// [`MeshRuntime::Dedicated`]): the swarm spawns its connection tasks on the runtime it
+/// is built in, so everything of the mesh runs there. The thread ends when the event
+/// loop does (every handle dropped, or [`MeshHandle::shutdown`]).
+async fn spawn_dedicated(secret: [u8; 32], config: MeshConfig) -> Result<MeshHandle> {
+    let (ready, started) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("sharemesh-mesh".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    let _ = ready.send(Err(anyhow::Error::new(err).context("the mesh's runtime")));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                match start(secret, &config) {
+                    Ok((handle, event_loop)) => {
+                        if ready.send(Ok(handle)).is_ok() {
+                            event_loop.run().await;
+                        }
+                    }
+                    Err(err) => {
+                        let _ = ready.send(Err(err));
+                    }
+                }
+            });
+        })
+        .context("starting the mesh's thread")?;
+    started
+        .await
+        .context("the mesh's thread stopped while starting")?
+}
+
+/// The swarm, subscribed and listening, with the handle to it and the loop that will
+/// own it. Must run inside the tokio runtime the mesh is to live on.
+fn start(secret: [u8; 32], config: &MeshConfig) -> Result<(MeshHandle, event_loop::EventLoop)> {
     let key = identity::Keypair::ed25519_from_bytes(secret).context("identity key")?;
     let peer_id = key.public().to_peer_id();
     let node_id = sharemesh_protocol::Keypair::from_secret(secret).node_id();
-    let mut swarm = build_swarm(key, &config)?;
+    let mut swarm = build_swarm(key, config)?;
     let behaviour = swarm.behaviour_mut();
     for topic in [
         behaviour::adverts_topic(),
@@ -503,6 +572,5 @@ pub async fn spawn(secret: [u8; 32], config: MeshConfig) -> Result<MeshHandle> {
             .as_ref()
             .and_then(metrics::MeshMetrics::register),
     );
-    tokio::spawn(event_loop.run());
-    Ok(handle)
+    Ok((handle, event_loop))
 }

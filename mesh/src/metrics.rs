@@ -9,6 +9,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// The process's registry, shared by everything that registers metrics.
@@ -30,6 +31,9 @@ pub fn encode(registry: &SharedRegistry) -> String {
     out
 }
 
+/// From 1 ms (a healthy loop) to 30 s (a starved one).
+const LATENESS_BUCKETS: [f64; 9] = [0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0];
+
 /// Gossip messages by topic and what validation made of them.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct GossipLabels {
@@ -44,6 +48,7 @@ pub(crate) struct MeshMetrics {
     pub connected_peers: Gauge,
     pub book_entries: Gauge,
     pub gossip: Family<GossipLabels, Counter>,
+    pub loop_lateness: Histogram,
 }
 
 impl MeshMetrics {
@@ -56,6 +61,7 @@ impl MeshMetrics {
             connected_peers: Gauge::default(),
             book_entries: Gauge::default(),
             gossip: Family::default(),
+            loop_lateness: Histogram::new(LATENESS_BUCKETS),
         };
         mesh.register(
             "connected_peers",
@@ -71,6 +77,11 @@ impl MeshMetrics {
             "gossip_messages",
             "Gossip messages received, by topic and validation outcome",
             metrics.gossip.clone(),
+        );
+        mesh.register(
+            "event_loop_lateness_seconds",
+            "How late the event loop ran its 5 s maintenance tick (the process starved it)",
+            metrics.loop_lateness.clone(),
         );
         Some(metrics)
     }

@@ -125,6 +125,8 @@ pub fn mesh_config(data_dir: &Path, args: &MeshArgs, kad_server: bool) -> Result
         address_book: Some(data_dir.join("address_book.json")),
         transport,
         metrics: Some(mesh::metrics::registry()),
+        // A real node's mesh must not wait behind inference or HTTP work (SPEC §8).
+        runtime: mesh::MeshRuntime::Dedicated,
         ..MeshConfig::default()
     })
 }

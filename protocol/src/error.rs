@@ -87,6 +87,18 @@ pub enum OpenError {
     Invalid(#[from] ValidationError),
 }
 
+impl OpenError {
+    /// Refused only because of when it arrived: expired on the way, or issued ahead of
+    /// the receiver's clock. An honest relay sends such messages whenever a path (or
+    /// the receiver itself) is slow, so they are dropped, never held against the sender.
+    pub fn is_untimely(&self) -> bool {
+        matches!(
+            self,
+            OpenError::Expired { .. } | OpenError::FromTheFuture { .. }
+        )
+    }
+}
+
 /// Why the replay guard refused a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReplayError {

@@ -39,10 +39,7 @@ impl AdvertRefusal {
     pub fn is_violation(&self) -> bool {
         match self {
             AdvertRefusal::Decode(_) | AdvertRefusal::Invalid { .. } => true,
-            AdvertRefusal::Open(open) => !matches!(
-                open,
-                OpenError::Expired { .. } | OpenError::FromTheFuture { .. }
-            ),
+            AdvertRefusal::Open(open) => !open.is_untimely(),
             AdvertRefusal::Replay(_)
             | AdvertRefusal::RateLimited { .. }
             | AdvertRefusal::Full { .. } => false,
