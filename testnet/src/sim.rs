@@ -77,6 +77,9 @@ pub struct SimReport {
     pub nodes: usize,
     /// Wall seconds spent letting the mesh form before the measured run.
     pub settle_seconds: f64,
+    /// Network seconds after the last publish spent waiting for adverts on their way
+    /// (included in `wall_seconds`).
+    pub drain_seconds: f64,
     pub providers: usize,
     pub network_seconds: f64,
     pub wall_seconds: f64,
@@ -326,8 +329,7 @@ pub async fn run(args: &SimulateArgs, progress: impl Fn(&str)) -> Result<SimRepo
     for publisher in publishers {
         let _ = publisher.await;
     }
-    // Stragglers: a few heartbeats.
-    tokio::time::sleep(scaled(5.0, scale).max(Duration::from_millis(500))).await;
+    let drain_seconds = drain(args, &received).await;
     let wall = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu_before;
     let opened = peer_connections_opened.load(Ordering::Relaxed) - opened_before;
@@ -347,6 +349,7 @@ pub async fn run(args: &SimulateArgs, progress: impl Fn(&str)) -> Result<SimRepo
             opened,
             cpu,
             settle_seconds,
+            drain_seconds,
             observer_events_lost: observer_events_lost.load(Ordering::Relaxed),
         },
         &counters,
@@ -379,6 +382,35 @@ async fn settle(args: &SimulateArgs, opened: &AtomicU64, progress: impl Fn(&str)
         ));
     }
     started.elapsed().as_secs_f64()
+}
+
+/// After the last advert is published, waits for the ones still on their way: until
+/// acceptances stop growing for a second (network time), at least 5 s and at most one
+/// advert lifetime (4 advert intervals: an advert cannot be accepted after it expires,
+/// so waiting longer could not change the count). Returns the network seconds waited.
+/// On a saturated host adverts queue for seconds; ending the count when the last one
+/// is published would score every advert of the last seconds as lost.
+async fn drain(args: &SimulateArgs, received: &Received) -> f64 {
+    let scale = args.time_scale;
+    let started = Instant::now();
+    let accepted = || {
+        received
+            .lock()
+            .map(|r| r.iter().map(HashMap::len).sum::<usize>())
+            .unwrap_or(0)
+    };
+    tokio::time::sleep(scaled(5.0, scale).max(Duration::from_millis(500))).await;
+    let limit = scaled(args.advert_interval * 4.0, scale);
+    let mut before = accepted();
+    while started.elapsed() < limit {
+        tokio::time::sleep(scaled(1.0, scale).max(Duration::from_millis(200))).await;
+        let now = accepted();
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+    started.elapsed().as_secs_f64() * scale
 }
 
 /// New connections per second (summed over nodes) that count as a settled mesh: one
@@ -417,6 +449,8 @@ struct Activity {
     /// CPU seconds.
     cpu: f64,
     settle_seconds: f64,
+    /// Network seconds spent waiting for adverts still on their way.
+    drain_seconds: f64,
     observer_events_lost: u64,
 }
 
@@ -434,6 +468,7 @@ fn summarise(
         opened,
         cpu,
         settle_seconds,
+        drain_seconds,
         observer_events_lost,
     } = activity;
     let published = published.lock().map(|p| p.clone()).unwrap_or_default();
@@ -466,6 +501,7 @@ fn summarise(
     SimReport {
         nodes: n,
         settle_seconds,
+        drain_seconds,
         providers,
         network_seconds: args.duration,
         wall_seconds: wall,
@@ -541,6 +577,10 @@ pub fn print(report: &SimReport) {
         report.network_seconds,
         report.wall_seconds,
         report.settle_seconds
+    );
+    println!(
+        "drained                  {:.1} s (network) for adverts on their way",
+        report.drain_seconds
     );
     println!("adverts published        {}", report.adverts_published);
     println!("delivery ratio           {:.4}", report.delivery_ratio);
