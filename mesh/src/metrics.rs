@@ -54,7 +54,8 @@ pub(crate) struct MeshMetrics {
 impl MeshMetrics {
     pub fn register(registry: &SharedRegistry) -> Option<Self> {
         let mut registry = registry.lock().ok()?;
-        let libp2p = libp2p::metrics::Metrics::new(registry.sub_registry_with_prefix("libp2p"));
+        // libp2p-metrics adds its own `libp2p_` prefix.
+        let libp2p = libp2p::metrics::Metrics::new(&mut registry);
         let mesh = registry.sub_registry_with_prefix("sharemesh_mesh");
         let metrics = Self {
             libp2p,
