@@ -38,6 +38,7 @@ use sharemesh_protocol::{
 pub use candle_core::Device;
 pub use generate::{GenerateRequest, Generation, TokenEvent};
 pub use seam::{EngineEvent, ReplayAnswer, TokenEngine, EVENT_BUFFER};
+pub use sharemesh_kernels::llama::{BatchEntry, SequenceCache};
 use sharemesh_tokenizer::{TokenizerError, Vocabulary};
 use weights::Weights;
 pub use worker::Engine;
@@ -342,6 +343,12 @@ impl LoadedModel {
     /// Whether resume prefills delivered tokens (fast) rather than replaying them.
     pub fn batch_invariant(&self) -> bool {
         self.weights.batch_invariant()
+    }
+
+    /// The batch-invariant kernels' model, for decoding several sequences in one batch
+    /// (`Llama::forward_batch`); `None` on candle's backends.
+    pub fn kernel_llama(&self) -> Option<&sharemesh_kernels::llama::Llama> {
+        self.weights.kernel_llama()
     }
 
     /// Where and on what it runs, for reports: `cpu/sharemesh-kernels`, `cpu/candle`,

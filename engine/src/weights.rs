@@ -176,6 +176,15 @@ impl Weights {
         matches!(self, Weights::Kernels(_))
     }
 
+    /// The kernels' model, which decodes several sequences in one batch with each
+    /// sequence's own bits (`None` on candle's graphs, which promise no such thing).
+    pub fn kernel_llama(&self) -> Option<&llama::Llama> {
+        match self {
+            Weights::Kernels(m) => Some(&m.model),
+            _ => None,
+        }
+    }
+
     /// Runs `tokens` from position 0, reusing the longest prefix the cache already holds
     /// where that is exact (batch-invariant kernels); returns the last logits and how
     /// many positions were reused.

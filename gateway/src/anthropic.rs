@@ -47,7 +47,9 @@ pub fn error_response(err: &ApiError) -> Response {
         StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
         _ => "api_error",
     };
-    (err.status, Json(error_body(kind, &err.message))).into_response()
+    crate::error::with_retry_after(
+        (err.status, Json(error_body(kind, &err.message))).into_response(),
+    )
 }
 
 fn error_body(kind: &str, message: &str) -> Value {

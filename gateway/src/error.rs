@@ -67,6 +67,23 @@ impl ApiError {
         }
     }
 
+    /// Every provider that could serve the request is at capacity now (it waits for a
+    /// turn first: `waiting.rs`).
+    pub fn busy(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some(BUSY),
+        }
+    }
+
+    /// Whether the request failed only because providers were at capacity.
+    pub fn is_busy(&self) -> bool {
+        self.code == Some(BUSY)
+    }
+
     /// A route this node does not serve in its role (a provider's view on a node that
     /// provides nothing, an account view on a node without a ledger).
     pub fn not_here(code: &'static str, message: impl Into<String>) -> Self {
@@ -141,8 +158,25 @@ impl ApiError {
     }
 }
 
+const BUSY: &str = "providers_busy";
+
+/// Seconds a client is told to wait before retrying a 503 (the SDKs honour it).
+pub const RETRY_AFTER_SECS: u64 = 5;
+
+/// `response` with `Retry-After` when it is a 503: capacity may free, providers may
+/// come back, so the client should try again later, not give up.
+pub fn with_retry_after(mut response: Response) -> Response {
+    if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(RETRY_AFTER_SECS),
+        );
+    }
+    response
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        with_retry_after((self.status, Json(self.body())).into_response())
     }
 }

@@ -30,6 +30,7 @@ pub mod tools;
 pub mod transcript;
 pub mod trust;
 pub mod vocab;
+pub mod waiting;
 
 use std::sync::Arc;
 use std::time::Instant;

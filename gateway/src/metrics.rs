@@ -44,6 +44,8 @@ pub struct GatewayMetrics {
     pub budget_in_flight: Family<BudgetLabels, Gauge>,
     pub failovers: Counter,
     pub hedges: Counter,
+    /// Waits for a turn when every provider was at capacity.
+    pub waits: Counter,
     pub tokens: Counter,
     pub spent_nano_usd: Counter,
     pub quote_round: Histogram,
@@ -63,6 +65,7 @@ impl GatewayMetrics {
             budget_in_flight: Family::default(),
             failovers: Counter::default(),
             hedges: Counter::default(),
+            waits: Counter::default(),
             tokens: Counter::default(),
             spent_nano_usd: Counter::default(),
             // 1 ms .. ~16 s.
@@ -103,6 +106,11 @@ impl GatewayMetrics {
             "hedges",
             "Gold requests started on two providers",
             metrics.hedges.clone(),
+        );
+        r.register(
+            "waits",
+            "Waits for a turn in the waiting room (every provider at capacity)",
+            metrics.waits.clone(),
         );
         r.register(
             "tokens",

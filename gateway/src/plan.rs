@@ -43,6 +43,8 @@ pub struct RoutingDefaults {
     /// How long a request waits for the model's header when this gateway cannot count
     /// with its vocabulary yet (then the prompt's token bound applies).
     pub count_wait: std::time::Duration,
+    /// How long and how many requests wait for capacity when every provider is full.
+    pub waiting: crate::waiting::WaitPolicy,
 }
 
 impl Default for RoutingDefaults {
@@ -59,6 +61,7 @@ impl Default for RoutingDefaults {
             hedge_gold: false,
             warm_standby_every: 64,
             count_wait: std::time::Duration::from_secs(3),
+            waiting: crate::waiting::WaitPolicy::default(),
         }
     }
 }
@@ -249,6 +252,7 @@ pub fn limit_unproven(
 
 /// Asks the first `quote_k` candidates for a quote in parallel and ranks again with
 /// their answers (SPEC §10). With `quote_k = 0` the advert-based ranking stands.
+/// Also says whether any provider declined for lack of capacity (the request may wait).
 pub async fn quote_round(
     mesh: &MeshHandle,
     key: &Keypair,
@@ -256,11 +260,11 @@ pub async fn quote_round(
     plan: (JobId, ModelId, Tier),
     request: &CompletionRequest,
     defaults: &RoutingDefaults,
-) -> Vec<Candidate> {
+) -> (Vec<Candidate>, bool) {
     let (job_id, model, tier) = plan;
     let k = defaults.quote_k.min(candidates.len());
     if k == 0 {
-        return candidates;
+        return (candidates, false);
     }
     let ceiling = ceiling_of(request, defaults);
     let asks = candidates[..k].iter().map(|candidate| async move {
@@ -288,13 +292,17 @@ pub async fn quote_round(
     for (candidate, answer) in candidates.iter().zip(&answers) {
         tracing::debug!(job = %job_id, provider = %candidate.provider(), ?answer, "quote");
     }
-    quote::rerank(
+    let at_capacity = answers.iter().any(
+        |answer| matches!(answer, QuoteAnswer::Rejected(reject) if reject.reason.is_at_capacity()),
+    );
+    let ranked = quote::rerank(
         candidates,
         &answers,
         ceiling,
         request.sampling.max_tokens,
         &defaults.score,
-    )
+    );
+    (ranked, at_capacity)
 }
 
 #[cfg(test)]

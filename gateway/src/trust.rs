@@ -417,7 +417,7 @@ impl Trust {
                     }
                     Ok(MeshEvent::Attestation { attestation, .. }) => {
                         let Some(this) = this.upgrade() else { return };
-                        this.on_attestation(attestation);
+                        this.on_attestation(*attestation);
                     }
                     Ok(MeshEvent::FraudProof {
                         envelope, accused, ..
@@ -428,7 +428,7 @@ impl Trust {
                         }
                         // A replay can take a while: do not hold up other events.
                         tokio::spawn(
-                            async move { this.on_gossiped_proof(envelope, accused).await },
+                            async move { this.on_gossiped_proof(*envelope, accused).await },
                         );
                     }
                     Err(broadcast::error::RecvError::Closed) => return,

@@ -8,12 +8,9 @@
 
 use std::sync::Arc;
 
-use rayon::prelude::*;
-
 use crate::dot::Isa;
-use crate::matmul::matmul;
-use crate::ops::{attend, rms_norm, rope_interleaved, swiglu, HeadCache};
-use crate::quant::{quantize_rows, Format, Matrix};
+use crate::ops::rms_norm;
+use crate::quant::{Format, Matrix};
 use crate::KernelError;
 
 /// Hyper-parameters, from the GGUF's `llama.*` metadata.
@@ -82,12 +79,9 @@ struct Layer {
     down: Matrix,
 }
 
-/// Keys and values of every position so far: rows of `kv_heads · head_dim`.
-#[derive(Default, Clone)]
-struct LayerCache {
-    keys: Vec<f32>,
-    values: Vec<f32>,
-}
+mod batch;
+
+pub use batch::{BatchEntry, SequenceCache};
 
 pub struct Llama {
     config: LlamaConfig,
@@ -96,8 +90,8 @@ pub struct Llama {
     output_norm: Vec<f32>,
     /// `None`: the output projection is tied to the embeddings.
     output: Option<Matrix>,
-    cache: Vec<LayerCache>,
-    cached_positions: usize,
+    /// The sequence [`Self::forward`] continues (batched decoding brings its own).
+    cache: SequenceCache,
     isa: Isa,
     pool: Arc<rayon::ThreadPool>,
 }
@@ -216,13 +210,12 @@ impl Llama {
             .map_err(|e| KernelError::ThreadPool(e.to_string()))?;
         let pool = Arc::new(pool);
         Ok(Self {
-            cache: vec![LayerCache::default(); config.layers],
+            cache: SequenceCache::new(config.layers),
             config,
             embeddings,
             layers,
             output_norm,
             output,
-            cached_positions: 0,
             isa: Isa::detect(),
             pool,
         })
@@ -240,7 +233,7 @@ impl Llama {
         self.reset();
         let keep = self.layers.len() - count;
         self.layers.truncate(keep);
-        self.cache.truncate(keep);
+        self.cache = SequenceCache::new(keep);
         Ok(())
     }
 
@@ -257,13 +250,8 @@ impl Llama {
     /// shares a prefix with the previous one continues from there (exact: the cache of a
     /// prefix does not depend on what followed it).
     pub fn truncate(&mut self, positions: usize) {
-        let positions = positions.min(self.cached_positions);
         let width = self.config.kv_heads * self.config.head_dim();
-        for layer in &mut self.cache {
-            layer.keys.truncate(positions * width);
-            layer.values.truncate(positions * width);
-        }
-        self.cached_positions = positions;
+        self.cache.truncate(positions, width);
     }
 
     /// Runs `tokens` at `position` (which must equal the cached length), extends the
@@ -281,137 +269,32 @@ impl Llama {
         position: usize,
         rows: usize,
     ) -> Result<Vec<f32>, KernelError> {
-        if rows == 0 || rows > tokens.len() {
-            return Err(KernelError::BadConfig(format!(
-                "{rows} logit rows asked of {} tokens",
-                tokens.len()
-            )));
-        }
-        if position != self.cached_positions {
-            return Err(KernelError::PositionMismatch {
-                position,
-                cached: self.cached_positions,
-            });
-        }
-        if tokens.is_empty() {
-            return Err(KernelError::NoTokens);
-        }
-        if position + tokens.len() > self.config.context {
-            return Err(KernelError::ContextExceeded {
-                position,
-                tokens: tokens.len(),
-                context: self.config.context,
-            });
-        }
-        let vocab = self.vocab_size();
-        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= vocab) {
-            return Err(KernelError::TokenOutOfRange { token, vocab });
-        }
-        let pool = Arc::clone(&self.pool);
-        let logits = pool.install(|| self.forward_in_pool(tokens, position, rows));
-        self.cached_positions += tokens.len();
-        Ok(logits)
-    }
-
-    fn forward_in_pool(&mut self, tokens: &[u32], position: usize, rows: usize) -> Vec<f32> {
-        let c = &self.config;
-        let (hidden, n) = (c.hidden, tokens.len());
-        let head_dim = c.head_dim();
-        let kv_width = c.kv_heads * head_dim;
-        let group = c.heads / c.kv_heads;
-        let scale = 1.0 / (head_dim as f32).sqrt();
-        let isa = self.isa;
-        let angles = rope_angles(c, position, n);
-
-        let mut x = vec![0f32; n * hidden];
-        for (row, &token) in x.chunks_exact_mut(hidden).zip(tokens) {
-            self.embeddings.dequantize_row(token as usize, row);
-        }
-        let mut normed = vec![0f32; n * hidden];
-        let mut q = vec![0f32; n * hidden];
-        let mut k = vec![0f32; n * kv_width];
-        let mut v = vec![0f32; n * kv_width];
-        let mut attended = vec![0f32; n * hidden];
-        let mut projected = vec![0f32; n * hidden];
-        let mut gate = vec![0f32; n * c.feed_forward];
-        let mut up = vec![0f32; n * c.feed_forward];
-        for (layer, cache) in self.layers.iter().zip(self.cache.iter_mut()) {
-            norm_rows(&x, &layer.attention_norm, c.norm_eps, &mut normed);
-            let acts = quantize_rows(&normed, hidden);
-            matmul(isa, &layer.wq, &acts, &mut q);
-            matmul(isa, &layer.wk, &acts, &mut k);
-            matmul(isa, &layer.wv, &acts, &mut v);
-            for (i, (q_row, k_row)) in q
-                .chunks_exact_mut(hidden)
-                .zip(k.chunks_exact_mut(kv_width))
-                .enumerate()
-            {
-                let (cos, sin) = &angles[i];
-                for head in q_row
-                    .chunks_exact_mut(head_dim)
-                    .chain(k_row.chunks_exact_mut(head_dim))
-                {
-                    rope_interleaved(head, cos, sin);
-                }
-            }
-            cache.keys.extend_from_slice(&k);
-            cache.values.extend_from_slice(&v);
-            let (keys, values) = (&cache.keys, &cache.values);
-            attended.par_chunks_mut(head_dim).enumerate().for_each_init(
-                Vec::new,
-                |scores, (index, out)| {
-                    let (row, head) = (index / c.heads, index % c.heads);
-                    let query = &q[row * hidden + head * head_dim..][..head_dim];
-                    let head_cache = HeadCache {
-                        keys,
-                        values,
-                        stride: kv_width,
-                        offset: (head / group) * head_dim,
-                    };
-                    attend(query, head_cache, position + row + 1, scale, scores, out);
-                },
-            );
-            matmul(
-                isa,
-                &layer.wo,
-                &quantize_rows(&attended, hidden),
-                &mut projected,
-            );
-            add(&mut x, &projected);
-
-            norm_rows(&x, &layer.ffn_norm, c.norm_eps, &mut normed);
-            let acts = quantize_rows(&normed, hidden);
-            matmul(isa, &layer.gate, &acts, &mut gate);
-            matmul(isa, &layer.up, &acts, &mut up);
-            swiglu(&mut gate, &up);
-            let acts = quantize_rows(&gate, c.feed_forward);
-            matmul(isa, &layer.down, &acts, &mut projected);
-            add(&mut x, &projected);
-        }
-        let last = &x[(n - rows) * hidden..];
-        let mut final_norm = vec![0f32; rows * hidden];
-        norm_rows(last, &self.output_norm, c.norm_eps, &mut final_norm);
-        let output = self.output.as_ref().unwrap_or(&self.embeddings);
-        let mut logits = vec![0f32; rows * output.rows];
-        matmul(
-            isa,
-            output,
-            &quantize_rows(&final_norm, hidden),
-            &mut logits,
-        );
-        logits
+        let mut cache = std::mem::replace(&mut self.cache, SequenceCache::new(0));
+        let result = self
+            .forward_batch_rows(
+                &mut [BatchEntry {
+                    cache: &mut cache,
+                    tokens,
+                    position,
+                }],
+                rows,
+            )
+            .map(|mut logits| logits.pop().unwrap_or_default());
+        self.cache = cache;
+        result
     }
 }
 
-/// cos and sin of every rotary pair's angle for positions `position..position + n`.
-fn rope_angles(c: &LlamaConfig, position: usize, n: usize) -> Vec<(Vec<f32>, Vec<f32>)> {
+/// cos and sin of every rotary pair's angle at each of `positions`.
+fn rope_angles(c: &LlamaConfig, positions: &[usize]) -> Vec<(Vec<f32>, Vec<f32>)> {
     let dims = c.rope_dimensions;
     let thetas: Vec<f32> = (0..dims)
         .step_by(2)
         .map(|i| 1f32 / c.rope_base.powf(i as f32 / dims as f32))
         .collect();
-    (position..position + n)
-        .map(|p| {
+    positions
+        .iter()
+        .map(|&p| {
             let angles: Vec<f32> = thetas.iter().map(|t| p as f32 * t).collect();
             (
                 angles.iter().map(|a| a.cos()).collect(),

@@ -71,7 +71,10 @@ fn gossipsub_config(heartbeat: Duration) -> Result<gossipsub::Config, String> {
         .message_id_fn(|message: &gossipsub::Message| {
             gossipsub::MessageId::from(Sha256::digest(&message.data).to_vec())
         })
-        .duplicate_cache_time(Duration::from_secs(120))
+        // A message seen again after a minute is dropped by the book's (provider, seq)
+        // and the replay guard's sequence checks anyway; every id kept is memory on
+        // every node (libp2p's default, 60 s; was 120).
+        .duplicate_cache_time(Duration::from_secs(60))
         // Each mesh peer is one more copy of every advert to receive, decrypt and
         // decode; libp2p's upper bound (12) let meshes grow to twice the degree (6).
         // At 200 simulated nodes and one advert per provider per 5 s (single runs on
@@ -88,6 +91,9 @@ fn gossipsub_config(heartbeat: Duration) -> Result<gossipsub::Config, String> {
         // delivers over reliable streams, gossip only repairs.
         .gossip_lazy(3)
         .history_gossip(2)
+        // Full messages kept for IWANT answers: 3 heartbeats (default 5), one more
+        // than the IHAVE window; each node holds every message it saw in that window.
+        .history_length(3)
         .build()
         .map_err(|e| e.to_string())
 }
@@ -167,9 +173,14 @@ pub fn build(key: &identity::Keypair, config: &BehaviourConfig) -> Result<Behavi
     kad_config.set_kbucket_inserts(kad::BucketInserts::Manual);
     // A bootstrap is a lookup per bucket, some nine lookups and ~180 new connections at
     // 200 nodes; libp2p's default, every 5 minutes on every node, was most of the steady
-    // connection churn of a 200-node mesh. The event loop runs its own every half hour
-    // (and stops the ones Kademlia starts by itself).
+    // connection churn of a 200-node mesh. The event loop runs its own every half hour.
     kad_config.set_periodic_bootstrap_interval(None);
+    // Nor one whenever a peer joins a table of fewer than 20: when 200 simulated nodes
+    // joined together on a starved host those lookups, slowed by the CPU they took and
+    // cut by pruning, ran for minutes — about 1,100 lookups and most of the ~100 new
+    // connections per node per minute. A node short of peers takes one random walk
+    // instead (the peer manager). (The setter is public in the patched copy only.)
+    kad_config.set_automatic_bootstrap_throttle(None);
     let kad = kad::Behaviour::with_config(peer_id, store, kad_config);
     let mdns = if config.mdns {
         Some(

@@ -1,6 +1,7 @@
 //! The task that owns the swarm.
 
 use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::behaviour::{self, Behaviour, BehaviourEvent};
 use super::orderbook::OrderBook;
-use super::peer_targets::{PeerTargets, PendingDials};
+use super::peer_targets::{ConnectionAge, PeerTargets, PendingDials, LATE_ROUND};
 use super::{AddressBook, Command, MeshEvent, PeerInfo};
 use crate::clock::now_ms;
 use sharemesh_protocol::{
@@ -72,9 +73,6 @@ const MAINTENANCE_EVERY: Duration = Duration::from_secs(5);
 /// How often the node refreshes its whole Kademlia routing table.
 const BOOTSTRAP_EVERY: Duration = Duration::from_secs(30 * 60);
 
-/// How long a new connection is safe from pruning.
-const PRUNE_GRACE: Duration = Duration::from_secs(10);
-
 pub(super) struct EventLoop {
     swarm: Swarm<Behaviour>,
     inbox: mpsc::Receiver<Command>,
@@ -86,12 +84,13 @@ pub(super) struct EventLoop {
     address_book: AddressBook,
     peer_targets: PeerTargets,
     dialing: PendingDials,
-    /// When each connected peer's first current connection opened.
-    connected_since: HashMap<PeerId, Instant>,
+    /// When (and in which peer-manager round) each connected peer's first current
+    /// connection opened.
+    connected_since: HashMap<PeerId, ConnectionAge>,
+    /// Peer-manager rounds run so far.
+    round: u64,
     /// When the last Kademlia random walk started.
     last_walk: Option<Instant>,
-    /// The Kademlia bootstrap this loop started (any other is stopped).
-    own_bootstrap: Option<kad::QueryId>,
     last_bootstrap: Instant,
     rtt: HashMap<PeerId, Duration>,
     agents: HashMap<PeerId, String>,
@@ -128,8 +127,8 @@ impl EventLoop {
             peer_targets: PeerTargets::new(target_peers),
             dialing: PendingDials::default(),
             connected_since: HashMap::new(),
+            round: 0,
             last_walk: None,
-            own_bootstrap: None,
             last_bootstrap: Instant::now(),
             rtt: HashMap::new(),
             agents: HashMap::new(),
@@ -165,8 +164,8 @@ impl EventLoop {
                     None => return,
                 },
                 scheduled = maintenance.tick() => {
-                    self.note_lateness(scheduled.into_std());
-                    self.maintain();
+                    let late = self.note_lateness(scheduled.into_std());
+                    self.maintain(late);
                 }
             }
         }
@@ -174,7 +173,7 @@ impl EventLoop {
 
     /// How late the maintenance tick ran: the loop's own lateness (a starved process),
     /// which says nothing about any peer.
-    fn note_lateness(&self, scheduled: Instant) {
+    fn note_lateness(&self, scheduled: Instant) -> Duration {
         let late = Instant::now().saturating_duration_since(scheduled);
         if let Some(metrics) = &self.metrics {
             metrics.loop_lateness.observe(late.as_secs_f64());
@@ -185,6 +184,7 @@ impl EventLoop {
                 "the mesh's event loop ran late"
             );
         }
+        late
     }
 
     fn emit(&self, event: MeshEvent) {
@@ -269,7 +269,6 @@ impl EventLoop {
     #[allow(clippy::collapsible_match)]
     fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
         self.record(&event);
-        self.stop_unasked_bootstraps();
         match event {
             SwarmEvent::NewListenAddr { address, .. } => {
                 tracing::info!(%address, "listening");
@@ -293,7 +292,11 @@ impl EventLoop {
                 }
                 self.addresses.insert(peer_id, address);
                 if num_established.get() == 1 {
-                    self.connected_since.insert(peer_id, Instant::now());
+                    let age = ConnectionAge {
+                        opened: Instant::now(),
+                        round: self.round,
+                    };
+                    self.connected_since.insert(peer_id, age);
                     if let Ok(mut live) = self.live.write() {
                         live.insert(peer_id, None);
                     }
@@ -498,7 +501,7 @@ impl EventLoop {
     /// only what its key claims (the trust layer checks it for consistency).
     fn check_attestation(&mut self, source: PeerId, data: &[u8]) -> MessageAcceptance {
         self.admit_newest::<Attestation>(source, data, |attestation| MeshEvent::Attestation {
-            attestation,
+            attestation: Box::new(attestation),
             from: source,
         })
     }
@@ -507,7 +510,7 @@ impl EventLoop {
     /// what it is worth is the trust layer's (the reporter's own trust in each view).
     fn check_report(&mut self, source: PeerId, data: &[u8]) -> MessageAcceptance {
         self.admit_newest::<ReputationReport>(source, data, |report| MeshEvent::ReputationReport {
-            report,
+            report: Box::new(report),
             from: source,
         })
     }
@@ -549,7 +552,7 @@ impl EventLoop {
         match checked {
             Ok((envelope, accused)) => {
                 self.emit(MeshEvent::FraudProof {
-                    envelope,
+                    envelope: Box::new(envelope),
                     accused,
                     from: source,
                 });
@@ -564,9 +567,14 @@ impl EventLoop {
 
     /// Peer manager: keep the peer count within its band (`PeerTargets`) — prune the
     /// lowest-scored settled peers above it, dial known peers below the target — and
-    /// drop peers whose gossip score fell below the graylist threshold.
-    fn maintain(&mut self) {
-        self.dialing.expire(Instant::now());
+    /// drop peers whose gossip score fell below the graylist threshold. `late`: how late
+    /// this round started; a late round runs on a stale view and only dials.
+    fn maintain(&mut self, late: Duration) {
+        self.round += 1;
+        let on_time = late < LATE_ROUND;
+        if on_time {
+            self.dialing.expire(Instant::now());
+        }
         self.bootstrap_when_due();
         // The book's size for the metrics: every maintenance tick, not every message.
         if let (Some(metrics), Ok(book)) = (&self.metrics, self.book.read()) {
@@ -575,6 +583,21 @@ impl EventLoop {
                 .set(i64::try_from(book.len()).unwrap_or(i64::MAX));
         }
         let connected: Vec<PeerId> = self.swarm.connected_peers().copied().collect();
+        if on_time {
+            self.prune(&connected);
+        } else {
+            tracing::debug!(
+                late_ms = late.as_millis() as u64,
+                "late peer-manager round: no pruning"
+            );
+        }
+        self.dial_towards_target(&connected);
+    }
+
+    /// Disconnects the lowest-scored settled peers above the band and every graylisted
+    /// one. A connection that has not settled ([`ConnectionAge::settled`]) is left alone
+    /// unless graylisted.
+    fn prune(&mut self, connected: &[PeerId]) {
         let gossipsub = &self.swarm.behaviour().gossipsub;
         let mut scored: Vec<(PeerId, f64)> = connected
             .iter()
@@ -582,14 +605,11 @@ impl EventLoop {
             .collect();
         scored.sort_by(|a, b| a.1.total_cmp(&b.1));
         let excess = self.peer_targets.prune_count(connected.len());
-        // A connection younger than the grace period is left alone (unless graylisted):
-        // Kademlia lookups dial peers for one request, and pruned before it is answered
-        // the lookup failed and dialled yet another peer.
-        let now = Instant::now();
+        let (now, round) = (Instant::now(), self.round);
         let settled = |peer: &PeerId| {
             self.connected_since
                 .get(peer)
-                .is_none_or(|since| now.saturating_duration_since(*since) >= PRUNE_GRACE)
+                .is_none_or(|age| age.settled(now, round))
         };
         let mut to_drop: Vec<PeerId> = scored
             .iter()
@@ -607,6 +627,10 @@ impl EventLoop {
             tracing::debug!(%peer, "pruning peer");
             let _ = self.swarm.disconnect_peer_id(peer);
         }
+    }
+
+    /// Dials known peers towards the target; a random walk when too few are known.
+    fn dial_towards_target(&mut self, connected: &[PeerId]) {
         // Below target: dial peers we already know — reached before (a restarted peer
         // comes back) or in Kademlia's routing table — a random few, no more than the
         // target lacks. Only when too few are known, at most every 30 s, look for more
@@ -636,10 +660,15 @@ impl EventLoop {
             self.last_walk = Some(Instant::now());
             // One lookup of a random key finds peers across the key space; a full
             // bootstrap (a lookup per bucket) would cost nine times the connections.
+            // It asks for as many peers as the node keeps, not Kademlia's 20: every
+            // peer it queries is a connection, and when hundreds of nodes join at once
+            // those walk connections (until pruned) set the mesh's peak memory.
+            let wanted = NonZeroUsize::new(self.peer_targets.target.clamp(1, 20))
+                .unwrap_or(NonZeroUsize::MIN);
             self.swarm
                 .behaviour_mut()
                 .kad
-                .get_closest_peers(PeerId::random());
+                .get_n_closest_peers(PeerId::random(), wanted);
         }
     }
 
@@ -687,24 +716,6 @@ impl EventLoop {
         }
     }
 
-    /// Ends every Kademlia bootstrap this loop did not start. libp2p-kad starts a full
-    /// bootstrap by itself whenever a peer joins a routing table of fewer than 20 (the
-    /// switch is crate-private): a lookup per bucket, each dialling some twenty peers.
-    /// When 200 simulated nodes joined together on a starved host those lookups, slowed
-    /// by the CPU they took and cut by pruning, ran for minutes — about 1,100 lookups
-    /// and most of the ~100 new connections per node per minute. A node short of peers
-    /// takes one random walk instead (`maintain`), and [`Self::bootstrap_when_due`]
-    /// refreshes the whole table every half hour.
-    fn stop_unasked_bootstraps(&mut self) {
-        let own = self.own_bootstrap;
-        for mut query in self.swarm.behaviour_mut().kad.iter_queries_mut() {
-            if matches!(query.info(), kad::QueryInfo::Bootstrap { .. }) && Some(query.id()) != own {
-                tracing::debug!("stopping a Kademlia bootstrap this node did not ask for");
-                query.finish();
-            }
-        }
-    }
-
     /// A full Kademlia bootstrap every [`BOOTSTRAP_EVERY`] (a lookup per bucket keeps the
     /// routing table fresh across the key space, for provider lookups).
     fn bootstrap_when_due(&mut self) {
@@ -713,7 +724,7 @@ impl EventLoop {
         }
         self.last_bootstrap = Instant::now();
         match self.swarm.behaviour_mut().kad.bootstrap() {
-            Ok(query) => self.own_bootstrap = Some(query),
+            Ok(_) => {}
             Err(err) => tracing::debug!(%err, "no Kademlia bootstrap: no known peers"),
         }
     }

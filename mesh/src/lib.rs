@@ -145,18 +145,18 @@ pub enum MeshEvent {
     /// A fraud proof whose signatures and commitment chain check (the mesh cannot
     /// replay it: that is the trust layer's, with a model). Forwarded on.
     FraudProof {
-        envelope: SignedEnvelope,
+        envelope: Box<SignedEnvelope>,
         accused: NodeId,
         from: PeerId,
     },
     /// A hardware attestation that opened and is newer than the node's last.
     Attestation {
-        attestation: sharemesh_protocol::Attestation,
+        attestation: Box<sharemesh_protocol::Attestation>,
         from: PeerId,
     },
     /// A reputation report that opened and is newer than the reporter's last.
     ReputationReport {
-        report: sharemesh_protocol::ReputationReport,
+        report: Box<sharemesh_protocol::ReputationReport>,
         from: PeerId,
     },
 }

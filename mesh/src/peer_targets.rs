@@ -47,6 +47,35 @@ impl PeerTargets {
     }
 }
 
+/// How long a new connection is safe from pruning, in wall time *and* in rounds the
+/// peer manager ran: a node whose process was starved runs its rounds late, and a
+/// connection that opened just before a 12 s stall has had no time to be answered
+/// however much wall time passed (Kademlia lookups dial a peer for one request; pruned
+/// before it is answered the lookup failed and dialled yet another peer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionAge {
+    pub opened: Instant,
+    /// The peer manager's round count when it opened.
+    pub round: u64,
+}
+
+/// Wall time a connection is safe from pruning.
+pub const PRUNE_GRACE: Duration = Duration::from_secs(10);
+/// Peer-manager rounds a connection is safe from pruning (rounds start ≥ 5 s apart).
+pub const PRUNE_GRACE_ROUNDS: u64 = 2;
+
+impl ConnectionAge {
+    pub fn settled(&self, now: Instant, round: u64) -> bool {
+        now.saturating_duration_since(self.opened) >= PRUNE_GRACE
+            && round.saturating_sub(self.round) >= PRUNE_GRACE_ROUNDS
+    }
+}
+
+/// A peer-manager round that starts this late runs on a stale view (events still
+/// queued: dial outcomes, answers, scores): it dials but neither prunes nor forgets
+/// pending dials.
+pub const LATE_ROUND: Duration = Duration::from_secs(1);
+
 /// Dials in flight, so that a burst of discoveries does not dial past the target.
 #[derive(Debug, Default)]
 pub struct PendingDials {
@@ -116,6 +145,22 @@ mod tests {
         assert_eq!(targets.dial_count(8, 4), 0);
         assert_eq!(targets.dial_count(14, 0), 0);
         assert_eq!(targets.dial_count(3, 20), 0);
+    }
+
+    #[test]
+    fn a_connection_settles_after_grace_time_and_two_rounds() {
+        let opened = Instant::now();
+        let age = ConnectionAge { opened, round: 7 };
+        let later = opened + PRUNE_GRACE;
+        assert!(!age.settled(opened, 9), "no wall time yet");
+        assert!(age.settled(later, 9));
+        // A 12 s stall: plenty of wall time, but the loop ran only once since.
+        let after_stall = opened + Duration::from_secs(12);
+        assert!(!age.settled(after_stall, 8));
+        assert!(!age.settled(after_stall, 7));
+        assert!(age.settled(after_stall + Duration::from_secs(5), 9));
+        // A round count from before the connection (never happens) is not a panic.
+        assert!(!age.settled(later, 3));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use clap::Args;
 use sharemesh_engine::{Engine, TokenEngine};
 use sharemesh_gateway::dispatch::Dispatcher;
 use sharemesh_gateway::plan::RoutingDefaults;
+use sharemesh_gateway::waiting::WaitPolicy;
 use sharemesh_mesh as mesh;
 use sharemesh_protocol::{NanoUsd, Tier};
 
@@ -61,6 +62,14 @@ pub struct GatewayArgs {
     /// bound; the fetch goes on in the background either way.
     #[arg(long, default_value_t = 3_000)]
     pub count_wait_ms: u64,
+    /// Seconds a request waits for capacity when every provider is full (a burst waits
+    /// its turn, fair across API keys) before a 503 with Retry-After; 0 answers 503 at
+    /// once.
+    #[arg(long, default_value_t = 30)]
+    pub busy_wait_secs: u64,
+    /// Most requests waiting for capacity at once; one more gets a 503 at once.
+    #[arg(long, default_value_t = 256)]
+    pub busy_queue: usize,
     /// Ranking score (SPEC §10): multiplier on the expected price of a request.
     #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().price)]
     pub score_price: f64,
@@ -127,6 +136,11 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             hedge_gold: args.hedge_gold,
             warm_standby_every: args.warm_standby_every,
             count_wait: Duration::from_millis(args.count_wait_ms),
+            waiting: WaitPolicy {
+                max_wait: Duration::from_secs(args.busy_wait_secs),
+                limit: args.busy_queue,
+                ..WaitPolicy::default()
+            },
             ..RoutingDefaults::default()
         };
         let budget = sharemesh_gateway::budget::Budget {

@@ -33,7 +33,8 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
     let (_provider, ready) = common::provider(
         dirs[0].path(),
         None,
-        &["--max-concurrent", "16", "--http", "127.0.0.1:0"],
+        // Four at a time: the SDK's burst of 32 must wait for turns at the gateway.
+        &["--max-concurrent", "4", "--http", "127.0.0.1:0"],
     );
     let provider_http = ready["http"].as_str().unwrap().to_owned();
     let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
@@ -46,6 +47,9 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
             &bootstrap,
             "--http",
             "127.0.0.1:0",
+            // Generous for a loaded CI host: 28 requests queue behind four slots.
+            "--busy-wait-secs",
+            "180",
         ],
         dirs[1].path(),
     );
@@ -175,8 +179,8 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
         .unwrap()
         .contains("not valid JSON"));
 
-    // The official SDK: chat, streaming, completions, models, errors, 16 concurrent
-    // requests, a disconnect mid-stream, and API keys.
+    // The official SDK: chat, streaming, completions, models, errors, a burst of 32
+    // concurrent requests, a disconnect mid-stream, and API keys.
     sdk_checks(
         "openai_client.py",
         &[
@@ -227,6 +231,8 @@ fn openai_sdk_and_curl_against_a_real_gateway() {
         ) >= 1.0
     );
     assert!(value(&gateway_metrics, "sharemesh_gateway_tokens_total") > 50.0);
+    // The burst waited for capacity instead of failing.
+    assert!(value(&gateway_metrics, "sharemesh_gateway_waits_total") >= 1.0);
     assert!(value(&gateway_metrics, "sharemesh_gateway_spent_nano_usd_total") > 0.0);
     assert!(value(&gateway_metrics, "sharemesh_mesh_connected_peers") >= 1.0);
     assert!(gateway_metrics.contains("sharemesh_gateway_time_to_first_token_seconds_bucket"));

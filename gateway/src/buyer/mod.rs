@@ -99,6 +99,11 @@ impl SegmentError {
         )
     }
 
+    /// A refusal for lack of capacity (`RejectReason::is_at_capacity`).
+    pub fn is_at_capacity(&self) -> bool {
+        matches!(self, SegmentError::Refused { reason, .. } if reason.is_at_capacity())
+    }
+
     /// What the reputation book records about the provider for this ending; `None`
     /// when the fault is this node's own (its ledger could not book a receipt).
     pub fn outcome(&self) -> Option<Outcome> {

@@ -33,6 +33,7 @@ use crate::trust::{SegmentAudit, Trust};
 use crate::vocab::{self, Counted, Vocabularies};
 
 mod counting;
+mod drive;
 mod ranking;
 mod record;
 mod segments;
@@ -90,6 +91,8 @@ pub struct Dispatcher {
     metrics: Option<crate::metrics::GatewayMetrics>,
     /// Each recent request's route and price per hop (`GET /v1/jobs`).
     jobs: crate::jobs::JobLog,
+    /// Requests waiting for a provider with capacity.
+    waiting: Arc<crate::waiting::WaitingRoom>,
 }
 
 /// The response as it grows across segments.
@@ -151,6 +154,7 @@ impl Dispatcher {
             .metrics
             .as_ref()
             .and_then(crate::metrics::GatewayMetrics::register);
+        let waiting = defaults.waiting;
         let dispatcher = Arc::new(Self {
             mesh,
             key,
@@ -163,6 +167,7 @@ impl Dispatcher {
             vocabularies: Arc::default(),
             metrics: mesh_metrics,
             jobs: crate::jobs::JobLog::default(),
+            waiting: crate::waiting::WaitingRoom::new(waiting),
         });
         dispatcher.penalise_signed_faults();
         dispatcher.show_budgets(None);
@@ -338,7 +343,7 @@ impl Dispatcher {
         let job_id = JobId::from_bytes(rand::rng().random());
         let candidates = self.limit_unproven(candidates);
         let quoting = Instant::now();
-        let candidates = plan::quote_round(
+        let (candidates, at_capacity) = plan::quote_round(
             &self.mesh,
             &self.key,
             candidates,
@@ -352,10 +357,15 @@ impl Dispatcher {
         }
         let mut candidates = self.limit_unproven(candidates);
         if candidates.is_empty() {
-            return Err(ApiError::no_provider(format!(
+            let declined = format!(
                 "every provider asked for a quote for `{}` declined it",
                 request.model
-            )));
+            );
+            return Err(if at_capacity {
+                ApiError::busy(format!("{declined} (at capacity)"))
+            } else {
+                ApiError::no_provider(declined)
+            });
         }
         candidates.truncate(self.defaults.max_attempts);
         let counted = self.count_prompt(model, request, &candidates).await?;
@@ -368,39 +378,6 @@ impl Dispatcher {
             worst_case,
             counted,
         })
-    }
-
-    async fn drive(
-        self: &Arc<Self>,
-        request: CompletionRequest,
-        key: Option<KeyRecord>,
-        events: &mpsc::Sender<DispatchEvent>,
-    ) -> Result<(), ApiError> {
-        let plan = self.plan(&request).await?;
-        let reservation = self.budgets.reserve(
-            self.ledger.as_deref(),
-            &self.node_id(),
-            plan.worst_case,
-            key.as_ref(),
-            now_ms(),
-        )?;
-        let job_id = plan.job_id;
-        self.jobs
-            .start(self.job_record(&plan, &request, key.as_ref()));
-        let served = self.serve(plan, &request, key.clone(), events).await;
-        drop(reservation);
-        self.show_budgets(key.as_ref());
-        // A completed request was logged before the client heard it was done.
-        match &served {
-            Ok(true) => {}
-            Ok(false) => self
-                .jobs
-                .finish(&job_id, now_ms(), Err("the client went away".into())),
-            Err(err) => self
-                .jobs
-                .finish(&job_id, now_ms(), Err(err.message.clone())),
-        }
-        served.map(|_| ())
     }
 
     /// Runs a planned request on its candidates in turn (failing over, hedging gold);
@@ -427,6 +404,9 @@ impl Dispatcher {
             && request.routing.hedge.unwrap_or(self.defaults.hedge_gold)
             && queue.len() >= 2;
         let mut last_error = String::from("no provider answered");
+        // Whether every provider tried refused only for lack of capacity (then the
+        // request waits for a turn and is planned again).
+        let mut only_at_capacity = true;
         let terms = SegmentTerms {
             billing: Billing::Metered(key.as_ref().map(|k| k.id.clone())),
             counted: plan.counted.clone(),
@@ -463,6 +443,7 @@ impl Dispatcher {
                 Ok(opened) => opened,
                 Err(err) => {
                     last_error = format!("provider {provider}: {err}");
+                    only_at_capacity &= err.is_at_capacity();
                     self.record(provider, err.outcome());
                     self.count(|m| m.failovers.inc());
                     self.log_unserved(&response, &candidate, format!("not opened: {err}"));
@@ -506,10 +487,12 @@ impl Dispatcher {
                 }
                 Ok(finish) => {
                     last_error = format!("provider {provider} stopped the job ({finish:?})");
+                    only_at_capacity = false;
                     self.record(provider, Outcome::Failed);
                 }
                 Err(why) => {
                     last_error = format!("provider {provider}: {why}");
+                    only_at_capacity &= why.is_at_capacity();
                     self.record(provider, why.outcome());
                 }
             }
@@ -523,6 +506,8 @@ impl Dispatcher {
         // A provider that accepted is in `providers`: the client has been told.
         Err(if !response.providers.is_empty() {
             ApiError::upstream(last_error)
+        } else if only_at_capacity {
+            ApiError::busy(last_error)
         } else {
             ApiError::no_provider(last_error)
         })

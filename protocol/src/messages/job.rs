@@ -400,6 +400,14 @@ pub enum RejectReason {
     BuyerLimit,
 }
 
+impl RejectReason {
+    /// A refusal for lack of capacity (the whole provider, or this buyer's share of
+    /// it): the same request may be served when capacity frees.
+    pub fn is_at_capacity(self) -> bool {
+        matches!(self, RejectReason::OverCapacity | RejectReason::BuyerLimit)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reject {
     pub job_id: JobId,

@@ -1,0 +1,153 @@
+#![allow(clippy::unwrap_used)]
+//! Batched decoding on the real model (SmolLM2-135M-Instruct Q4_1): several sequences
+//! share every step — joining mid-way, prefilling in chunks beside others' decoding,
+//! leaving when done, in a different order each step — and every sequence's logits are,
+//! bit for bit, the ones it gets served alone.
+
+mod support;
+
+use sharemesh_engine::{BatchEntry, LoadedModel, SequenceCache};
+use sharemesh_protocol::{ChatMessage, Prompt, Role};
+
+fn user(text: &str) -> Prompt {
+    Prompt::Chat(vec![ChatMessage {
+        role: Role::User,
+        content: text.into(),
+    }])
+}
+
+/// One sequence of the batch: its prompt, what has been fed, its greedy tokens so far,
+/// and the logits it got after each fed position that ends a step.
+struct Sequence {
+    cache: SequenceCache,
+    history: Vec<u32>,
+    prompt_len: usize,
+    fed: usize,
+    /// (history length the logits follow, the logits)
+    seen: Vec<(usize, Vec<f32>)>,
+    joins_at_step: usize,
+}
+
+const GENERATE: usize = 6;
+
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+fn batched_sequences_get_their_solo_logits_bit_for_bit() {
+    let path = support::default_model_path();
+    let mut model: LoadedModel =
+        support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    let prompts = [
+        ("Write a short poem about the sea.", 0),
+        ("What is 2 + 2?", 0),
+        (
+            "Name three colours of the rainbow and say why the sky is blue.",
+            2,
+        ),
+    ];
+    let mut sequences: Vec<Sequence> = prompts
+        .iter()
+        .map(|(text, joins_at_step)| {
+            let history = model.prompt_tokens(&user(text)).unwrap();
+            Sequence {
+                cache: model.kernel_llama().unwrap().new_sequence(),
+                prompt_len: history.len(),
+                history,
+                fed: 0,
+                seen: Vec::new(),
+                joins_at_step: *joins_at_step,
+            }
+        })
+        .collect();
+    let llama = model
+        .kernel_llama()
+        .expect("the default model runs on the kernels");
+    let mut step = 0;
+    loop {
+        // Who takes part this step: joined and not done; prompts go in chunks of 7.
+        let mut members: Vec<usize> = (0..sequences.len())
+            .filter(|&i| {
+                let s = &sequences[i];
+                step >= s.joins_at_step && s.history.len() - s.prompt_len < GENERATE
+            })
+            .collect();
+        if members.is_empty() {
+            break;
+        }
+        let turn = step % members.len();
+        members.rotate_left(turn);
+        let mut feeds: Vec<(usize, Vec<u32>)> = Vec::new();
+        for &i in &members {
+            let s = &sequences[i];
+            let end = if s.fed < s.prompt_len {
+                (s.fed + 7).min(s.prompt_len)
+            } else {
+                s.fed + 1
+            };
+            feeds.push((i, s.history[s.fed..end].to_vec()));
+        }
+        // In `members` order (rotated), each with its own cache.
+        let mut by_index: Vec<Option<&mut Sequence>> = sequences.iter_mut().map(Some).collect();
+        let mut batch: Vec<BatchEntry<'_>> = Vec::new();
+        for (i, tokens) in &feeds {
+            let s = by_index[*i].take().unwrap();
+            let position = s.fed;
+            batch.push(BatchEntry {
+                cache: &mut s.cache,
+                tokens,
+                position,
+            });
+        }
+        let logits = llama.forward_batch(&mut batch).unwrap();
+        drop(batch);
+        drop(by_index);
+        for ((i, tokens), logits) in feeds.iter().zip(logits) {
+            let s = &mut sequences[*i];
+            s.fed += tokens.len();
+            if s.fed < s.prompt_len {
+                continue; // Mid-prompt: no token yet.
+            }
+            let next = argmax(&logits);
+            s.seen.push((s.fed, logits));
+            s.history.push(next);
+        }
+        step += 1;
+        assert!(step < 200, "the batch never finished");
+    }
+
+    // Each sequence alone: its whole history so far prefilled on the model's own
+    // single-sequence path (which equals one-token decoding, another test's claim).
+    for (index, s) in sequences.iter().enumerate() {
+        assert_eq!(s.seen.len(), GENERATE, "sequence {index}");
+        for (len, batched) in &s.seen {
+            let alone = model.logits_after(&s.history[..*len], *len).unwrap();
+            let differing = alone
+                .iter()
+                .zip(batched)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count();
+            assert_eq!(
+                differing, 0,
+                "sequence {index} after {len} tokens: {differing} logits differ from its solo run"
+            );
+        }
+    }
+    // And the greedy text is what the engine serves for each prompt alone.
+    for (s, (text, _)) in sequences.iter().zip(prompts) {
+        let alone = support::greedy_job(&mut model, &user(text), GENERATE as u32, vec![]);
+        let batched = &s.history[s.prompt_len..];
+        assert_eq!(
+            &batched[..alone.token_ids.len()],
+            alone.token_ids.as_slice(),
+            "{text}"
+        );
+    }
+}

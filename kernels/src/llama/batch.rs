@@ -1,0 +1,274 @@
+//! Several sequences in one forward pass (continuous batching): each brings its own KV
+//! cache and position, and the rows of all of them go through the matmuls together —
+//! the weights are read once for the whole batch instead of once per sequence.
+//!
+//! Every sequence's logits are the bits it would get alone: norms, activation
+//! quantization, rotary embedding, residuals and each matmul element are per row, and
+//! attention is per (row, head) over that row's own sequence's cache up to its own
+//! position. So a job's tokens do not depend on which jobs share its steps, where in the
+//! batch it sits, or how many threads run it.
+
+use rayon::prelude::*;
+
+use super::{add, norm_rows, rope_angles, Llama};
+use crate::matmul::matmul;
+use crate::ops::{attend, rope_interleaved, swiglu, HeadCache};
+use crate::quant::quantize_rows;
+use crate::KernelError;
+
+/// Keys and values of every position so far, per layer: rows of `kv_heads · head_dim`.
+#[derive(Default, Clone)]
+struct LayerCache {
+    keys: Vec<f32>,
+    values: Vec<f32>,
+}
+
+/// One sequence's KV cache (one job's context).
+#[derive(Default, Clone)]
+pub struct SequenceCache {
+    layers: Vec<LayerCache>,
+    positions: usize,
+}
+
+impl SequenceCache {
+    pub(super) fn new(layers: usize) -> Self {
+        Self {
+            layers: vec![LayerCache::default(); layers],
+            positions: 0,
+        }
+    }
+
+    /// Positions cached so far: where the sequence's next tokens go.
+    pub fn positions(&self) -> usize {
+        self.positions
+    }
+
+    /// Keeps the first `positions` positions (`width`: floats per position per layer).
+    pub(super) fn truncate(&mut self, positions: usize, width: usize) {
+        let positions = positions.min(self.positions);
+        for layer in &mut self.layers {
+            layer.keys.truncate(positions * width);
+            layer.values.truncate(positions * width);
+        }
+        self.positions = positions;
+    }
+
+    /// Bytes of cached keys and values.
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| (l.keys.len() + l.values.len()) * std::mem::size_of::<f32>())
+            .sum()
+    }
+}
+
+/// One sequence's part of a batched step: its cache, and its next tokens at `position`
+/// (which must equal the cache's length) — one token to decode, or a prompt chunk.
+pub struct BatchEntry<'a> {
+    pub cache: &'a mut SequenceCache,
+    pub tokens: &'a [u32],
+    pub position: usize,
+}
+
+impl Llama {
+    /// A fresh, empty cache for a sequence of this model.
+    pub fn new_sequence(&self) -> SequenceCache {
+        SequenceCache::new(self.layers.len())
+    }
+
+    /// Runs one step of several sequences together, extends each one's cache, and
+    /// returns each one's logits after its last token (in `batch` order). The bits are
+    /// each sequence's alone (module docs). An entry that fails a check fails the
+    /// whole step before any cache changes.
+    pub fn forward_batch(
+        &self,
+        batch: &mut [BatchEntry<'_>],
+    ) -> Result<Vec<Vec<f32>>, KernelError> {
+        self.forward_batch_rows(batch, 1)
+    }
+
+    /// [`Self::forward_batch`] with the logits of each entry's last `rows` tokens.
+    pub(super) fn forward_batch_rows(
+        &self,
+        batch: &mut [BatchEntry<'_>],
+        rows: usize,
+    ) -> Result<Vec<Vec<f32>>, KernelError> {
+        for entry in batch.iter() {
+            self.check_entry(entry, rows)?;
+        }
+        let pool = std::sync::Arc::clone(&self.pool);
+        let logits = pool.install(|| self.forward_entries(batch, rows));
+        for entry in batch.iter_mut() {
+            entry.cache.positions += entry.tokens.len();
+        }
+        Ok(logits)
+    }
+
+    fn check_entry(&self, entry: &BatchEntry<'_>, rows: usize) -> Result<(), KernelError> {
+        let tokens = entry.tokens;
+        if tokens.is_empty() {
+            return Err(KernelError::NoTokens);
+        }
+        if rows == 0 || rows > tokens.len() {
+            return Err(KernelError::BadConfig(format!(
+                "{rows} logit rows asked of {} tokens",
+                tokens.len()
+            )));
+        }
+        if entry.cache.layers.len() != self.layers.len() {
+            return Err(KernelError::BadConfig(format!(
+                "a cache of {} layers for a model of {}",
+                entry.cache.layers.len(),
+                self.layers.len()
+            )));
+        }
+        if entry.position != entry.cache.positions {
+            return Err(KernelError::PositionMismatch {
+                position: entry.position,
+                cached: entry.cache.positions,
+            });
+        }
+        if entry.position + tokens.len() > self.config.context {
+            return Err(KernelError::ContextExceeded {
+                position: entry.position,
+                tokens: tokens.len(),
+                context: self.config.context,
+            });
+        }
+        let vocab = self.vocab_size();
+        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(KernelError::TokenOutOfRange { token, vocab });
+        }
+        Ok(())
+    }
+
+    fn forward_entries(&self, batch: &mut [BatchEntry<'_>], rows: usize) -> Vec<Vec<f32>> {
+        let c = &self.config;
+        let hidden = c.hidden;
+        let head_dim = c.head_dim();
+        let kv_width = c.kv_heads * head_dim;
+        let group = c.heads / c.kv_heads;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let isa = self.isa;
+        // Each row's sequence and absolute position.
+        let (row_entry, row_position): (Vec<usize>, Vec<usize>) = batch
+            .iter()
+            .enumerate()
+            .flat_map(|(e, entry)| (0..entry.tokens.len()).map(move |i| (e, entry.position + i)))
+            .unzip();
+        let n = row_entry.len();
+        let angles = rope_angles(c, &row_position);
+
+        let mut x = vec![0f32; n * hidden];
+        let tokens = batch.iter().flat_map(|entry| entry.tokens.iter());
+        for (row, &token) in x.chunks_exact_mut(hidden).zip(tokens) {
+            self.embeddings.dequantize_row(token as usize, row);
+        }
+        let mut normed = vec![0f32; n * hidden];
+        let mut q = vec![0f32; n * hidden];
+        let mut k = vec![0f32; n * kv_width];
+        let mut v = vec![0f32; n * kv_width];
+        let mut attended = vec![0f32; n * hidden];
+        let mut projected = vec![0f32; n * hidden];
+        let mut gate = vec![0f32; n * c.feed_forward];
+        let mut up = vec![0f32; n * c.feed_forward];
+        for (index, layer) in self.layers.iter().enumerate() {
+            norm_rows(&x, &layer.attention_norm, c.norm_eps, &mut normed);
+            let acts = quantize_rows(&normed, hidden);
+            matmul(isa, &layer.wq, &acts, &mut q);
+            matmul(isa, &layer.wk, &acts, &mut k);
+            matmul(isa, &layer.wv, &acts, &mut v);
+            for (i, (q_row, k_row)) in q
+                .chunks_exact_mut(hidden)
+                .zip(k.chunks_exact_mut(kv_width))
+                .enumerate()
+            {
+                let (cos, sin) = &angles[i];
+                for head in q_row
+                    .chunks_exact_mut(head_dim)
+                    .chain(k_row.chunks_exact_mut(head_dim))
+                {
+                    rope_interleaved(head, cos, sin);
+                }
+            }
+            // Each sequence's new keys and values join its own cache.
+            let mut first_row = 0;
+            for entry in batch.iter_mut() {
+                let span = first_row * kv_width..(first_row + entry.tokens.len()) * kv_width;
+                let cache = &mut entry.cache.layers[index];
+                cache.keys.extend_from_slice(&k[span.clone()]);
+                cache.values.extend_from_slice(&v[span]);
+                first_row += entry.tokens.len();
+            }
+            let caches: Vec<(&[f32], &[f32])> = batch
+                .iter()
+                .map(|entry| {
+                    let cache = &entry.cache.layers[index];
+                    (cache.keys.as_slice(), cache.values.as_slice())
+                })
+                .collect();
+            attended.par_chunks_mut(head_dim).enumerate().for_each_init(
+                Vec::new,
+                |scores, (at, out)| {
+                    let (row, head) = (at / c.heads, at % c.heads);
+                    let query = &q[row * hidden + head * head_dim..][..head_dim];
+                    let (keys, values) = caches[row_entry[row]];
+                    let head_cache = HeadCache {
+                        keys,
+                        values,
+                        stride: kv_width,
+                        offset: (head / group) * head_dim,
+                    };
+                    attend(query, head_cache, row_position[row] + 1, scale, scores, out);
+                },
+            );
+            matmul(
+                isa,
+                &layer.wo,
+                &quantize_rows(&attended, hidden),
+                &mut projected,
+            );
+            add(&mut x, &projected);
+
+            norm_rows(&x, &layer.ffn_norm, c.norm_eps, &mut normed);
+            let acts = quantize_rows(&normed, hidden);
+            matmul(isa, &layer.gate, &acts, &mut gate);
+            matmul(isa, &layer.up, &acts, &mut up);
+            swiglu(&mut gate, &up);
+            let acts = quantize_rows(&gate, c.feed_forward);
+            matmul(isa, &layer.down, &acts, &mut projected);
+            add(&mut x, &projected);
+        }
+        self.output_logits(batch, &x, rows)
+    }
+
+    /// The logits of each entry's last `rows` rows of `x`, in one output matmul.
+    fn output_logits(&self, batch: &[BatchEntry<'_>], x: &[f32], rows: usize) -> Vec<Vec<f32>> {
+        let hidden = self.config.hidden;
+        let mut last = Vec::with_capacity(batch.len() * rows * hidden);
+        let mut end = 0;
+        for entry in batch {
+            end += entry.tokens.len();
+            last.extend_from_slice(&x[(end - rows) * hidden..end * hidden]);
+        }
+        let mut final_norm = vec![0f32; last.len()];
+        norm_rows(
+            &last,
+            &self.output_norm,
+            self.config.norm_eps,
+            &mut final_norm,
+        );
+        let output = self.output.as_ref().unwrap_or(&self.embeddings);
+        let mut logits = vec![0f32; batch.len() * rows * output.rows];
+        matmul(
+            self.isa,
+            output,
+            &quantize_rows(&final_norm, hidden),
+            &mut logits,
+        );
+        logits
+            .chunks_exact(rows * output.rows)
+            .map(<[f32]>::to_vec)
+            .collect()
+    }
+}
