@@ -7,7 +7,7 @@ use serde::Serialize;
 use sharemesh_protocol::{FinishReason, ModelId, Prompt, Sampling, StepFingerprint};
 
 use super::{sampler, EngineError, LoadedModel};
-use sharemesh_tokenizer::text::{Step, TextStream};
+use sharemesh_tokenizer::text::{Step as Step_, TextStream};
 
 #[derive(Clone, Debug)]
 pub struct GenerateRequest {
@@ -69,168 +69,290 @@ impl Generation {
     }
 }
 
-pub(super) fn run(
-    model: &mut LoadedModel,
-    request: &GenerateRequest,
-    mut on_token: impl FnMut(&TokenEvent) -> bool,
-) -> Result<Generation, EngineError> {
-    request
-        .sampling
-        .validate()
-        .map_err(|e| EngineError::BadRequest(e.to_string()))?;
-    let prompt = model.prompt_tokens(&request.prompt)?;
-    let context = model.descriptor.context_length as usize;
-    let vocab = model.vocabulary.tokenizer.vocab_size() as u32;
-    if prompt.len() + request.resume.len() >= context {
-        return Err(EngineError::ContextTooLong {
-            prompt_tokens: prompt.len() + request.resume.len(),
-            context_length: context,
-        });
-    }
-    if let Some((bad, _)) = request
-        .sampling
-        .logit_bias
-        .iter()
-        .find(|(id, _)| *id >= vocab)
-    {
-        return Err(EngineError::BadRequest(format!(
-            "logit_bias names token {bad}, outside the vocabulary (size {vocab})"
-        )));
-    }
-    if let Some(bad) = request.resume.iter().find(|&&id| id >= vocab) {
-        return Err(EngineError::BadRequest(format!(
-            "resume token id {bad} is outside the vocabulary (size {vocab})"
-        )));
-    }
-    let max_tokens = (request.sampling.max_tokens as usize).min(context - prompt.len());
-    if request.resume.len() >= max_tokens {
-        return Err(EngineError::BadRequest(
-            "`resume` already holds max_tokens tokens: nothing left to generate".into(),
-        ));
-    }
-    let prompt_tokens = prompt.len() as u32;
-    let mut guide = model.format_guide(&request.sampling.format)?;
-    if let Some(guide) = guide.as_mut() {
-        for (index, &token) in request.resume.iter().enumerate() {
-            guide.consume(token).map_err(|e| {
-                EngineError::BadRequest(format!("resumed token at index {index}: {e}"))
-            })?;
+/// One job's generation between forward passes: validation, the output format, the
+/// sampler, stop sequences, the token events and the result. The single-job loop
+/// ([`run`]) and the batching worker (`crate::batch`) both drive it, so a job's tokens
+/// do not depend on which of them ran it.
+pub(crate) struct Decoder {
+    request: GenerateRequest,
+    prompt_len: usize,
+    /// Prompt, resumed tokens, then every generated token.
+    history: Vec<u32>,
+    max_tokens: usize,
+    /// Completion tokens: the resumed prefix, then this run's.
+    token_ids: Vec<u32>,
+    text: TextStream,
+    out_text: String,
+    guide: Option<sharemesh_constrain::Guide>,
+    /// Testnet adversary kit: tokens that cost no model work.
+    garbage: bool,
+    vocab: u32,
+    /// The next completion index.
+    index: usize,
+    finish: FinishReason,
+    stopped_by_sequence: bool,
+    started: Instant,
+    prefill_seconds: f64,
+    reused: usize,
+    generation_started: Option<Instant>,
+}
+
+/// What a job needs after a token.
+pub(crate) enum Step {
+    /// Run this token and bring its logits.
+    Feed(u32),
+    /// Take the next token without model work (the garbage adversary).
+    Again,
+    /// Finished: [`Decoder::result`] holds the generation.
+    Done,
+}
+
+impl Decoder {
+    /// Checks `request` against `model` and prepares its state; the prefill comes next
+    /// ([`Self::to_prefill`]).
+    pub(crate) fn new(
+        model: &mut LoadedModel,
+        request: GenerateRequest,
+    ) -> Result<Self, EngineError> {
+        request
+            .sampling
+            .validate()
+            .map_err(|e| EngineError::BadRequest(e.to_string()))?;
+        let prompt = model.prompt_tokens(&request.prompt)?;
+        let context = model.descriptor.context_length as usize;
+        let vocab = model.vocabulary.tokenizer.vocab_size() as u32;
+        if prompt.len() + request.resume.len() >= context {
+            return Err(EngineError::ContextTooLong {
+                prompt_tokens: prompt.len() + request.resume.len(),
+                context_length: context,
+            });
         }
-    }
-    let device = &model.device;
-    let cheat = model.cheat;
-    let tokenizer = &model.vocabulary.tokenizer;
-    let weights = &mut model.weights;
-    let mut history = prompt.clone();
-    let mut text = TextStream::new(&request.sampling.stop);
-    for &token in &request.resume {
-        let _ = text.push(tokenizer.token_bytes(token));
-    }
-    // Exact resume: batch-invariant weights prefill the delivered tokens with the
-    // prompt (reusing whatever prefix their cache still holds); others replay them
-    // through the one-token path (SPEC.md §7).
-    let prefill_started = Instant::now();
-    let mut logits;
-    let reused;
-    if weights.batch_invariant() {
-        history.extend_from_slice(&request.resume);
-        (logits, reused) = weights.prefill(&history, device)?;
-    } else {
-        (logits, reused) = weights.prefill(&prompt, device)?;
+        if let Some((bad, _)) = request
+            .sampling
+            .logit_bias
+            .iter()
+            .find(|(id, _)| *id >= vocab)
+        {
+            return Err(EngineError::BadRequest(format!(
+                "logit_bias names token {bad}, outside the vocabulary (size {vocab})"
+            )));
+        }
+        if let Some(bad) = request.resume.iter().find(|&&id| id >= vocab) {
+            return Err(EngineError::BadRequest(format!(
+                "resume token id {bad} is outside the vocabulary (size {vocab})"
+            )));
+        }
+        let max_tokens = (request.sampling.max_tokens as usize).min(context - prompt.len());
+        if request.resume.len() >= max_tokens {
+            return Err(EngineError::BadRequest(
+                "`resume` already holds max_tokens tokens: nothing left to generate".into(),
+            ));
+        }
+        let mut guide = model.format_guide(&request.sampling.format)?;
+        if let Some(guide) = guide.as_mut() {
+            for (index, &token) in request.resume.iter().enumerate() {
+                guide.consume(token).map_err(|e| {
+                    EngineError::BadRequest(format!("resumed token at index {index}: {e}"))
+                })?;
+            }
+        }
+        let tokenizer = &model.vocabulary.tokenizer;
+        let mut text = TextStream::new(&request.sampling.stop);
         for &token in &request.resume {
-            history.push(token);
-            logits = weights.forward(&[token], history.len() - 1, device)?;
+            let _ = text.push(tokenizer.token_bytes(token));
         }
+        let garbage = model
+            .cheat
+            .serves_garbage(model.jobs_run, !request.resume.is_empty());
+        model.jobs_run += 1;
+        let mut history = prompt;
+        let prompt_len = history.len();
+        history.extend_from_slice(&request.resume);
+        Ok(Self {
+            prompt_len,
+            history,
+            max_tokens,
+            token_ids: request.resume.clone(),
+            text,
+            out_text: String::new(),
+            guide,
+            garbage,
+            vocab,
+            index: request.resume.len(),
+            finish: FinishReason::Length,
+            stopped_by_sequence: false,
+            started: Instant::now(),
+            prefill_seconds: 0.0,
+            reused: 0,
+            generation_started: None,
+            request,
+        })
     }
-    let prefill_seconds = prefill_started.elapsed().as_secs_f64();
-    let prefilled_tokens = (prompt.len() + request.resume.len() - reused) as u32;
-    let generation_started = Instant::now();
-    let mut out_text = String::new();
-    let mut token_ids = request.resume.clone();
-    let mut finish = FinishReason::Length;
-    let mut stopped_by_sequence = false;
-    let garbage = cheat.serves_garbage(model.jobs_run, !request.resume.is_empty());
-    model.jobs_run += 1;
-    let want_logprobs = request.sampling.logprobs.map(usize::from);
-    for index in request.resume.len()..max_tokens {
+
+    pub(crate) fn prompt_tokens(&self) -> u32 {
+        self.prompt_len as u32
+    }
+
+    /// Prompt and resumed tokens: what the prefill runs (batch-invariant weights).
+    pub(crate) fn to_prefill(&self) -> &[u32] {
+        &self.history
+    }
+
+    pub(crate) fn prompt(&self) -> &[u32] {
+        &self.history[..self.prompt_len]
+    }
+
+    pub(crate) fn resume(&self) -> &[u32] {
+        &self.request.resume
+    }
+
+    /// The prefill is done (`reused` positions came from an earlier job's cache).
+    pub(crate) fn prefilled(&mut self, reused: usize) {
+        self.prefill_seconds = self.started.elapsed().as_secs_f64();
+        self.reused = reused;
+        self.generation_started = Some(Instant::now());
+    }
+
+    /// Takes the next token from `logits` (the logits after the history so far; empty
+    /// for the garbage adversary), tells `on_token`, and says what comes next.
+    pub(crate) fn take(
+        &mut self,
+        mut logits: Vec<f32>,
+        tokenizer: &sharemesh_tokenizer::GgufTokenizer,
+        mut on_token: impl FnMut(&TokenEvent) -> bool,
+    ) -> Result<Step, EngineError> {
+        let index = self.index;
+        let sampling = &self.request.sampling;
+        let want_logprobs = sampling.logprobs.map(usize::from);
         // Log-probabilities are of the raw logits, as the fingerprint is.
         let raw = want_logprobs.map(|_| logits.clone());
-        let (token, fingerprint) = if garbage {
-            garbage_step(&history, vocab, index)
+        let (token, fingerprint) = if self.garbage {
+            garbage_step(&self.history, self.vocab, index)
         } else {
             // The commitment covers the raw logits; the format's mask comes after.
             let fingerprint = StepFingerprint::from_logits(&logits);
-            if let Some(guide) = guide.as_mut() {
+            if let Some(guide) = self.guide.as_mut() {
                 guide
                     .mask(&mut logits)
                     .map_err(|e| EngineError::Inference(format!("response format: {e}")))?;
             }
+            let generated = self.history.len() - self.prompt_len;
             let token = sampler::sample(
                 &mut logits,
-                &history,
-                history.len() - prompt.len(),
-                &request.sampling,
+                &self.history,
+                generated,
+                sampling,
                 index as u64,
             );
             (token, fingerprint)
         };
         // A finished format allows only an end token: the text ends there, even for a
         // benchmark that otherwise runs past end-of-text.
-        if tokenizer.is_end(token) && (!request.ignore_eos || guide.is_some()) {
-            finish = FinishReason::Stop;
-            break;
+        if tokenizer.is_end(token) && (!self.request.ignore_eos || self.guide.is_some()) {
+            self.finish = FinishReason::Stop;
+            return Ok(Step::Done);
         }
-        if let Some(guide) = guide.as_mut().filter(|_| !garbage) {
+        if let Some(guide) = self.guide.as_mut().filter(|_| !self.garbage) {
             guide
                 .consume(token)
                 .map_err(|e| EngineError::Inference(format!("response format: {e}")))?;
         }
-        history.push(token);
-        token_ids.push(token);
-        let (delta, stopped) = match text.push(tokenizer.token_bytes(token)) {
-            Step::Delta(delta) => (delta, false),
-            Step::Stopped(delta) => (delta, true),
+        self.history.push(token);
+        self.token_ids.push(token);
+        let (delta, stopped) = match self.text.push(tokenizer.token_bytes(token)) {
+            Step_::Delta(delta) => (delta, false),
+            Step_::Stopped(delta) => (delta, true),
         };
-        out_text.push_str(&delta);
+        self.out_text.push_str(&delta);
         let event = TokenEvent {
             index: index as u32,
             token_id: token,
             text_delta: delta,
-            prompt_tokens,
+            prompt_tokens: self.prompt_len as u32,
             fingerprint,
             logprobs: raw
                 .zip(want_logprobs)
                 .map(|(raw, top)| sampler::logprobs(&raw, token, top)),
         };
+        self.index += 1;
         if !on_token(&event) {
-            finish = FinishReason::Cancelled;
-            break;
+            self.finish = FinishReason::Cancelled;
+            return Ok(Step::Done);
         }
         if stopped {
-            finish = FinishReason::Stop;
-            stopped_by_sequence = true;
-            break;
+            self.finish = FinishReason::Stop;
+            self.stopped_by_sequence = true;
+            return Ok(Step::Done);
         }
-        if index + 1 < max_tokens && !garbage {
-            logits = weights.forward(&[token], history.len() - 1, device)?;
+        Ok(if self.index >= self.max_tokens {
+            Step::Done
+        } else if self.garbage {
+            Step::Again
+        } else {
+            Step::Feed(token)
+        })
+    }
+
+    /// The generation, once [`Self::take`] said `Done` (the history stays: what the
+    /// job's cache holds).
+    pub(crate) fn result(&mut self) -> Generation {
+        if !self.stopped_by_sequence {
+            // Text held back as a possible stop-sequence prefix turned out not to be one.
+            let rest = self.text.finish();
+            self.out_text.push_str(&rest);
+        }
+        let resumed = self.request.resume.len();
+        let token_ids = std::mem::take(&mut self.token_ids);
+        Generation {
+            prompt_tokens: self.prompt_len as u32,
+            generated_tokens: (token_ids.len() - resumed) as u32,
+            token_ids,
+            text: std::mem::take(&mut self.out_text),
+            finish: self.finish,
+            prefill_seconds: self.prefill_seconds,
+            prefilled_tokens: (self.prompt_len + resumed - self.reused) as u32,
+            reused_tokens: self.reused as u32,
+            generation_seconds: self
+                .generation_started
+                .map_or(0.0, |at| at.elapsed().as_secs_f64()),
         }
     }
-    if !stopped_by_sequence {
-        // Text held back as a possible stop-sequence prefix turned out not to be one.
-        out_text.push_str(&text.finish());
+}
+
+pub(super) fn run(
+    model: &mut LoadedModel,
+    request: &GenerateRequest,
+    mut on_token: impl FnMut(&TokenEvent) -> bool,
+) -> Result<Generation, EngineError> {
+    let mut decoder = Decoder::new(model, request.clone())?;
+    let device = &model.device;
+    let tokenizer = &model.vocabulary.tokenizer;
+    let weights = &mut model.weights;
+    // Exact resume: batch-invariant weights prefill the delivered tokens with the
+    // prompt (reusing whatever prefix their cache still holds); others replay them
+    // through the one-token path (SPEC.md §7).
+    let mut logits;
+    let reused;
+    if weights.batch_invariant() {
+        (logits, reused) = weights.prefill(decoder.to_prefill(), device)?;
+    } else {
+        (logits, reused) = weights.prefill(decoder.prompt(), device)?;
+        let prompt_len = decoder.prompt().len();
+        for (i, &token) in decoder.resume().iter().enumerate() {
+            logits = weights.forward(&[token], prompt_len + i, device)?;
+        }
     }
-    let generated_tokens = (token_ids.len() - request.resume.len()) as u32;
-    Ok(Generation {
-        prompt_tokens,
-        token_ids,
-        text: out_text,
-        finish,
-        prefill_seconds,
-        prefilled_tokens,
-        reused_tokens: reused as u32,
-        generation_seconds: generation_started.elapsed().as_secs_f64(),
-        generated_tokens,
-    })
+    decoder.prefilled(reused);
+    loop {
+        match decoder.take(logits, tokenizer, &mut on_token)? {
+            Step::Feed(token) => {
+                let position = decoder.to_prefill().len() - 1;
+                logits = weights.forward(&[token], position, device)?;
+            }
+            Step::Again => logits = Vec::new(),
+            Step::Done => return Ok(decoder.result()),
+        }
+    }
 }
 
 /// Testnet adversary kit: a token that costs no model work, with a fingerprint that

@@ -8,6 +8,7 @@
 //! prefilled with the prompt; on candle's backends they are replayed through the
 //! one-token decode path, so the KV cache matches what decoding built (SPEC.md §7).
 
+mod batch;
 pub mod catalog;
 mod gemma3;
 mod generate;
@@ -41,7 +42,7 @@ pub use seam::{EngineEvent, ReplayAnswer, TokenEngine, EVENT_BUFFER};
 pub use sharemesh_kernels::llama::{BatchEntry, SequenceCache};
 use sharemesh_tokenizer::{TokenizerError, Vocabulary};
 use weights::Weights;
-pub use worker::Engine;
+pub use worker::{Engine, DEFAULT_MAX_BATCH};
 
 impl From<TokenizerError> for EngineError {
     fn from(err: TokenizerError) -> Self {

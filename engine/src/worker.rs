@@ -1,5 +1,7 @@
-//! The real engine's worker: one thread runs the loaded models' jobs one at a time from
-//! a bounded queue, streaming each job's events to its own channel.
+//! The real engine's worker: one thread runs the loaded models' jobs from a bounded
+//! queue, streaming each job's events to its own channel. Models on the batch-invariant
+//! kernels run up to `max_batch` jobs together (continuous batching, `crate::batch`);
+//! others, and replays, one at a time.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -10,6 +12,8 @@ use sharemesh_protocol::{ExecutionProfile, ModelDescriptor, ModelId};
 use sharemesh_tokenizer::ModelHeader;
 use tokio::sync::{mpsc, oneshot};
 
+pub use crate::batch::DEFAULT_MAX_BATCH;
+use crate::batch::{Batch, Counters};
 use crate::{
     EngineError, EngineEvent, GenerateRequest, Generation, LoadedModel, ReplayAnswer,
     ReplayRequest, Replayed, TokenEngine, EVENT_BUFFER,
@@ -47,9 +51,20 @@ enum Submission {
 }
 
 impl Engine {
-    /// Starts the engine thread with `models`; `queue_capacity` jobs may wait.
+    /// Starts the engine thread with `models`; `queue_capacity` jobs may wait; up to
+    /// [`DEFAULT_MAX_BATCH`] run together.
     pub fn spawn(models: Vec<LoadedModel>, queue_capacity: usize) -> Self {
-        let (requests, mut inbox) = mpsc::channel::<Submission>(queue_capacity.max(1));
+        Self::spawn_batched(models, queue_capacity, DEFAULT_MAX_BATCH)
+    }
+
+    /// [`Self::spawn`] with up to `max_batch` jobs decoding together (kernels' models;
+    /// 1: one at a time).
+    pub fn spawn_batched(
+        models: Vec<LoadedModel>,
+        queue_capacity: usize,
+        max_batch: usize,
+    ) -> Self {
+        let (requests, inbox) = mpsc::channel::<Submission>(queue_capacity.max(1));
         let descriptors = Arc::new(
             models
                 .iter()
@@ -79,27 +94,11 @@ impl Engine {
         let spawned = std::thread::Builder::new()
             .name("sharemesh-engine".into())
             .spawn(move || {
-                let mut models = models;
-                while let Some(work) = inbox.blocking_recv() {
-                    thread_queued.fetch_sub(1, Ordering::SeqCst);
-                    thread_active.fetch_add(1, Ordering::SeqCst);
-                    match work {
-                        Submission::Generate { request, events } => {
-                            let committed = committed_tokens_of(&request);
-                            run_job(&mut models, request, &events);
-                            thread_committed.fetch_sub(committed, Ordering::SeqCst);
-                        }
-                        Submission::Replay { request, answer } => {
-                            let replayed = models
-                                .iter_mut()
-                                .find(|m| m.descriptor.id == request.model)
-                                .ok_or(EngineError::UnknownModel(request.model))
-                                .and_then(|model| model.replay(&request));
-                            let _ = answer.send(replayed);
-                        }
-                    }
-                    thread_active.fetch_sub(1, Ordering::SeqCst);
-                }
+                let counters = Counters {
+                    active: &thread_active,
+                    committed: &thread_committed,
+                };
+                work_loop(models, inbox, &thread_queued, &counters, max_batch.max(1));
             });
         if let Err(err) = spawned {
             tracing::error!(%err, "could not start the engine thread");
@@ -225,6 +224,61 @@ impl TokenEngine for Engine {
                 })
             }
         }
+    }
+}
+
+/// The engine thread: takes work while the batch has room (waiting only when idle),
+/// then runs one batch step.
+fn work_loop(
+    mut models: Vec<LoadedModel>,
+    mut inbox: mpsc::Receiver<Submission>,
+    queued: &AtomicUsize,
+    counters: &Counters<'_>,
+    max_batch: usize,
+) {
+    let mut batch = Batch::default();
+    loop {
+        while batch.len() < max_batch {
+            let work = if batch.is_empty() {
+                match inbox.blocking_recv() {
+                    Some(work) => work,
+                    None => return, // Every handle dropped.
+                }
+            } else {
+                match inbox.try_recv() {
+                    Ok(work) => work,
+                    Err(_) => break, // Nothing waiting (or closing): run the batch.
+                }
+            };
+            queued.fetch_sub(1, Ordering::SeqCst);
+            match work {
+                Submission::Generate { request, events } => {
+                    let committed = committed_tokens_of(&request);
+                    let batchable = models.iter().position(|m| {
+                        m.descriptor.id == request.model && m.kernel_llama().is_some()
+                    });
+                    if let Some(model) = batchable {
+                        batch.admit(&mut models, model, request, events, committed, counters);
+                        continue;
+                    }
+                    counters.active.fetch_add(1, Ordering::SeqCst);
+                    run_job(&mut models, request, &events);
+                    counters.committed.fetch_sub(committed, Ordering::SeqCst);
+                    counters.active.fetch_sub(1, Ordering::SeqCst);
+                }
+                Submission::Replay { request, answer } => {
+                    counters.active.fetch_add(1, Ordering::SeqCst);
+                    let replayed = models
+                        .iter_mut()
+                        .find(|m| m.descriptor.id == request.model)
+                        .ok_or(EngineError::UnknownModel(request.model))
+                        .and_then(|model| model.replay(&request));
+                    let _ = answer.send(replayed);
+                    counters.active.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }
+        batch.step(&models, counters);
     }
 }
 

@@ -151,3 +151,129 @@ fn batched_sequences_get_their_solo_logits_bit_for_bit() {
         );
     }
 }
+
+/// The engine runs jobs submitted together in one batch (greedy, sampled with a seed,
+/// with a stop sequence, resumed mid-way, with logprobs): each gets exactly the tokens,
+/// text, end and logprobs it gets served alone.
+#[test]
+fn jobs_served_together_by_the_engine_match_their_solo_runs() {
+    use sharemesh_engine::{Engine, EngineEvent, GenerateRequest, TokenEngine};
+    use sharemesh_protocol::Sampling;
+
+    let path = support::default_model_path();
+    let mut model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    let id = model.descriptor.id;
+    let job = |text: &str, sampling: Sampling, resume: Vec<u32>| GenerateRequest {
+        model: id,
+        prompt: user(text),
+        sampling,
+        resume,
+        ignore_eos: false,
+    };
+    let greedy = |max_tokens| Sampling {
+        max_tokens,
+        ..Sampling::default()
+    };
+    let poem = model
+        .generate(
+            &job("Write a short poem about the sea.", greedy(24), vec![]),
+            |_| true,
+        )
+        .unwrap();
+    let mut jobs = vec![
+        job("Write a short poem about the sea.", greedy(24), vec![]),
+        job(
+            "Tell me a story about a dragon.",
+            Sampling {
+                max_tokens: 20,
+                temperature: 0.8,
+                top_p: 0.9,
+                seed: 7,
+                ..Sampling::default()
+            },
+            vec![],
+        ),
+        job(
+            "Count from one to ten in words.",
+            Sampling {
+                stop: vec!["five".into()],
+                ..greedy(40)
+            },
+            vec![],
+        ),
+        // A failover's resume: the poem continued after its first 9 tokens.
+        job(
+            "Write a short poem about the sea.",
+            greedy(24),
+            poem.token_ids[..9].to_vec(),
+        ),
+        job(
+            "What is 2 + 2?",
+            Sampling {
+                logprobs: Some(3),
+                ..greedy(12)
+            },
+            vec![],
+        ),
+    ];
+    jobs.extend((0..4).map(|i| job(&format!("Say the number {i} twice."), greedy(8), vec![])));
+    type Served = (
+        Vec<u32>,
+        String,
+        sharemesh_protocol::FinishReason,
+        Vec<String>,
+    );
+    let solo: Vec<Served> = jobs
+        .iter()
+        .map(|request| {
+            let mut logprobs = Vec::new();
+            let generation = model
+                .generate(request, |event| {
+                    logprobs.push(format!("{:?}", event.logprobs));
+                    true
+                })
+                .unwrap();
+            (
+                generation.token_ids,
+                generation.text,
+                generation.finish,
+                logprobs,
+            )
+        })
+        .collect();
+    assert_eq!(solo[3].0, solo[0].0, "the resumed poem is the poem");
+
+    let engine = Engine::spawn(vec![model], 32);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let together: Vec<Served> = runtime.block_on(async {
+        let receivers: Vec<_> = jobs
+            .iter()
+            .map(|request| engine.submit(request.clone()).unwrap())
+            .collect();
+        let mut most_active = 0;
+        let mut served = Vec::new();
+        for mut events in receivers {
+            let mut logprobs = Vec::new();
+            loop {
+                most_active = most_active.max(engine.active_jobs());
+                match events.recv().await.unwrap() {
+                    EngineEvent::Started { .. } => {}
+                    EngineEvent::Token(event) => logprobs.push(format!("{:?}", event.logprobs)),
+                    EngineEvent::Finished(g) => {
+                        served.push((g.token_ids, g.text, g.finish, logprobs));
+                        break;
+                    }
+                    EngineEvent::Failed(err) => panic!("{err}"),
+                }
+            }
+        }
+        assert!(most_active > 1, "the jobs never ran together");
+        served
+    });
+    for (i, (alone, batched)) in solo.iter().zip(&together).enumerate() {
+        assert_eq!(alone, batched, "job {i}");
+    }
+}

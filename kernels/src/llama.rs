@@ -210,7 +210,7 @@ impl Llama {
             .map_err(|e| KernelError::ThreadPool(e.to_string()))?;
         let pool = Arc::new(pool);
         Ok(Self {
-            cache: SequenceCache::new(config.layers),
+            cache: SequenceCache::new(config.layers, config.kv_heads * config.head_dim()),
             config,
             embeddings,
             layers,
@@ -233,7 +233,7 @@ impl Llama {
         self.reset();
         let keep = self.layers.len() - count;
         self.layers.truncate(keep);
-        self.cache = SequenceCache::new(keep);
+        self.cache = self.new_sequence();
         Ok(())
     }
 
@@ -250,8 +250,7 @@ impl Llama {
     /// shares a prefix with the previous one continues from there (exact: the cache of a
     /// prefix does not depend on what followed it).
     pub fn truncate(&mut self, positions: usize) {
-        let width = self.config.kv_heads * self.config.head_dim();
-        self.cache.truncate(positions, width);
+        self.cache.truncate(positions);
     }
 
     /// Runs `tokens` at `position` (which must equal the cached length), extends the
@@ -269,7 +268,7 @@ impl Llama {
         position: usize,
         rows: usize,
     ) -> Result<Vec<f32>, KernelError> {
-        let mut cache = std::mem::replace(&mut self.cache, SequenceCache::new(0));
+        let mut cache = std::mem::take(&mut self.cache);
         let result = self
             .forward_batch_rows(
                 &mut [BatchEntry {

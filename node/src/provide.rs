@@ -33,8 +33,14 @@ pub struct ProvideArgs {
     /// Tiers offered (reserved|on_demand|interruptible, or gold|silver|bronze).
     #[arg(long, default_values = ["on_demand"])]
     pub tier: Vec<Tier>,
+    /// Jobs running or queued at once; one more is refused `OverCapacity`.
     #[arg(long, default_value_t = 4)]
     pub max_concurrent: u32,
+    /// Jobs the engine decodes together in one batch (continuous batching on the
+    /// batch-invariant kernels; each job's tokens are its solo ones); 1 runs one job at
+    /// a time.
+    #[arg(long, default_value_t = sharemesh_engine::DEFAULT_MAX_BATCH)]
+    pub max_batch: usize,
     /// Tokens sent beyond the buyer's last receipt before pausing.
     #[arg(long, default_value_t = 64)]
     pub credit_window: u32,
@@ -147,7 +153,11 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let engine = Arc::new(Engine::spawn(vec![model], args.max_concurrent as usize));
+        let engine = Arc::new(Engine::spawn_batched(
+            vec![model],
+            args.max_concurrent as usize,
+            args.max_batch,
+        ));
         let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, true)?).await?;
         let ledger = open_ledger(data_dir)?;
         // Uptime for the earnings report: a heartbeat per serving session.

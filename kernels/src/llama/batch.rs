@@ -28,13 +28,16 @@ struct LayerCache {
 pub struct SequenceCache {
     layers: Vec<LayerCache>,
     positions: usize,
+    /// Floats per position per layer (KV heads × head dimension).
+    width: usize,
 }
 
 impl SequenceCache {
-    pub(super) fn new(layers: usize) -> Self {
+    pub(super) fn new(layers: usize, width: usize) -> Self {
         Self {
             layers: vec![LayerCache::default(); layers],
             positions: 0,
+            width,
         }
     }
 
@@ -43,9 +46,10 @@ impl SequenceCache {
         self.positions
     }
 
-    /// Keeps the first `positions` positions (`width`: floats per position per layer).
-    pub(super) fn truncate(&mut self, positions: usize, width: usize) {
-        let positions = positions.min(self.positions);
+    /// Keeps the first `positions` positions and drops the rest (the cache of a prefix
+    /// does not depend on what followed it, so a job sharing the prefix continues here).
+    pub fn truncate(&mut self, positions: usize) {
+        let (positions, width) = (positions.min(self.positions), self.width);
         for layer in &mut self.layers {
             layer.keys.truncate(positions * width);
             layer.values.truncate(positions * width);
@@ -73,7 +77,8 @@ pub struct BatchEntry<'a> {
 impl Llama {
     /// A fresh, empty cache for a sequence of this model.
     pub fn new_sequence(&self) -> SequenceCache {
-        SequenceCache::new(self.layers.len())
+        let width = self.config.kv_heads * self.config.head_dim();
+        SequenceCache::new(self.layers.len(), width)
     }
 
     /// Runs one step of several sequences together, extends each one's cache, and
