@@ -138,20 +138,21 @@ impl Batch {
         committed: usize,
         counters: &Counters<'_>,
     ) {
-        counters.active.fetch_add(1, Ordering::SeqCst);
-        let decoder = match Decoder::new(&mut models[model], request) {
-            Ok(decoder) => decoder,
+        let started = Decoder::new(&mut models[model], request).and_then(|decoder| {
+            let llama = models[model].kernel_llama().ok_or_else(|| {
+                EngineError::Unsupported("batching needs the sharemesh kernels".into())
+            })?;
+            Ok((self.kept.take(model, decoder.to_prefill(), llama), decoder))
+        });
+        let ((cache, reused), decoder) = match started {
+            Ok(started) => started,
             Err(err) => {
                 let _ = events.try_send(EngineEvent::Failed(err));
-                counters.active.fetch_sub(1, Ordering::SeqCst);
                 counters.committed.fetch_sub(committed, Ordering::SeqCst);
                 return;
             }
         };
-        let Some(llama) = models[model].kernel_llama() else {
-            return; // Only kernels' models are admitted (the worker checks).
-        };
-        let (cache, reused) = self.kept.take(model, decoder.to_prefill(), llama);
+        counters.active.fetch_add(1, Ordering::SeqCst);
         let mut running = Running {
             model,
             pending: decoder.to_prefill()[reused..].to_vec(),
