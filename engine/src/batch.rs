@@ -8,28 +8,37 @@
 //! solo bits whatever shares the step (`Llama::forward_batch`), and the per-job
 //! generation logic ([`Decoder`]) is the single-job loop's.
 //!
+//! KV memory is paged ([`sharemesh_kernels::llama::KvPool`]: blocks of 16 positions,
+//! a budget per model). A job joins the running set when the blocks its prompt needs
+//! are free; its full blocks are indexed by prefix ([`crate::prefix`]) for later jobs.
+//! When decoding runs out of blocks, unused indexed blocks go first, then the job that
+//! joined last is preempted: its blocks return to the pool and it waits at the front
+//! of the queue, to be recomputed (from whatever of its prefix is still indexed) and
+//! continue with the same tokens.
+//!
 //! A job whose event channel is full (a slow client) sits out steps until it drains
 //! instead of holding up the batch; a job whose client went away leaves at once.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use sharemesh_kernels::llama::{BatchEntry, Llama, SequenceCache};
+use sharemesh_kernels::llama::{BatchEntry, KvPool, Llama, SequenceCache, BLOCK_POSITIONS};
 use tokio::sync::mpsc::{self, error::TrySendError};
 
 use crate::generate::{Decoder, Step};
+use crate::prefix::{extend_chain, BlockHash, PrefixIndex};
 use crate::{EngineError, EngineEvent, GenerateRequest, LoadedModel};
 
 /// Jobs decoding together at most, unless the provider sets it (`--max-batch`).
 pub const DEFAULT_MAX_BATCH: usize = 8;
+/// KV-cache memory per model unless the provider sets it (`--kv-memory-mib`).
+pub const DEFAULT_KV_MEMORY_BYTES: usize = 1 << 30;
 /// Prompt tokens one job feeds per step: bounds a step's time, so a long prompt does
 /// not stall the tokens of jobs already decoding.
 const PREFILL_CHUNK: usize = 128;
-/// Caches of finished jobs kept for their prefix (a chat's next turn, a failover's
-/// warm standby, a resumed job).
-const KEPT_CACHES: usize = 4;
 
-/// A job in the batch: its generation state, cache, and client.
+/// A job of the batch: its generation state, cache, and client.
 struct Running {
     model: usize,
     decoder: Decoder,
@@ -39,6 +48,9 @@ struct Running {
     pending: Vec<u32>,
     prefilling: bool,
     reused: usize,
+    /// Hashes of the cache's full blocks, and how many of them are indexed.
+    chain: Vec<BlockHash>,
+    indexed: usize,
     /// Events the client's channel had no room for yet, oldest first.
     unsent: VecDeque<EngineEvent>,
     /// Finished (its last event may still be unsent).
@@ -66,50 +78,55 @@ impl Running {
         self.unsent.push_back(event);
         let _ = self.flush();
     }
-}
 
-/// Finished jobs' caches and the tokens each holds.
-#[derive(Default)]
-struct KeptCaches {
-    entries: VecDeque<(usize, Vec<u32>, SequenceCache)>,
-}
+    fn fail(&mut self, err: EngineError) {
+        self.send(EngineEvent::Failed(err));
+        self.done = true;
+    }
 
-impl KeptCaches {
-    /// The kept cache of `model` sharing the longest prefix with `tokens` (at least
-    /// one token is left to run, for the logits), cut to that prefix; or a fresh one.
-    fn take(&mut self, model: usize, tokens: &[u32], llama: &Llama) -> (SequenceCache, usize) {
-        let shared = |held: &[u32]| {
-            let common = held.iter().zip(tokens).take_while(|(a, b)| a == b).count();
-            common.min(tokens.len().saturating_sub(1))
-        };
-        let best = self
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(_, (m, _, _))| *m == model)
-            .map(|(i, (_, held, _))| (i, shared(held)))
-            .max_by_key(|&(_, reused)| reused)
-            .filter(|&(_, reused)| reused > 0);
-        match best.and_then(|(i, reused)| Some((self.entries.remove(i)?, reused))) {
-            Some(((_, _, mut cache), reused)) => {
-                cache.truncate(reused);
-                (cache, reused)
-            }
-            None => (llama.new_sequence(), 0),
+    /// Indexes the cache's newly full blocks under their prefix hashes.
+    fn index_blocks(&mut self, index: &mut PrefixIndex) {
+        let cached = &self.decoder.to_prefill()[..self.cache.positions()];
+        extend_chain(&mut self.chain, cached);
+        let blocks = self.cache.full_blocks();
+        for (hash, block) in self.chain.iter().zip(blocks).skip(self.indexed) {
+            index.insert(*hash, block);
         }
-    }
-
-    fn keep(&mut self, model: usize, tokens: Vec<u32>, cache: SequenceCache) {
-        self.entries.push_front((model, tokens, cache));
-        self.entries.truncate(KEPT_CACHES);
+        self.indexed = blocks.len();
     }
 }
 
-/// The jobs running on the kernels' models of one engine.
+/// One model's KV memory: its pool and the index of full blocks by prefix.
+struct ModelKv {
+    pool: KvPool,
+    prefixes: PrefixIndex,
+}
+
+impl ModelKv {
+    /// Blocks that can be had now: free, or held only by the prefix index.
+    fn available(&self) -> usize {
+        self.pool.free() + self.prefixes.evictable()
+    }
+}
+
+/// KV memory figures the engine shares with the provider (quotes, adverts, metrics).
 #[derive(Default)]
+pub struct KvStats {
+    /// Blocks of the budget (all models together; 0 until a kernels' job ran).
+    pub capacity_blocks: AtomicUsize,
+    /// Blocks free or held only for prefix reuse.
+    pub available_blocks: AtomicUsize,
+    /// Jobs preempted (and recomputed later) because decoding ran out of blocks.
+    pub preemptions: AtomicU64,
+}
+
+/// The jobs on the kernels' models of one engine: running, and waiting for KV memory.
 pub(crate) struct Batch {
     running: Vec<Running>,
-    kept: KeptCaches,
+    waiting: VecDeque<Running>,
+    kv: Vec<Option<ModelKv>>,
+    kv_bytes: usize,
+    stats: Arc<KvStats>,
 }
 
 /// The engine's counters the batch keeps current.
@@ -119,16 +136,44 @@ pub(crate) struct Counters<'a> {
 }
 
 impl Batch {
+    pub(crate) fn new(kv_bytes: usize, stats: Arc<KvStats>) -> Self {
+        Self {
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            kv: Vec::new(),
+            kv_bytes,
+            stats,
+        }
+    }
+
+    /// Jobs taken in: running and waiting.
     pub(crate) fn len(&self) -> usize {
-        self.running.len()
+        self.running.len() + self.waiting.len()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.running.is_empty()
+        self.len() == 0
     }
 
-    /// Starts `request` on `models[model]` (which runs on the kernels): announces it
-    /// with its prompt size, or fails it with the reason.
+    fn model_kv(&mut self, model: usize, llama: &Llama) -> &mut ModelKv {
+        if self.kv.len() <= model {
+            self.kv.resize_with(model + 1, || None);
+        }
+        let kv_bytes = self.kv_bytes;
+        let kv = self.kv[model].get_or_insert_with(|| {
+            let probe = llama.kv_pool(0);
+            let blocks = (kv_bytes / probe.block_bytes().max(1)).max(1);
+            ModelKv {
+                pool: llama.kv_pool(blocks),
+                prefixes: PrefixIndex::default(),
+            }
+        });
+        kv
+    }
+
+    /// Takes in `request` on `models[model]` (which runs on the kernels): announces it
+    /// with its prompt size and queues it for KV memory, or fails it with the reason
+    /// (a job whose context could outgrow the whole KV budget is refused here).
     pub(crate) fn admit(
         &mut self,
         models: &mut [LoadedModel],
@@ -142,9 +187,20 @@ impl Batch {
             let llama = models[model].kernel_llama().ok_or_else(|| {
                 EngineError::Unsupported("batching needs the sharemesh kernels".into())
             })?;
-            Ok((self.kept.take(model, decoder.to_prefill(), llama), decoder))
+            let pool = &self.model_kv(model, llama).pool;
+            let blocks = KvPool::blocks_for(decoder.final_positions());
+            if blocks > pool.capacity() {
+                return Err(EngineError::OverCapacity(format!(
+                    "the job may reach {} positions, {} MiB of KV cache; this provider's \
+                     KV budget for the model is {} MiB",
+                    decoder.final_positions(),
+                    (blocks * pool.block_bytes()) >> 20,
+                    (pool.capacity() * pool.block_bytes()) >> 20,
+                )));
+            }
+            Ok((decoder, pool.new_sequence()))
         });
-        let ((cache, reused), decoder) = match started {
+        let (decoder, cache) = match started {
             Ok(started) => started,
             Err(err) => {
                 let _ = events.try_send(EngineEvent::Failed(err));
@@ -153,21 +209,69 @@ impl Batch {
             }
         };
         counters.active.fetch_add(1, Ordering::SeqCst);
-        let mut running = Running {
+        let mut job = Running {
             model,
-            pending: decoder.to_prefill()[reused..].to_vec(),
+            decoder,
             cache,
             events,
+            pending: Vec::new(),
             prefilling: true,
-            reused,
+            reused: 0,
+            chain: Vec::new(),
+            indexed: 0,
             unsent: VecDeque::new(),
             done: false,
             committed,
-            decoder,
         };
-        let prompt_tokens = running.decoder.prompt_tokens();
-        running.send(EngineEvent::Started { prompt_tokens });
-        self.running.push(running);
+        let prompt_tokens = job.decoder.prompt_tokens();
+        job.send(EngineEvent::Started { prompt_tokens });
+        self.waiting.push_back(job);
+    }
+
+    /// Moves waiting jobs into the running set, oldest first, while their prompts'
+    /// blocks are available (the first job always: alone, it has the whole budget).
+    pub(crate) fn start_waiting(&mut self, models: &[LoadedModel], max_batch: usize) {
+        while self.running.len() < max_batch {
+            let Some(mut job) = self.waiting.pop_front() else {
+                return;
+            };
+            let Some(llama) = models[job.model].kernel_llama() else {
+                job.fail(EngineError::Unsupported(
+                    "batching needs the sharemesh kernels".into(),
+                ));
+                self.running.push(job);
+                continue;
+            };
+            let alone = self.running.iter().all(|r| r.model != job.model);
+            let kv = self.model_kv(job.model, llama);
+            let history = job.decoder.to_prefill();
+            // The longest indexed prefix, leaving at least one token to run for logits.
+            let mut chain = Vec::new();
+            extend_chain(&mut chain, &history[..history.len() - 1]);
+            let blocks = kv.prefixes.longest(&chain);
+            let reused = blocks.len() * BLOCK_POSITIONS;
+            let needed = KvPool::blocks_for(history.len()) - blocks.len() + 1;
+            if !alone && needed > kv.available() {
+                self.waiting.push_front(job);
+                return;
+            }
+            job.cache = match SequenceCache::from_prefix(&kv.pool, blocks, reused) {
+                Ok(cache) => cache,
+                Err(err) => {
+                    job.fail(EngineError::Inference(err.to_string()));
+                    self.running.push(job);
+                    continue;
+                }
+            };
+            job.chain = chain;
+            job.chain.truncate(reused / BLOCK_POSITIONS);
+            job.indexed = job.chain.len();
+            job.pending = history[reused..].to_vec();
+            if job.prefilling {
+                job.reused = reused;
+            }
+            self.running.push(job);
+        }
     }
 
     /// One step: every job that can move feeds its next tokens, together per model;
@@ -179,56 +283,68 @@ impl Batch {
             moved |= self.step_model(models, model);
         }
         self.retire(counters);
+        self.publish();
         if !moved && !self.running.is_empty() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+
+    /// The jobs of `model` that can move this step (their client keeps up), by index.
+    fn ready(&mut self, model: usize) -> Vec<usize> {
+        (0..self.running.len())
+            .filter(|&i| {
+                let r = &mut self.running[i];
+                r.model == model && !r.done && r.flush() && r.unsent.is_empty()
+            })
+            .collect()
     }
 
     fn step_model(&mut self, models: &[LoadedModel], model: usize) -> bool {
         let Some(llama) = models[model].kernel_llama() else {
             return false;
         };
-        let tokenizer = &models[model].vocabulary.tokenizer;
-        let mut ready: Vec<&mut Running> = self
-            .running
-            .iter_mut()
-            .filter(|r| r.model == model && !r.done)
-            .filter_map(|r| (r.flush() && r.unsent.is_empty()).then_some(r))
-            .collect();
-        if ready.is_empty() {
+        let mut ready = self.ready(model);
+        if ready.is_empty() || !self.make_room(model, llama, &mut ready) {
             return false;
         }
-        let feeds: Vec<Vec<u32>> = ready
+        let tokenizer = &models[model].vocabulary.tokenizer;
+        let feeds: Vec<usize> = ready
             .iter()
-            .map(|r| r.pending[..r.pending.len().min(PREFILL_CHUNK)].to_vec())
+            .map(|&i| self.running[i].pending.len().min(PREFILL_CHUNK))
             .collect();
-        let mut entries: Vec<BatchEntry<'_>> = ready
-            .iter_mut()
-            .zip(&feeds)
-            .map(|(r, tokens)| BatchEntry {
-                position: r.cache.positions(),
-                cache: &mut r.cache,
-                tokens,
-            })
-            .collect();
+        let mut entries: Vec<BatchEntry<'_>> = Vec::with_capacity(ready.len());
+        for (i, r) in self.running.iter_mut().enumerate() {
+            if let Some(at) = ready.iter().position(|&j| j == i) {
+                entries.push(BatchEntry {
+                    position: r.cache.positions(),
+                    tokens: &r.pending[..feeds[at]],
+                    cache: &mut r.cache,
+                });
+            }
+        }
+        // `entries` follows `self.running`'s order; `ready` is sorted the same way.
         let outcome = llama.forward_batch(&mut entries);
         drop(entries);
         let logits = match outcome {
             Ok(logits) => logits,
             Err(err) => {
-                for r in ready {
-                    r.send(EngineEvent::Failed(EngineError::Inference(err.to_string())));
-                    r.done = true;
+                for &i in &ready {
+                    self.running[i].fail(EngineError::Inference(err.to_string()));
                 }
                 return true;
             }
         };
-        for ((r, fed), logits) in ready.into_iter().zip(&feeds).zip(logits) {
-            r.pending.drain(..fed.len());
+        let Some(kv) = self.kv.get_mut(model).and_then(Option::as_mut) else {
+            return true;
+        };
+        for ((&i, fed), logits) in ready.iter().zip(feeds).zip(logits) {
+            let r = &mut self.running[i];
+            r.pending.drain(..fed);
+            r.index_blocks(&mut kv.prefixes);
+            if !r.pending.is_empty() {
+                continue; // More of the prompt (or of a recomputation) first.
+            }
             if r.prefilling {
-                if !r.pending.is_empty() {
-                    continue; // More of the prompt first.
-                }
                 r.prefilling = false;
                 r.decoder.prefilled(r.reused);
             }
@@ -237,24 +353,113 @@ impl Batch {
         true
     }
 
-    /// Drops finished jobs whose last event went out and jobs whose client left;
-    /// keeps their caches for a later job's prefix.
+    /// Frees blocks until this step's feeds fit: indexed blocks nobody holds first,
+    /// then the jobs that joined last are preempted (and dropped from `ready`). `false`
+    /// when nothing is left to run.
+    fn make_room(&mut self, model: usize, llama: &Llama, ready: &mut Vec<usize>) -> bool {
+        loop {
+            let needed: usize = ready
+                .iter()
+                .map(|&i| {
+                    let r = &self.running[i];
+                    r.cache.blocks_needed(r.pending.len().min(PREFILL_CHUNK))
+                })
+                .sum();
+            let kv = self.model_kv(model, llama);
+            let short = needed.saturating_sub(kv.pool.free());
+            if short == 0 || kv.prefixes.evict(short) == short {
+                return true;
+            }
+            // The job that joined last among this model's (the running set keeps
+            // joining order).
+            let Some(victim) = (0..self.running.len())
+                .rev()
+                .find(|&i| self.running[i].model == model && !self.running[i].done)
+            else {
+                return false;
+            };
+            let holders = self
+                .running
+                .iter()
+                .filter(|r| r.model == model && !r.done)
+                .count();
+            if holders == 1 {
+                // Alone and still short: the budget is too small for this job here.
+                let kv = self.model_kv(model, llama);
+                let err = EngineError::OverCapacity(format!(
+                    "the KV cache is full: {needed} more blocks needed, {} free of a budget \
+                     of {}",
+                    kv.pool.free(),
+                    kv.pool.capacity()
+                ));
+                self.running[victim].fail(err);
+                ready.retain(|&i| i != victim);
+                return !ready.is_empty();
+            }
+            self.preempt(victim);
+            ready.retain(|&i| i != victim);
+            for i in ready.iter_mut() {
+                if *i > victim {
+                    *i -= 1;
+                }
+            }
+            if ready.is_empty() {
+                return false;
+            }
+        }
+    }
+
+    /// Takes a running job back to the front of the queue without its cache (its
+    /// indexed blocks stay indexed while the pool can keep them).
+    fn preempt(&mut self, index: usize) {
+        let mut job = self.running.remove(index);
+        tracing::info!(
+            positions = job.cache.positions(),
+            "KV cache full: preempting the job that joined last (it is recomputed later)"
+        );
+        job.cache.truncate(0);
+        job.pending.clear();
+        job.chain.clear();
+        job.indexed = 0;
+        self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
+        self.waiting.push_front(job);
+    }
+
+    /// Drops finished jobs whose last event went out and jobs whose client left
+    /// (running or waiting); their indexed blocks stay for later jobs' prefixes.
     fn retire(&mut self, counters: &Counters<'_>) {
+        let leaves = |r: &mut Running| {
+            let open = r.flush();
+            !open || (r.done && r.unsent.is_empty()) || r.events.is_closed()
+        };
         let mut index = 0;
         while index < self.running.len() {
-            let r = &mut self.running[index];
-            let open = r.flush();
-            let leaves = !open || (r.done && r.unsent.is_empty()) || r.events.is_closed();
-            if !leaves {
+            if !leaves(&mut self.running[index]) {
                 index += 1;
                 continue;
             }
-            let r = self.running.swap_remove(index);
+            let r = self.running.remove(index);
             counters.active.fetch_sub(1, Ordering::SeqCst);
             counters.committed.fetch_sub(r.committed, Ordering::SeqCst);
-            let held = r.decoder.to_prefill()[..r.cache.positions()].to_vec();
-            self.kept.keep(r.model, held, r.cache);
         }
+        let before = self.waiting.len();
+        self.waiting.retain_mut(|r| !leaves(r));
+        for _ in self.waiting.len()..before {
+            counters.active.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Shares the KV figures with the engine's handle.
+    fn publish(&self) {
+        let (capacity, available) = self.kv.iter().flatten().fold((0, 0), |(c, a), kv| {
+            (c + kv.pool.capacity(), a + kv.available())
+        });
+        self.stats
+            .capacity_blocks
+            .store(capacity, Ordering::Relaxed);
+        self.stats
+            .available_blocks
+            .store(available, Ordering::Relaxed);
     }
 }
 
@@ -276,20 +481,15 @@ fn advance(r: &mut Running, mut logits: Vec<f32>, tokenizer: &sharemesh_tokenize
             }
             Ok(Step::Again) => logits = Vec::new(),
             Ok(Step::Done) => {
-                finish(r);
+                let generation = r.decoder.result();
+                r.send(EngineEvent::Finished(generation));
+                r.done = true;
                 return;
             }
             Err(err) => {
-                r.send(EngineEvent::Failed(err));
-                r.done = true;
+                r.fail(err);
                 return;
             }
         }
     }
-}
-
-fn finish(r: &mut Running) {
-    let generation = r.decoder.result();
-    r.send(EngineEvent::Finished(generation));
-    r.done = true;
 }

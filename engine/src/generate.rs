@@ -198,6 +198,11 @@ impl Decoder {
         &self.history
     }
 
+    /// Positions the job's context can reach: its prompt and every completion token.
+    pub(crate) fn final_positions(&self) -> usize {
+        self.prompt_len + self.max_tokens
+    }
+
     pub(crate) fn prompt(&self) -> &[u32] {
         &self.history[..self.prompt_len]
     }

@@ -12,6 +12,7 @@ mod batch;
 pub mod catalog;
 mod gemma3;
 mod generate;
+mod prefix;
 pub mod progress;
 pub mod sampler;
 pub mod scripted;
@@ -38,11 +39,11 @@ use sharemesh_protocol::{
 /// Where a model runs (candle's device), so callers need not depend on candle.
 pub use candle_core::Device;
 pub use generate::{GenerateRequest, Generation, TokenEvent};
-pub use seam::{EngineEvent, ReplayAnswer, TokenEngine, EVENT_BUFFER};
-pub use sharemesh_kernels::llama::{BatchEntry, SequenceCache};
+pub use seam::{EngineEvent, KvCapacity, ReplayAnswer, TokenEngine, EVENT_BUFFER};
+pub use sharemesh_kernels::llama::{BatchEntry, KvPool, SequenceCache, BLOCK_POSITIONS};
 use sharemesh_tokenizer::{TokenizerError, Vocabulary};
 use weights::Weights;
-pub use worker::{Engine, DEFAULT_MAX_BATCH};
+pub use worker::{BatchSettings, Engine, DEFAULT_KV_MEMORY_BYTES, DEFAULT_MAX_BATCH};
 
 impl From<TokenizerError> for EngineError {
     fn from(err: TokenizerError) -> Self {
@@ -81,6 +82,8 @@ pub enum EngineError {
     Busy(usize),
     #[error("the engine has stopped")]
     Stopped,
+    #[error("over capacity: {0}")]
+    OverCapacity(String),
 }
 
 /// Testnet adversary kit: how a cheating provider's engine serves. Honest engines run

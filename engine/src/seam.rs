@@ -51,6 +51,11 @@ pub trait TokenEngine: Send + Sync + 'static {
     /// Queues a teacher-forced replay of a delivered job (verification work); it waits
     /// behind the jobs already queued.
     fn replay(&self, request: ReplayRequest) -> Result<ReplayAnswer, EngineError>;
+    /// The KV-cache memory of the batching engine (`None`: not paged, or nothing ran
+    /// on the kernels yet).
+    fn kv_capacity(&self) -> Option<KvCapacity> {
+        None
+    }
     /// `model`'s GGUF header and tensor digest, for buyers that count with its
     /// vocabulary (`None`: not served here, or no GGUF behind it). May read and hash
     /// the whole model file the first time: call it off the async runtime.
@@ -58,4 +63,15 @@ pub trait TokenEngine: Send + Sync + 'static {
         let _ = model;
         None
     }
+}
+
+/// A batching engine's KV-cache memory, in blocks of [`crate::BLOCK_POSITIONS`] positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvCapacity {
+    /// Blocks of the budget.
+    pub total_blocks: usize,
+    /// Blocks free now, or held only for prefix reuse (given back on demand).
+    pub available_blocks: usize,
+    /// Jobs preempted so far because decoding ran out of blocks.
+    pub preemptions: u64,
 }

@@ -12,12 +12,30 @@ use sharemesh_protocol::{ExecutionProfile, ModelDescriptor, ModelId};
 use sharemesh_tokenizer::ModelHeader;
 use tokio::sync::{mpsc, oneshot};
 
-pub use crate::batch::DEFAULT_MAX_BATCH;
-use crate::batch::{Batch, Counters};
+use crate::batch::{Batch, Counters, KvStats};
+pub use crate::batch::{DEFAULT_KV_MEMORY_BYTES, DEFAULT_MAX_BATCH};
 use crate::{
-    EngineError, EngineEvent, GenerateRequest, Generation, LoadedModel, ReplayAnswer,
+    EngineError, EngineEvent, GenerateRequest, Generation, KvCapacity, LoadedModel, ReplayAnswer,
     ReplayRequest, Replayed, TokenEngine, EVENT_BUFFER,
 };
+
+/// How the engine batches the kernels' models.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchSettings {
+    /// Jobs decoding together at most (1: one at a time).
+    pub max_batch: usize,
+    /// KV-cache memory per model, in bytes.
+    pub kv_memory_bytes: usize,
+}
+
+impl Default for BatchSettings {
+    fn default() -> Self {
+        Self {
+            max_batch: DEFAULT_MAX_BATCH,
+            kv_memory_bytes: DEFAULT_KV_MEMORY_BYTES,
+        }
+    }
+}
 
 /// Handle to the engine thread. Cloneable; dropping every clone stops the thread.
 #[derive(Clone)]
@@ -36,6 +54,7 @@ pub struct Engine {
     files: Arc<Vec<(ModelId, PathBuf)>>,
     profiles: Arc<Vec<(ModelId, ExecutionProfile)>>,
     headers: Arc<Mutex<HashMap<ModelId, Arc<ModelHeader>>>>,
+    kv: Arc<KvStats>,
 }
 
 /// Work for the engine thread, in arrival order.
@@ -64,6 +83,19 @@ impl Engine {
         queue_capacity: usize,
         max_batch: usize,
     ) -> Self {
+        let settings = BatchSettings {
+            max_batch,
+            ..BatchSettings::default()
+        };
+        Self::spawn_with(models, queue_capacity, settings)
+    }
+
+    /// [`Self::spawn`] with the batching `settings`.
+    pub fn spawn_with(
+        models: Vec<LoadedModel>,
+        queue_capacity: usize,
+        settings: BatchSettings,
+    ) -> Self {
         let (requests, inbox) = mpsc::channel::<Submission>(queue_capacity.max(1));
         let descriptors = Arc::new(
             models
@@ -91,6 +123,8 @@ impl Engine {
         let committed_tokens = Arc::new(AtomicUsize::new(0));
         let (thread_queued, thread_active) = (queued.clone(), active.clone());
         let thread_committed = committed_tokens.clone();
+        let kv = Arc::new(KvStats::default());
+        let batch = Batch::new(settings.kv_memory_bytes, kv.clone());
         let spawned = std::thread::Builder::new()
             .name("sharemesh-engine".into())
             .spawn(move || {
@@ -98,7 +132,8 @@ impl Engine {
                     active: &thread_active,
                     committed: &thread_committed,
                 };
-                work_loop(models, inbox, &thread_queued, &counters, max_batch.max(1));
+                let max_batch = settings.max_batch.max(1);
+                work_loop(models, inbox, &thread_queued, &counters, batch, max_batch);
             });
         if let Err(err) = spawned {
             tracing::error!(%err, "could not start the engine thread");
@@ -114,6 +149,7 @@ impl Engine {
             files,
             profiles,
             headers: Arc::default(),
+            kv,
         }
     }
 
@@ -161,6 +197,15 @@ impl TokenEngine for Engine {
         }
         self.headers.lock().ok()?.insert(*model, header.clone());
         Some(header)
+    }
+
+    fn kv_capacity(&self) -> Option<KvCapacity> {
+        let total_blocks = self.kv.capacity_blocks.load(Ordering::Relaxed);
+        (total_blocks > 0).then(|| KvCapacity {
+            total_blocks,
+            available_blocks: self.kv.available_blocks.load(Ordering::Relaxed),
+            preemptions: self.kv.preemptions.load(Ordering::Relaxed),
+        })
     }
 
     fn active_jobs(&self) -> usize {
@@ -234,9 +279,9 @@ fn work_loop(
     mut inbox: mpsc::Receiver<Submission>,
     queued: &AtomicUsize,
     counters: &Counters<'_>,
+    mut batch: Batch,
     max_batch: usize,
 ) {
-    let mut batch = Batch::default();
     loop {
         while batch.len() < max_batch {
             let work = if batch.is_empty() {
@@ -278,6 +323,7 @@ fn work_loop(
                 }
             }
         }
+        batch.start_waiting(&models, max_batch);
         batch.step(&models, counters);
     }
 }

@@ -6,8 +6,11 @@
 
 mod support;
 
-use sharemesh_engine::{BatchEntry, LoadedModel, SequenceCache};
-use sharemesh_protocol::{ChatMessage, Prompt, Role};
+use sharemesh_engine::{
+    BatchEntry, BatchSettings, Engine, EngineError, EngineEvent, GenerateRequest, LoadedModel,
+    SequenceCache, TokenEngine,
+};
+use sharemesh_protocol::{ChatMessage, FinishReason, Prompt, Role, Sampling};
 
 fn user(text: &str) -> Prompt {
     Prompt::Chat(vec![ChatMessage {
@@ -157,9 +160,6 @@ fn batched_sequences_get_their_solo_logits_bit_for_bit() {
 /// text, end and logprobs it gets served alone.
 #[test]
 fn jobs_served_together_by_the_engine_match_their_solo_runs() {
-    use sharemesh_engine::{Engine, EngineEvent, GenerateRequest, TokenEngine};
-    use sharemesh_protocol::Sampling;
-
     let path = support::default_model_path();
     let mut model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
     let id = model.descriptor.id;
@@ -217,14 +217,23 @@ fn jobs_served_together_by_the_engine_match_their_solo_runs() {
         ),
     ];
     jobs.extend((0..4).map(|i| job(&format!("Say the number {i} twice."), greedy(8), vec![])));
-    type Served = (
-        Vec<u32>,
-        String,
-        sharemesh_protocol::FinishReason,
-        Vec<String>,
-    );
-    let solo: Vec<Served> = jobs
-        .iter()
+    let solo = solo_runs(&mut model, &jobs);
+    assert_eq!(solo[3].0, solo[0].0, "the resumed poem is the poem");
+
+    let engine = Engine::spawn(vec![model], 32);
+    let (together, most_active) = serve_together(&engine, &jobs);
+    assert!(most_active > 1, "the jobs never ran together");
+    for (i, (alone, batched)) in solo.iter().zip(&together).enumerate() {
+        assert_eq!(alone, batched, "job {i}");
+    }
+}
+
+/// What a job gave: tokens, text, end, and each token's logprobs (as text).
+type Served = (Vec<u32>, String, FinishReason, Vec<String>);
+
+/// Each job served alone by the model's single-job path.
+fn solo_runs(model: &mut LoadedModel, jobs: &[GenerateRequest]) -> Vec<Served> {
+    jobs.iter()
         .map(|request| {
             let mut logprobs = Vec::new();
             let generation = model
@@ -240,15 +249,16 @@ fn jobs_served_together_by_the_engine_match_their_solo_runs() {
                 logprobs,
             )
         })
-        .collect();
-    assert_eq!(solo[3].0, solo[0].0, "the resumed poem is the poem");
+        .collect()
+}
 
-    let engine = Engine::spawn(vec![model], 32);
+/// The jobs submitted together to `engine`; also the most jobs seen active at once.
+fn serve_together(engine: &Engine, jobs: &[GenerateRequest]) -> (Vec<Served>, usize) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let together: Vec<Served> = runtime.block_on(async {
+    runtime.block_on(async {
         let receivers: Vec<_> = jobs
             .iter()
             .map(|request| engine.submit(request.clone()).unwrap())
@@ -270,10 +280,128 @@ fn jobs_served_together_by_the_engine_match_their_solo_runs() {
                 }
             }
         }
-        assert!(most_active > 1, "the jobs never ran together");
-        served
-    });
+        (served, most_active)
+    })
+}
+
+fn greedy_request(model: &LoadedModel, prompt: Prompt, max_tokens: u32) -> GenerateRequest {
+    GenerateRequest {
+        model: model.descriptor.id,
+        prompt,
+        sampling: Sampling {
+            max_tokens,
+            ..Sampling::default()
+        },
+        resume: Vec::new(),
+        ignore_eos: true,
+    }
+}
+
+/// Bytes of KV cache for `blocks` blocks of the default model (30 layers, 3 KV heads of
+/// 64: keys and values of 16 positions).
+fn kv_blocks(blocks: usize) -> usize {
+    blocks * 30 * 2 * 16 * 3 * 64 * 4
+}
+
+/// A KV budget too small for every job at once: decoding runs out of blocks, the
+/// jobs that joined last are preempted and recomputed, and every job still gets
+/// exactly its solo tokens.
+#[test]
+fn jobs_preempted_for_kv_memory_resume_with_their_solo_tokens() {
+    let path = support::default_model_path();
+    let mut model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    let jobs: Vec<GenerateRequest> = [
+        "Write a short poem about the sea.",
+        "Tell me a story about a dragon.",
+        "Explain how a bicycle works.",
+        "Describe rain in three sentences.",
+    ]
+    .iter()
+    .map(|text| greedy_request(&model, user(text), 48))
+    .collect();
+    let solo = solo_runs(&mut model, &jobs);
+    // Each job reaches ~80 positions (6 blocks); 4 × 6 do not fit in 12.
+    let settings = BatchSettings {
+        max_batch: 4,
+        kv_memory_bytes: kv_blocks(12),
+    };
+    let engine = Engine::spawn_with(vec![model], 8, settings);
+    let (together, most_active) = serve_together(&engine, &jobs);
+    assert!(most_active > 1, "the jobs never ran together");
+    let kv = engine.kv_capacity().expect("the kernels' model is paged");
+    assert_eq!(kv.total_blocks, 12);
+    assert!(kv.preemptions > 0, "the budget never ran out: {kv:?}");
+    assert_eq!(
+        kv.available_blocks, 12,
+        "every block is free or only indexed"
+    );
     for (i, (alone, batched)) in solo.iter().zip(&together).enumerate() {
         assert_eq!(alone, batched, "job {i}");
     }
+}
+
+/// Jobs that share a system prompt start from the blocks an earlier job filled (its
+/// full 16-position blocks, found by prefix hash), and still get their solo tokens.
+#[test]
+fn a_shared_prefix_is_reused_from_indexed_blocks() {
+    let path = support::default_model_path();
+    let mut model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    let system = "You are a careful assistant for a lighthouse museum. Answer in one short \
+                  sentence, use plain words, and never invent dates, names or numbers.";
+    let chat = |question: &str| {
+        Prompt::Chat(vec![
+            ChatMessage {
+                role: Role::System,
+                content: system.into(),
+            },
+            ChatMessage {
+                role: Role::User,
+                content: question.into(),
+            },
+        ])
+    };
+    let shared = model.prompt_tokens(&chat("a")).unwrap().len();
+    let first = greedy_request(&model, chat("What is a lighthouse?"), 8);
+    let second = greedy_request(&model, chat("Who kept the light?"), 8);
+    let solo = solo_runs(&mut model, &[first.clone(), second.clone()]);
+    let engine = Engine::spawn(vec![model], 8);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let run =
+        |request: &GenerateRequest| runtime.block_on(engine.complete(request.clone())).unwrap();
+    let (a, b) = (run(&first), run(&second));
+    assert_eq!(a.reused_tokens, 0);
+    assert!(
+        b.reused_tokens as usize >= (shared - 16) / 16 * 16 && b.reused_tokens > 0,
+        "reused {} of a {shared}-token shared prefix",
+        b.reused_tokens
+    );
+    assert_eq!(b.reused_tokens % 16, 0, "whole blocks");
+    assert_eq!(
+        (a.token_ids, b.token_ids),
+        (solo[0].0.clone(), solo[1].0.clone())
+    );
+}
+
+/// A job whose context could outgrow the whole KV budget is refused at once, with the
+/// numbers (the provider turns it into a Reject `OverCapacity`).
+#[test]
+fn a_job_larger_than_the_kv_budget_is_refused_with_the_reason() {
+    let path = support::default_model_path();
+    let model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    let request = greedy_request(&model, user("Write a long story."), 200);
+    let settings = BatchSettings {
+        max_batch: 4,
+        kv_memory_bytes: kv_blocks(4),
+    };
+    let engine = Engine::spawn_with(vec![model], 8, settings);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = runtime.block_on(engine.complete(request)).unwrap_err();
+    assert!(matches!(err, EngineError::OverCapacity(_)), "{err:?}");
+    assert!(err.to_string().contains("KV budget"), "{err}");
 }

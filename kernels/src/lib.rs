@@ -49,4 +49,12 @@ pub enum KernelError {
     PositionMismatch { position: usize, cached: usize },
     #[error("could not start the kernel thread pool: {0}")]
     ThreadPool(String),
+    #[error(
+        "the KV cache needs {needed} more blocks and {free} are free (budget {capacity} blocks)"
+    )]
+    KvMemoryFull {
+        needed: usize,
+        free: usize,
+        capacity: usize,
+    },
 }

@@ -80,8 +80,10 @@ struct Layer {
 }
 
 mod batch;
+mod kv;
 
-pub use batch::{BatchEntry, SequenceCache};
+pub use batch::BatchEntry;
+pub use kv::{KvBlock, KvPool, SequenceCache, BLOCK_POSITIONS};
 
 pub struct Llama {
     config: LlamaConfig,
@@ -210,7 +212,12 @@ impl Llama {
             .map_err(|e| KernelError::ThreadPool(e.to_string()))?;
         let pool = Arc::new(pool);
         Ok(Self {
-            cache: SequenceCache::new(config.layers, config.kv_heads * config.head_dim()),
+            cache: KvPool::new(
+                config.layers,
+                config.kv_heads * config.head_dim(),
+                usize::MAX,
+            )
+            .new_sequence(),
             config,
             embeddings,
             layers,
@@ -268,7 +275,8 @@ impl Llama {
         position: usize,
         rows: usize,
     ) -> Result<Vec<f32>, KernelError> {
-        let mut cache = std::mem::take(&mut self.cache);
+        let empty = self.cache.pool().new_sequence();
+        let mut cache = std::mem::replace(&mut self.cache, empty);
         let result = self
             .forward_batch_rows(
                 &mut [BatchEntry {

@@ -47,39 +47,23 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// One KV head's view of the cache: position-major rows of `stride` floats, this
-/// head's vector starting at `offset` within each row.
-#[derive(Clone, Copy)]
-pub struct HeadCache<'a> {
-    pub keys: &'a [f32],
-    pub values: &'a [f32],
-    pub stride: usize,
-    pub offset: usize,
-}
-
-/// One query attending to the first `len` cached positions of one KV head: scores are
-/// scaled dot products, softmaxed with the maximum subtracted, and the output is
+/// One query attending to the first `len` cached positions of one KV head, whose key
+/// and value at position `j` are `key(j)` and `value(j)` (head dimension long): scores
+/// are scaled dot products, softmaxed with the maximum subtracted, and the output is
 /// Σ p_j v_j / Σ p_j, every sum in position order.
-pub fn attend(
+pub fn attend<'a>(
     query: &[f32],
-    cache: HeadCache<'_>,
+    key: impl Fn(usize) -> &'a [f32],
+    value: impl Fn(usize) -> &'a [f32],
     len: usize,
     scale: f32,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    let HeadCache {
-        keys,
-        values,
-        stride,
-        offset,
-    } = cache;
-    let dim = query.len();
     scores.clear();
     let mut max = f32::NEG_INFINITY;
     for j in 0..len {
-        let key = &keys[j * stride + offset..][..dim];
-        let score = dot(query, key) * scale;
+        let score = dot(query, key(j)) * scale;
         max = max.max(score);
         scores.push(score);
     }
@@ -90,8 +74,7 @@ pub fn attend(
     }
     out.fill(0.0);
     for (j, &p) in scores.iter().enumerate() {
-        let value = &values[j * stride + offset..][..dim];
-        for (o, &v) in out.iter_mut().zip(value) {
+        for (o, &v) in out.iter_mut().zip(value(j)) {
             *o += p * v;
         }
     }
@@ -137,15 +120,11 @@ mod tests {
         let query = [1.0, 0.0];
         let keys = [0.0, 0.0, 10.0, 0.0];
         let values = [1.0, 1.0, 3.0, 5.0];
-        let cache = HeadCache {
-            keys: &keys,
-            values: &values,
-            stride: 2,
-            offset: 0,
-        };
         let attend_to = |len: usize| {
             let mut out = [0.0; 2];
-            attend(&query, cache, len, 1.0, &mut Vec::new(), &mut out);
+            let key = |j: usize| &keys[j * 2..][..2];
+            let value = |j: usize| &values[j * 2..][..2];
+            attend(&query, key, value, len, 1.0, &mut Vec::new(), &mut out);
             out
         };
         let out = attend_to(2);

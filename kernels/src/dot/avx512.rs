@@ -106,6 +106,9 @@ unsafe fn tile<const W: usize, const A: usize>(
     let rows = activations.rows();
     let mut acc = [[_mm512_setzero_ps(); A]; W];
     for pair in 0..blocks / 2 {
+        // A few rows (a decoding batch) read each weight once per step from memory, as
+        // one row does: ask for the rows ahead too.
+        super::prefetch_ahead(weights, format, 2 * pair);
         // SAFETY: blocks 2·pair and 2·pair + 1 are below `blocks`.
         unsafe { accumulate_pair(format, weights, activations, first, 2 * pair, &mut acc) };
     }

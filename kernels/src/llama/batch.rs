@@ -10,61 +10,12 @@
 
 use rayon::prelude::*;
 
+use super::kv::{KvPool, SequenceCache};
 use super::{add, norm_rows, rope_angles, Llama};
 use crate::matmul::matmul;
-use crate::ops::{attend, rope_interleaved, swiglu, HeadCache};
+use crate::ops::{attend, rope_interleaved, swiglu};
 use crate::quant::quantize_rows;
 use crate::KernelError;
-
-/// Keys and values of every position so far, per layer: rows of `kv_heads · head_dim`.
-#[derive(Default, Clone)]
-struct LayerCache {
-    keys: Vec<f32>,
-    values: Vec<f32>,
-}
-
-/// One sequence's KV cache (one job's context).
-#[derive(Default, Clone)]
-pub struct SequenceCache {
-    layers: Vec<LayerCache>,
-    positions: usize,
-    /// Floats per position per layer (KV heads × head dimension).
-    width: usize,
-}
-
-impl SequenceCache {
-    pub(super) fn new(layers: usize, width: usize) -> Self {
-        Self {
-            layers: vec![LayerCache::default(); layers],
-            positions: 0,
-            width,
-        }
-    }
-
-    /// Positions cached so far: where the sequence's next tokens go.
-    pub fn positions(&self) -> usize {
-        self.positions
-    }
-
-    /// Keeps the first `positions` positions and drops the rest (the cache of a prefix
-    /// does not depend on what followed it, so a job sharing the prefix continues here).
-    pub fn truncate(&mut self, positions: usize) {
-        let (positions, width) = (positions.min(self.positions), self.width);
-        for layer in &mut self.layers {
-            layer.keys.truncate(positions * width);
-            layer.values.truncate(positions * width);
-        }
-        self.positions = positions;
-    }
-
-    /// Bytes of cached keys and values.
-    pub fn bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|l| (l.keys.len() + l.values.len()) * std::mem::size_of::<f32>())
-            .sum()
-    }
-}
 
 /// One sequence's part of a batched step: its cache, and its next tokens at `position`
 /// (which must equal the cache's length) — one token to decode, or a prompt chunk.
@@ -75,16 +26,22 @@ pub struct BatchEntry<'a> {
 }
 
 impl Llama {
-    /// A fresh, empty cache for a sequence of this model.
-    pub fn new_sequence(&self) -> SequenceCache {
+    /// A pool of at most `blocks` KV blocks for this model's sequences.
+    pub fn kv_pool(&self, blocks: usize) -> KvPool {
         let width = self.config.kv_heads * self.config.head_dim();
-        SequenceCache::new(self.layers.len(), width)
+        KvPool::new(self.layers.len(), width, blocks)
+    }
+
+    /// A fresh, empty cache for a sequence of this model, in a pool of its own with no
+    /// budget.
+    pub fn new_sequence(&self) -> SequenceCache {
+        self.kv_pool(usize::MAX).new_sequence()
     }
 
     /// Runs one step of several sequences together, extends each one's cache, and
     /// returns each one's logits after its last token (in `batch` order). The bits are
-    /// each sequence's alone (module docs). An entry that fails a check fails the
-    /// whole step before any cache changes.
+    /// each sequence's alone (module docs). An entry that fails a check, or KV blocks
+    /// the pools cannot give, fail the whole step before any cached position changes.
     pub fn forward_batch(
         &self,
         batch: &mut [BatchEntry<'_>],
@@ -101,10 +58,11 @@ impl Llama {
         for entry in batch.iter() {
             self.check_entry(entry, rows)?;
         }
+        reserve_blocks(batch)?;
         let pool = std::sync::Arc::clone(&self.pool);
         let logits = pool.install(|| self.forward_entries(batch, rows));
         for entry in batch.iter_mut() {
-            entry.cache.positions += entry.tokens.len();
+            entry.cache.advance(entry.tokens.len());
         }
         Ok(logits)
     }
@@ -120,17 +78,16 @@ impl Llama {
                 tokens.len()
             )));
         }
-        if entry.cache.layers.len() != self.layers.len() {
-            return Err(KernelError::BadConfig(format!(
-                "a cache of {} layers for a model of {}",
-                entry.cache.layers.len(),
-                self.layers.len()
-            )));
+        let width = self.config.kv_heads * self.config.head_dim();
+        if !entry.cache.fits(self.layers.len(), width) {
+            return Err(KernelError::BadConfig(
+                "a KV cache made for another model's shape".into(),
+            ));
         }
-        if entry.position != entry.cache.positions {
+        if entry.position != entry.cache.positions() {
             return Err(KernelError::PositionMismatch {
                 position: entry.position,
-                cached: entry.cache.positions,
+                cached: entry.cache.positions(),
             });
         }
         if entry.position + tokens.len() > self.config.context {
@@ -199,32 +156,25 @@ impl Llama {
             // Each sequence's new keys and values join its own cache.
             let mut first_row = 0;
             for entry in batch.iter_mut() {
-                let span = first_row * kv_width..(first_row + entry.tokens.len()) * kv_width;
-                let cache = &mut entry.cache.layers[index];
-                cache.keys.extend_from_slice(&k[span.clone()]);
-                cache.values.extend_from_slice(&v[span]);
+                for i in 0..entry.tokens.len() {
+                    let row = (first_row + i) * kv_width..(first_row + i + 1) * kv_width;
+                    let position = entry.position + i;
+                    let (key, value) = (&k[row.clone()], &v[row]);
+                    entry.cache.write(index, position, key, value);
+                }
                 first_row += entry.tokens.len();
             }
-            let caches: Vec<(&[f32], &[f32])> = batch
-                .iter()
-                .map(|entry| {
-                    let cache = &entry.cache.layers[index];
-                    (cache.keys.as_slice(), cache.values.as_slice())
-                })
-                .collect();
+            let caches: Vec<&SequenceCache> = batch.iter().map(|entry| &*entry.cache).collect();
             attended.par_chunks_mut(head_dim).enumerate().for_each_init(
                 Vec::new,
                 |scores, (at, out)| {
                     let (row, head) = (at / c.heads, at % c.heads);
                     let query = &q[row * hidden + head * head_dim..][..head_dim];
-                    let (keys, values) = caches[row_entry[row]];
-                    let head_cache = HeadCache {
-                        keys,
-                        values,
-                        stride: kv_width,
-                        offset: (head / group) * head_dim,
-                    };
-                    attend(query, head_cache, row_position[row] + 1, scale, scores, out);
+                    let cache = caches[row_entry[row]];
+                    let offset = (head / group) * head_dim;
+                    let key = |j| &cache.key(index, j)[offset..offset + head_dim];
+                    let value = |j| &cache.value(index, j)[offset..offset + head_dim];
+                    attend(query, key, value, row_position[row] + 1, scale, scores, out);
                 },
             );
             matmul(
@@ -276,4 +226,29 @@ impl Llama {
             .map(<[f32]>::to_vec)
             .collect()
     }
+}
+
+/// Takes from the pools the blocks every entry's new positions need — all of them, or
+/// none when a pool has too few free.
+fn reserve_blocks(batch: &mut [BatchEntry<'_>]) -> Result<(), KernelError> {
+    let mut needs: Vec<(KvPool, usize)> = Vec::new();
+    for entry in batch.iter() {
+        let needed = entry.cache.blocks_needed(entry.tokens.len());
+        let pool = entry.cache.pool();
+        match needs.iter_mut().find(|(p, _)| p.same(pool)) {
+            Some((_, total)) => *total += needed,
+            None => needs.push((pool.clone(), needed)),
+        }
+    }
+    if let Some((pool, needed)) = needs.iter().find(|(pool, needed)| *needed > pool.free()) {
+        return Err(KernelError::KvMemoryFull {
+            needed: *needed,
+            free: pool.free(),
+            capacity: pool.capacity(),
+        });
+    }
+    for entry in batch.iter_mut() {
+        entry.cache.reserve(entry.tokens.len())?;
+    }
+    Ok(())
 }

@@ -1,0 +1,353 @@
+//! The KV cache in fixed-size blocks (paged): a sequence holds the blocks its positions
+//! fill, taken from a pool with a budget, so memory follows what jobs have actually
+//! cached instead of what they might (`max_tokens`) — and a full block, whose contents
+//! depend only on the tokens up to its end, can be shared by every sequence with that
+//! prefix (the engine indexes them by a hash of the prefix).
+//!
+//! A block is never written while shared: a sequence that goes on writing into a
+//! shared, partly filled block (it continued a prefix ending mid-block) gets its own copy.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::KernelError;
+
+/// Positions per block.
+pub const BLOCK_POSITIONS: usize = 16;
+
+struct PoolState {
+    capacity: usize,
+    live: AtomicUsize,
+    /// Floats per block: layers × (keys, values) × positions × width.
+    block_floats: usize,
+    layers: usize,
+    width: usize,
+}
+
+/// Where a model's KV blocks come from: at most `capacity` live at once.
+#[derive(Clone)]
+pub struct KvPool {
+    state: Arc<PoolState>,
+}
+
+impl KvPool {
+    /// A pool for a model with `layers` layers of `width` floats per position (KV heads
+    /// × head dimension), holding at most `capacity` blocks.
+    pub fn new(layers: usize, width: usize, capacity: usize) -> Self {
+        Self {
+            state: Arc::new(PoolState {
+                capacity,
+                live: AtomicUsize::new(0),
+                block_floats: layers * 2 * BLOCK_POSITIONS * width,
+                layers,
+                width,
+            }),
+        }
+    }
+
+    /// Blocks this pool may hold.
+    pub fn capacity(&self) -> usize {
+        self.state.capacity
+    }
+
+    /// Blocks held now (by sequences, or by whoever keeps them for their prefix).
+    pub fn in_use(&self) -> usize {
+        self.state.live.load(Ordering::SeqCst)
+    }
+
+    /// Blocks that can still be taken.
+    pub fn free(&self) -> usize {
+        self.capacity().saturating_sub(self.in_use())
+    }
+
+    /// Bytes of one block.
+    pub fn block_bytes(&self) -> usize {
+        self.state.block_floats * std::mem::size_of::<f32>()
+    }
+
+    /// Blocks a sequence of `positions` positions holds.
+    pub fn blocks_for(positions: usize) -> usize {
+        positions.div_ceil(BLOCK_POSITIONS)
+    }
+
+    /// A new sequence cache drawing from this pool.
+    pub fn new_sequence(&self) -> SequenceCache {
+        SequenceCache {
+            blocks: Vec::new(),
+            positions: 0,
+            pool: self.clone(),
+        }
+    }
+
+    /// One block, zeroed (a forward pass fills it); refused when the pool is full.
+    pub fn take_block(&self) -> Result<KvBlock, KernelError> {
+        let state = &self.state;
+        let taken = state
+            .live
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |live| {
+                (live < state.capacity).then_some(live + 1)
+            });
+        if taken.is_err() {
+            return Err(KernelError::KvMemoryFull {
+                needed: 1,
+                free: 0,
+                capacity: state.capacity,
+            });
+        }
+        Ok(KvBlock {
+            data: vec![0f32; state.block_floats].into_boxed_slice(),
+            state: Arc::clone(state),
+        })
+    }
+
+    /// Whether `other` is this pool (not a pool of the same shape).
+    pub fn same(&self, other: &KvPool) -> bool {
+        Arc::ptr_eq(&self.state, &other.state)
+    }
+
+    fn owns(&self, block: &KvBlock) -> bool {
+        Arc::ptr_eq(&self.state, &block.state)
+    }
+}
+
+/// Keys and values of [`BLOCK_POSITIONS`] positions in every layer.
+pub struct KvBlock {
+    data: Box<[f32]>,
+    state: Arc<PoolState>,
+}
+
+impl Drop for KvBlock {
+    fn drop(&mut self) {
+        self.state.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl KvBlock {
+    fn row(&self, layer: usize, kind: usize, slot: usize) -> &[f32] {
+        let width = self.state.width;
+        &self.data[((layer * 2 + kind) * BLOCK_POSITIONS + slot) * width..][..width]
+    }
+
+    fn row_mut(&mut self, layer: usize, kind: usize, slot: usize) -> &mut [f32] {
+        let width = self.state.width;
+        &mut self.data[((layer * 2 + kind) * BLOCK_POSITIONS + slot) * width..][..width]
+    }
+}
+
+const KEYS: usize = 0;
+const VALUES: usize = 1;
+
+/// One sequence's KV cache (one job's context): its blocks, in position order.
+#[derive(Clone)]
+pub struct SequenceCache {
+    blocks: Vec<Arc<KvBlock>>,
+    positions: usize,
+    pool: KvPool,
+}
+
+impl SequenceCache {
+    /// A cache that starts from `blocks` (another sequence's, shared) holding its first
+    /// `positions` positions; they must come from `pool` and cover those positions.
+    pub fn from_prefix(
+        pool: &KvPool,
+        mut blocks: Vec<Arc<KvBlock>>,
+        positions: usize,
+    ) -> Result<Self, KernelError> {
+        if blocks.len() * BLOCK_POSITIONS < positions || !blocks.iter().all(|b| pool.owns(b)) {
+            return Err(KernelError::BadConfig(format!(
+                "a prefix of {positions} positions from {} blocks of another pool or too few",
+                blocks.len()
+            )));
+        }
+        blocks.truncate(KvPool::blocks_for(positions));
+        Ok(Self {
+            blocks,
+            positions,
+            pool: pool.clone(),
+        })
+    }
+
+    /// Positions cached so far: where the sequence's next tokens go.
+    pub fn positions(&self) -> usize {
+        self.positions
+    }
+
+    /// The blocks every one of whose positions is cached, in order: what another
+    /// sequence with the same prefix can start from.
+    pub fn full_blocks(&self) -> &[Arc<KvBlock>] {
+        &self.blocks[..self.positions / BLOCK_POSITIONS]
+    }
+
+    /// Keeps the first `positions` positions and drops the rest, with their blocks (the
+    /// cache of a prefix does not depend on what followed it, so a job sharing the
+    /// prefix continues here).
+    pub fn truncate(&mut self, positions: usize) {
+        self.positions = positions.min(self.positions);
+        self.blocks.truncate(KvPool::blocks_for(self.positions));
+    }
+
+    /// Blocks held.
+    pub fn blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Bytes of the blocks held (some may be shared with other sequences).
+    pub fn bytes(&self) -> usize {
+        self.blocks.len() * self.pool.block_bytes()
+    }
+
+    /// New blocks that `tokens` more positions take from the pool: the blocks past the
+    /// ones held, and a copy of the last one if it is shared and gets written.
+    pub fn blocks_needed(&self, tokens: usize) -> usize {
+        let grow = KvPool::blocks_for(self.positions + tokens).saturating_sub(self.blocks.len());
+        let copy = usize::from(tokens > 0 && self.shared_tail());
+        grow + copy
+    }
+
+    /// Whether the block the next position goes into exists, is shared, and so must be
+    /// copied before it is written.
+    fn shared_tail(&self) -> bool {
+        let tail = self.positions / BLOCK_POSITIONS;
+        !self.positions.is_multiple_of(BLOCK_POSITIONS)
+            && self
+                .blocks
+                .get(tail)
+                .is_some_and(|b| Arc::strong_count(b) > 1)
+    }
+
+    pub(super) fn pool(&self) -> &KvPool {
+        &self.pool
+    }
+
+    /// Makes room for `tokens` more positions: copies a shared tail block, takes new
+    /// blocks. The caller checked the pool has [`Self::blocks_needed`] free.
+    pub(super) fn reserve(&mut self, tokens: usize) -> Result<(), KernelError> {
+        if tokens > 0 && self.shared_tail() {
+            let tail = self.positions / BLOCK_POSITIONS;
+            let mut copy = self.pool.take_block()?;
+            copy.data.copy_from_slice(&self.blocks[tail].data);
+            self.blocks[tail] = Arc::new(copy);
+        }
+        while self.blocks.len() < KvPool::blocks_for(self.positions + tokens) {
+            self.blocks.push(Arc::new(self.pool.take_block()?));
+        }
+        Ok(())
+    }
+
+    /// Stores the key and value of `position` (reserved, not shared) in `layer`.
+    pub(super) fn write(&mut self, layer: usize, position: usize, key: &[f32], value: &[f32]) {
+        let block = &mut self.blocks[position / BLOCK_POSITIONS];
+        let slot = position % BLOCK_POSITIONS;
+        // `reserve` left every block at or after the first new position unshared.
+        if let Some(block) = Arc::get_mut(block) {
+            block.row_mut(layer, KEYS, slot).copy_from_slice(key);
+            block.row_mut(layer, VALUES, slot).copy_from_slice(value);
+        }
+    }
+
+    /// `layer`'s key row of `position` (KV heads × head dimension).
+    #[inline]
+    pub(super) fn key(&self, layer: usize, position: usize) -> &[f32] {
+        self.blocks[position / BLOCK_POSITIONS].row(layer, KEYS, position % BLOCK_POSITIONS)
+    }
+
+    /// `layer`'s value row of `position`.
+    #[inline]
+    pub(super) fn value(&self, layer: usize, position: usize) -> &[f32] {
+        self.blocks[position / BLOCK_POSITIONS].row(layer, VALUES, position % BLOCK_POSITIONS)
+    }
+
+    pub(super) fn advance(&mut self, tokens: usize) {
+        self.positions += tokens;
+    }
+
+    /// Whether this cache fits a model of `layers` layers and `width` floats per position.
+    pub(super) fn fits(&self, layers: usize, width: usize) -> bool {
+        self.pool.state.layers == layers && self.pool.state.width == width
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filled(pool: &KvPool, positions: usize, seed: f32) -> SequenceCache {
+        let mut cache = pool.new_sequence();
+        cache.reserve(positions).unwrap();
+        for p in 0..positions {
+            for layer in 0..2 {
+                let row = [seed + p as f32, layer as f32, 0.5];
+                cache.write(layer, p, &row, &row.map(|v| -v));
+            }
+        }
+        cache.advance(positions);
+        cache
+    }
+
+    #[test]
+    fn blocks_follow_the_cached_positions_and_return_to_the_pool() {
+        let pool = KvPool::new(2, 3, 10);
+        let mut cache = filled(&pool, 40, 0.0);
+        assert_eq!((cache.blocks(), pool.in_use(), pool.free()), (3, 3, 7));
+        assert_eq!(cache.full_blocks().len(), 2);
+        assert_eq!(cache.key(1, 33), &[33.0, 1.0, 0.5]);
+        assert_eq!(cache.value(0, 17), &[-17.0, -0.0, -0.5]);
+        cache.truncate(16);
+        assert_eq!((cache.blocks(), pool.in_use()), (1, 1));
+        drop(cache);
+        assert_eq!(pool.in_use(), 0);
+    }
+
+    #[test]
+    fn a_full_pool_refuses_with_the_numbers() {
+        let pool = KvPool::new(2, 3, 2);
+        let mut cache = pool.new_sequence();
+        assert_eq!(cache.blocks_needed(33), 3);
+        let err = cache.reserve(33).unwrap_err();
+        assert_eq!(
+            err,
+            KernelError::KvMemoryFull {
+                needed: 1,
+                free: 0,
+                capacity: 2
+            }
+        );
+        assert!(err.to_string().contains("KV cache"), "{err}");
+    }
+
+    #[test]
+    fn a_shared_partial_block_is_copied_before_it_is_written() {
+        let pool = KvPool::new(2, 3, 10);
+        let first = filled(&pool, 20, 0.0);
+        // A second sequence continues the first 18 positions (mid-block).
+        let mut second = SequenceCache::from_prefix(&pool, first.blocks.clone(), 18).unwrap();
+        assert_eq!(pool.in_use(), 2, "shared, not copied");
+        assert_eq!(second.blocks_needed(1), 1, "the shared tail is copied");
+        second.reserve(1).unwrap();
+        second.write(0, 18, &[9.0, 9.0, 9.0], &[8.0, 8.0, 8.0]);
+        second.advance(1);
+        assert_eq!(pool.in_use(), 3);
+        assert_eq!(second.key(0, 18), &[9.0, 9.0, 9.0]);
+        assert_eq!(
+            first.key(0, 18),
+            &[18.0, 0.0, 0.5],
+            "the original is untouched"
+        );
+        assert_eq!(
+            second.key(1, 17),
+            first.key(1, 17),
+            "the prefix is the same"
+        );
+        // Whole shared blocks are never copied: appending after a block boundary.
+        let third = SequenceCache::from_prefix(&pool, first.blocks.clone(), 16).unwrap();
+        assert_eq!(third.blocks_needed(4), 1);
+    }
+
+    #[test]
+    fn a_prefix_must_come_from_the_same_pool_and_cover_its_positions() {
+        let (pool, other) = (KvPool::new(2, 3, 10), KvPool::new(2, 3, 10));
+        let cache = filled(&other, 16, 0.0);
+        assert!(SequenceCache::from_prefix(&pool, cache.blocks.clone(), 16).is_err());
+        assert!(SequenceCache::from_prefix(&other, cache.blocks.clone(), 17).is_err());
+    }
+}
