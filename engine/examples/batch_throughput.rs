@@ -1,120 +1,156 @@
-//! Where a batch's time goes, without the network: `cargo run --release -p
-//! sharemesh-engine --example batch_throughput -- MODEL.gguf [THREADS] [STREAMS,...]`.
+//! Continuous batching without the network: `cargo run -p sharemesh-engine --example
+//! batch_throughput -- MODEL.gguf [THREADS] [STREAMS,...] [MAX_TOKENS]`.
 //!
-//! For each stream count B it prints (1) the kernels alone: tokens per second of decode
-//! steps that feed B sequences one token each (after a 48-token prompt each), and
-//! (2) the whole engine: B greedy jobs of 128 tokens submitted together to
-//! `Engine::spawn_batched`, counted from submission to the last token. The gap between
-//! the two is the engine's per-token work (sampling, fingerprints, events).
-//! A benchmark, not a test.
+//! For each stream count N it prints one JSON line: (1) the kernels alone — aggregate
+//! tokens per second of decode steps feeding N sequences one token each — and (2) the
+//! whole engine: N greedy chat jobs (`PROMPTS`, the same as `scripts/bench-batching`'s)
+//! of MAX_TOKENS tokens each, submitted together to `Engine::spawn_with` with a batch
+//! of N: aggregate tokens per second from submission to the last token, and per job
+//! the time to first token and the gaps between tokens. Each line also carries the
+//! prompts' token ids, so a peer engine can be run on exactly the same input
+//! (`scripts/bench-batching --llama-cpp`). A benchmark, not a test.
 
 use std::time::Instant;
 
-use sharemesh_engine::{Device, Engine, EngineEvent, GenerateRequest, LoadedModel, TokenEngine};
+use sharemesh_engine::{
+    BatchSettings, Device, Engine, EngineEvent, GenerateRequest, LoadedModel, TokenEngine,
+};
 use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role, Sampling};
 
-const PROMPT: &str = "Write a short story about a lighthouse keeper who finds a message \
-                      in a bottle, and tell it in the first person with plenty of detail.";
-const GENERATED: u32 = 128;
+const PROMPTS: [&str; 8] = [
+    "Write a short story about a lighthouse keeper.",
+    "Explain how a bicycle works to a child.",
+    "Describe a walk through a forest in autumn.",
+    "Tell me about the history of bread.",
+    "Write a letter to a friend about a trip to the sea.",
+    "Describe how rain forms in clouds.",
+    "Tell a story about a cat who learns to swim.",
+    "Explain why the sky changes colour at sunset.",
+];
 
-fn prompt() -> Prompt {
+fn prompt(index: usize) -> Prompt {
     Prompt::Chat(vec![ChatMessage {
         role: Role::User,
-        content: PROMPT.into(),
+        content: PROMPTS[index % PROMPTS.len()].into(),
     }])
 }
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let path = std::path::PathBuf::from(args.next().ok_or_else(|| {
-        anyhow::anyhow!("usage: batch_throughput MODEL.gguf [THREADS] [STREAMS,...]")
+        anyhow::anyhow!("usage: batch_throughput MODEL.gguf [THREADS] [STREAMS,...] [MAX_TOKENS]")
     })?);
     let threads: usize = args.next().map_or(Ok(1), |t| t.parse())?;
     let streams: Vec<usize> = args
         .next()
-        .unwrap_or_else(|| "1,2,4,8,16".into())
+        .unwrap_or_else(|| "1,2,4,8".into())
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
+    let max_tokens: u32 = args.next().map_or(Ok(48), |t| t.parse())?;
     sharemesh_engine::set_threads(threads);
     let id = ModelId::from_bytes([0; 32]);
-    let model = LoadedModel::load(&path, id, "bench", Device::Cpu)?;
-    println!("threads {threads}");
-    kernel_steps(&model, &streams)?;
-    let engine = Engine::spawn_batched(vec![model], 64, *streams.iter().max().unwrap_or(&1));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    for &b in &streams {
-        let started = Instant::now();
-        let tokens = runtime.block_on(jobs(&engine, id, b))?;
-        let rate = tokens as f64 / started.elapsed().as_secs_f64();
-        println!("engine  B={b:2}  {rate:7.1} tok/s aggregate");
+    for &n in &streams {
+        let model = LoadedModel::load(&path, id, "bench", Device::Cpu)?;
+        let prompts: Vec<Vec<u32>> = (0..n)
+            .map(|i| model.prompt_tokens(&prompt(i)))
+            .collect::<Result<_, _>>()?;
+        let kernels = model
+            .measure_batch(&prompts[0], n, 32)?
+            .ok_or_else(|| anyhow::anyhow!("the model does not run on the kernels"))?;
+        let settings = BatchSettings {
+            max_batch: n,
+            ..BatchSettings::default()
+        };
+        let engine = Engine::spawn_with(vec![model], n, settings);
+        let served = runtime.block_on(jobs(&engine, id, n, max_tokens))?;
+        let line = serde_json::json!({
+            "threads": threads,
+            "streams": n,
+            "max_tokens": max_tokens,
+            "kernels_tok_s": round(kernels),
+            "engine_tok_s": round(served.tokens as f64 / served.seconds),
+            "ttft_p50_ms": percentile(&served.ttfts, 0.5),
+            "ttft_p99_ms": percentile(&served.ttfts, 0.99),
+            "gap_p50_ms": percentile(&served.gaps, 0.5),
+            "gap_p99_ms": percentile(&served.gaps, 0.99),
+            "prompts": prompts,
+        });
+        println!("{line}");
     }
     Ok(())
 }
 
-/// Decode steps of `b` sequences through `Llama::forward_batch`.
-fn kernel_steps(model: &LoadedModel, streams: &[usize]) -> anyhow::Result<()> {
-    let llama = model
-        .kernel_llama()
-        .ok_or_else(|| anyhow::anyhow!("the model does not run on the kernels"))?;
-    let prompt = model.prompt_tokens(&prompt())?;
-    for &b in streams {
-        let mut caches: Vec<_> = (0..b).map(|_| llama.new_sequence()).collect();
-        for cache in &mut caches {
-            let position = cache.positions();
-            llama.forward_batch(&mut [sharemesh_engine::BatchEntry {
-                cache,
-                tokens: &prompt,
-                position,
-            }])?;
-        }
-        let steps = 64;
-        let started = Instant::now();
-        for step in 0..steps {
-            let token = [prompt[step % prompt.len()]];
-            let mut entries: Vec<_> = caches
-                .iter_mut()
-                .map(|cache| sharemesh_engine::BatchEntry {
-                    position: cache.positions(),
-                    cache,
-                    tokens: &token,
-                })
-                .collect();
-            llama.forward_batch(&mut entries)?;
-        }
-        let rate = (steps * b) as f64 / started.elapsed().as_secs_f64();
-        println!("kernels B={b:2}  {rate:7.1} tok/s aggregate");
-    }
-    Ok(())
+struct Served {
+    tokens: usize,
+    seconds: f64,
+    ttfts: Vec<f64>,
+    gaps: Vec<f64>,
 }
 
-async fn jobs(engine: &Engine, model: ModelId, b: usize) -> anyhow::Result<usize> {
+fn round(value: f64) -> f64 {
+    (value * 10.0).round() / 10.0
+}
+
+fn percentile(values: &[f64], q: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let at = ((q * sorted.len() as f64) as usize).min(sorted.len().saturating_sub(1));
+    sorted.get(at).map_or(0.0, |s| round(s * 1000.0))
+}
+
+async fn jobs(
+    engine: &Engine,
+    model: ModelId,
+    n: usize,
+    max_tokens: u32,
+) -> anyhow::Result<Served> {
+    let started = Instant::now();
     let mut receivers = Vec::new();
-    for _ in 0..b {
+    for i in 0..n {
         receivers.push(engine.submit(GenerateRequest {
             model,
-            prompt: prompt(),
+            prompt: prompt(i),
             sampling: Sampling {
-                max_tokens: GENERATED,
+                max_tokens,
                 ..Sampling::default()
             },
             resume: Vec::new(),
             ignore_eos: true,
         })?);
     }
-    let counts = futures::future::join_all(receivers.into_iter().map(|mut events| async move {
-        let mut tokens = 0;
+    let runs = futures::future::join_all(receivers.into_iter().map(|mut events| async move {
+        let (mut times, mut last) = (Vec::new(), started);
         while let Some(event) = events.recv().await {
             match event {
-                EngineEvent::Token(_) => tokens += 1,
+                EngineEvent::Token(_) => {
+                    let now = Instant::now();
+                    times.push((now - last).as_secs_f64());
+                    last = now;
+                }
                 EngineEvent::Finished(_) | EngineEvent::Failed(_) => break,
                 EngineEvent::Started { .. } => {}
             }
         }
-        tokens
+        times
     }))
     .await;
-    Ok(counts.into_iter().sum())
+    let seconds = started.elapsed().as_secs_f64();
+    let mut served = Served {
+        tokens: 0,
+        seconds,
+        ttfts: Vec::new(),
+        gaps: Vec::new(),
+    };
+    for times in runs {
+        served.tokens += times.len();
+        if let Some((first, rest)) = times.split_first() {
+            served.ttfts.push(*first);
+            served.gaps.extend_from_slice(rest);
+        }
+    }
+    Ok(served)
 }

@@ -39,7 +39,7 @@ use sharemesh_protocol::{
 /// Where a model runs (candle's device), so callers need not depend on candle.
 pub use candle_core::Device;
 pub use generate::{GenerateRequest, Generation, TokenEvent};
-pub use seam::{EngineEvent, KvCapacity, ReplayAnswer, TokenEngine, EVENT_BUFFER};
+pub use seam::{BatchCapacity, EngineEvent, ReplayAnswer, TokenEngine, EVENT_BUFFER};
 pub use sharemesh_kernels::llama::{BatchEntry, KvPool, SequenceCache, BLOCK_POSITIONS};
 use sharemesh_tokenizer::{TokenizerError, Vocabulary};
 use weights::Weights;
@@ -342,6 +342,50 @@ impl LoadedModel {
             logits = self.weights.forward(piece, i * chunk, &self.device)?;
         }
         Ok(logits)
+    }
+
+    /// Aggregate tokens per second of `streams` sequences decoding together on the
+    /// kernels (each first prefilled with `prompt`), over `steps` batched decode steps:
+    /// what a provider serving that many jobs at once makes. `None` off the kernels.
+    pub fn measure_batch(
+        &self,
+        prompt: &[u32],
+        streams: usize,
+        steps: usize,
+    ) -> Result<Option<f64>, EngineError> {
+        let Some(llama) = self.kernel_llama() else {
+            return Ok(None);
+        };
+        if prompt.is_empty() || streams == 0 || steps == 0 {
+            return Err(EngineError::BadRequest("nothing to measure".into()));
+        }
+        let inference =
+            |err: sharemesh_kernels::KernelError| EngineError::Inference(err.to_string());
+        let pool = llama.kv_pool(usize::MAX);
+        let mut caches: Vec<SequenceCache> = (0..streams).map(|_| pool.new_sequence()).collect();
+        for cache in &mut caches {
+            let entry = BatchEntry {
+                position: cache.positions(),
+                cache,
+                tokens: prompt,
+            };
+            llama.forward_batch(&mut [entry]).map_err(inference)?;
+        }
+        let started = std::time::Instant::now();
+        for step in 0..steps {
+            let token = [prompt[step % prompt.len()]];
+            let mut entries: Vec<BatchEntry<'_>> = caches
+                .iter_mut()
+                .map(|cache| BatchEntry {
+                    position: cache.positions(),
+                    cache,
+                    tokens: &token,
+                })
+                .collect();
+            llama.forward_batch(&mut entries).map_err(inference)?;
+        }
+        let seconds = started.elapsed().as_secs_f64().max(1e-9);
+        Ok(Some((steps * streams) as f64 / seconds))
     }
 
     /// Whether resume prefills delivered tokens (fast) rather than replaying them.

@@ -43,6 +43,10 @@ pub struct Script {
     pub stop_after: Option<u32>,
     /// Testnet adversary kit: garbage tokens (another seed's) under the model's name.
     pub cheat: Cheat,
+    /// Report a batching engine's room (`slots` jobs per batch, this many KV blocks;
+    /// each running job holds the blocks of its `max_tokens`), so quotes and adverts
+    /// can be tested on it. `None`: an engine that does not batch.
+    pub kv_blocks: Option<usize>,
 }
 
 impl Default for Script {
@@ -54,6 +58,7 @@ impl Default for Script {
             queue_capacity: 16,
             stop_after: None,
             cheat: Cheat::None,
+            kv_blocks: None,
         }
     }
 }
@@ -68,6 +73,8 @@ pub struct ScriptedEngine {
     active: Arc<AtomicUsize>,
     committed: Arc<AtomicUsize>,
     jobs_run: Arc<AtomicUsize>,
+    /// KV blocks the running jobs hold (with `Script::kv_blocks`).
+    held_blocks: Arc<AtomicUsize>,
 }
 
 impl ScriptedEngine {
@@ -80,6 +87,7 @@ impl ScriptedEngine {
             active: Arc::new(AtomicUsize::new(0)),
             committed: Arc::new(AtomicUsize::new(0)),
             jobs_run: Arc::new(AtomicUsize::new(0)),
+            held_blocks: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -251,8 +259,11 @@ impl TokenEngine for ScriptedEngine {
             let permit = this.slots.clone().acquire_owned().await;
             this.queued.fetch_sub(1, Ordering::SeqCst);
             if permit.is_ok() {
+                let blocks = crate::KvPool::blocks_for(request.sampling.max_tokens as usize);
                 this.active.fetch_add(1, Ordering::SeqCst);
+                this.held_blocks.fetch_add(blocks, Ordering::SeqCst);
                 this.clone().run(request, events).await;
+                this.held_blocks.fetch_sub(blocks, Ordering::SeqCst);
                 this.active.fetch_sub(1, Ordering::SeqCst);
             }
             this.committed.fetch_sub(committed, Ordering::SeqCst);
@@ -262,6 +273,17 @@ impl TokenEngine for ScriptedEngine {
 
     fn active_jobs(&self) -> usize {
         self.active.load(Ordering::SeqCst)
+    }
+
+    fn batch_capacity(&self) -> Option<crate::BatchCapacity> {
+        let total_blocks = self.script.kv_blocks?;
+        let held = self.held_blocks.load(Ordering::SeqCst);
+        Some(crate::BatchCapacity {
+            max_batch: self.script.slots.max(1),
+            total_blocks,
+            available_blocks: total_blocks.saturating_sub(held),
+            preemptions: 0,
+        })
     }
 
     fn queue_depth(&self) -> usize {

@@ -51,9 +51,9 @@ pub trait TokenEngine: Send + Sync + 'static {
     /// Queues a teacher-forced replay of a delivered job (verification work); it waits
     /// behind the jobs already queued.
     fn replay(&self, request: ReplayRequest) -> Result<ReplayAnswer, EngineError>;
-    /// The KV-cache memory of the batching engine (`None`: not paged, or nothing ran
-    /// on the kernels yet).
-    fn kv_capacity(&self) -> Option<KvCapacity> {
+    /// The batching engine's room: jobs per batch and KV-cache memory (`None`: not a
+    /// batching engine, or nothing ran on the kernels yet).
+    fn batch_capacity(&self) -> Option<BatchCapacity> {
         None
     }
     /// `model`'s GGUF header and tensor digest, for buyers that count with its
@@ -65,9 +65,12 @@ pub trait TokenEngine: Send + Sync + 'static {
     }
 }
 
-/// A batching engine's KV-cache memory, in blocks of [`crate::BLOCK_POSITIONS`] positions.
+/// A batching engine's room: jobs per batch, and KV-cache memory in blocks of
+/// [`crate::BLOCK_POSITIONS`] positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KvCapacity {
+pub struct BatchCapacity {
+    /// Jobs decoding together at most.
+    pub max_batch: usize,
     /// Blocks of the budget.
     pub total_blocks: usize,
     /// Blocks free now, or held only for prefix reuse (given back on demand).

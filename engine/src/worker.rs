@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::batch::{Batch, Counters, KvStats};
 pub use crate::batch::{DEFAULT_KV_MEMORY_BYTES, DEFAULT_MAX_BATCH};
 use crate::{
-    EngineError, EngineEvent, GenerateRequest, Generation, KvCapacity, LoadedModel, ReplayAnswer,
-    ReplayRequest, Replayed, TokenEngine, EVENT_BUFFER,
+    BatchCapacity, EngineError, EngineEvent, GenerateRequest, Generation, LoadedModel,
+    ReplayAnswer, ReplayRequest, Replayed, TokenEngine, EVENT_BUFFER,
 };
 
 /// How the engine batches the kernels' models.
@@ -55,6 +55,7 @@ pub struct Engine {
     profiles: Arc<Vec<(ModelId, ExecutionProfile)>>,
     headers: Arc<Mutex<HashMap<ModelId, Arc<ModelHeader>>>>,
     kv: Arc<KvStats>,
+    max_batch: usize,
 }
 
 /// Work for the engine thread, in arrival order.
@@ -150,6 +151,7 @@ impl Engine {
             profiles,
             headers: Arc::default(),
             kv,
+            max_batch: settings.max_batch.max(1),
         }
     }
 
@@ -199,9 +201,10 @@ impl TokenEngine for Engine {
         Some(header)
     }
 
-    fn kv_capacity(&self) -> Option<KvCapacity> {
+    fn batch_capacity(&self) -> Option<BatchCapacity> {
         let total_blocks = self.kv.capacity_blocks.load(Ordering::Relaxed);
-        (total_blocks > 0).then(|| KvCapacity {
+        (total_blocks > 0).then(|| BatchCapacity {
+            max_batch: self.max_batch,
             total_blocks,
             available_blocks: self.kv.available_blocks.load(Ordering::Relaxed),
             preemptions: self.kv.preemptions.load(Ordering::Relaxed),

@@ -328,7 +328,18 @@ fn jobs_preempted_for_kv_memory_resume_with_their_solo_tokens() {
     let engine = Engine::spawn_with(vec![model], 8, settings);
     let (together, most_active) = serve_together(&engine, &jobs);
     assert!(most_active > 1, "the jobs never ran together");
-    let kv = engine.kv_capacity().expect("the kernels' model is paged");
+    // The engine publishes its figures at the end of the step that sent the last
+    // token: wait for that step.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let kv = loop {
+        let kv = engine
+            .batch_capacity()
+            .expect("the kernels' model is paged");
+        if kv.available_blocks == kv.total_blocks || std::time::Instant::now() > deadline {
+            break kv;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     assert_eq!(kv.total_blocks, 12);
     assert!(kv.preemptions > 0, "the budget never ran out: {kv:?}");
     assert_eq!(

@@ -11,7 +11,7 @@ use sharemesh_engine::{self as engine, Engine, LoadedModel};
 use sharemesh_gateway::dispatch::Dispatcher;
 use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_mesh as mesh;
-use sharemesh_protocol::{NanoUsd, Tier};
+use sharemesh_protocol::{ChatMessage, NanoUsd, Prompt, Role, Tier};
 use sharemesh_provider::policy::Adversary;
 use sharemesh_provider::{Provider, ProviderPolicy};
 
@@ -41,6 +41,11 @@ pub struct ProvideArgs {
     /// a time.
     #[arg(long, default_value_t = sharemesh_engine::DEFAULT_MAX_BATCH)]
     pub max_batch: usize,
+    /// KV-cache memory for the batch, in MiB: jobs wait for room (and the one that
+    /// joined last is preempted and recomputed when decoding runs out); a job whose
+    /// context could outgrow it all is refused `OverCapacity`.
+    #[arg(long, default_value_t = sharemesh_engine::DEFAULT_KV_MEMORY_BYTES >> 20)]
+    pub kv_memory_mib: usize,
     /// Tokens sent beyond the buyer's last receipt before pausing.
     #[arg(long, default_value_t = 64)]
     pub credit_window: u32,
@@ -112,6 +117,23 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
     // Measure what we advertise: a short greedy run on the benchmark prompt.
     let measured = crate::local_engine::measure_with(&mut model, "Hi", 16, 1)?;
     tracing::info!(model = %model.descriptor.name, tokens_per_second = measured.generation_tokens_per_second, "measured speed");
+    // And what a full batch makes together (adverts and quotes report it).
+    let benchmark_prompt = model.prompt_tokens(&Prompt::Chat(vec![ChatMessage {
+        role: Role::User,
+        content: "Hi".into(),
+    }]))?;
+    let batch_tps = if args.max_batch > 1 {
+        model.measure_batch(&benchmark_prompt, args.max_batch, 16)?
+    } else {
+        None
+    };
+    if let Some(tps) = batch_tps {
+        tracing::info!(
+            streams = args.max_batch,
+            tokens_per_second = tps,
+            "measured batch speed"
+        );
+    }
     let policy = ProviderPolicy {
         price_per_token: NanoUsd::per_token_from_usd_per_mtok(args.price)
             .context("--price must be a non-negative number")?,
@@ -128,6 +150,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             jobs_per_minute: args.buyer_jobs_per_minute,
         },
         measured_milli_tps: (measured.generation_tokens_per_second * 1000.0) as u32,
+        batch_milli_tps: batch_tps.map_or(0, |tps| (tps * 1000.0) as u32),
         tier_prices: [
             (Tier::Reserved, args.price_reserved),
             (Tier::Interruptible, args.price_interruptible),
@@ -153,10 +176,14 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let engine = Arc::new(Engine::spawn_batched(
+        let settings = sharemesh_engine::BatchSettings {
+            max_batch: args.max_batch,
+            kv_memory_bytes: args.kv_memory_mib.saturating_mul(1 << 20),
+        };
+        let engine = Arc::new(Engine::spawn_with(
             vec![model],
             args.max_concurrent as usize,
-            args.max_batch,
+            settings,
         ));
         let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, true)?).await?;
         let ledger = open_ledger(data_dir)?;

@@ -13,8 +13,8 @@ use lab_support::*;
 use sharemesh_gateway::budget::Budget;
 use sharemesh_gateway::openai::RoutingOptions;
 use sharemesh_gateway::plan::RoutingDefaults;
-use sharemesh_node::lab::{GatewaySpec, Lab};
-use sharemesh_protocol::{FinishReason, NanoUsd, Tier};
+use sharemesh_node::lab::{Completion, GatewaySpec, Lab, ProviderSpec};
+use sharemesh_protocol::{FinishReason, NanoUsd, NodeId, Tier};
 use sharemesh_provider::policy::Adversary;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -312,48 +312,100 @@ async fn a_quoted_queue_wait_moves_work_to_a_free_provider() {
             spec.policy.max_concurrent = 2;
             spec
         };
-        let lab = Lab::start(
-            vec![busy_cheap(100), busy_cheap(130)],
-            GatewaySpec {
-                defaults: RoutingDefaults {
-                    quote_k,
-                    stall_timeout: Duration::from_secs(120),
-                    ..RoutingDefaults::default()
-                },
-                ..GatewaySpec::default()
+        let run = a_short_job_behind_a_long_one([busy_cheap(100), busy_cheap(130)], quote_k).await;
+        assert_eq!(run.long.providers, vec![run.cheap]);
+        let expected = if quote_k > 0 { run.dear } else { run.cheap };
+        assert_eq!(run.short.providers, vec![expected], "quote_k = {quote_k}");
+    }
+}
+
+/// The quote comes from the scheduler: a batching provider with a free place in its
+/// batch and KV blocks to spare starts a job at once, so while it runs a long job it
+/// still quotes no wait and the cheaper provider gets the next request too (the same
+/// set-up without batching sends it to the dearer, idle provider: the test above).
+/// Its adverts carry the batch's size and KV blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batching_provider_with_room_quotes_no_wait_while_busy() {
+    let batching = |price| {
+        let mut spec = slow(provider(price), 20);
+        spec.policy.max_concurrent = 4;
+        spec.script.slots = 4;
+        spec.script.kv_blocks = Some(64);
+        spec
+    };
+    let run = a_short_job_behind_a_long_one([batching(100), batching(130)], 4).await;
+    assert_eq!(run.long.providers, vec![run.cheap]);
+    assert_eq!(
+        run.short.providers,
+        vec![run.cheap],
+        "a free batch place means no wait"
+    );
+    let load = run.cheap_load;
+    assert_eq!((load.max_batch, load.kv_blocks_total), (4, 64));
+    // The long job's 100 tokens hold 7 blocks of 16 positions.
+    assert_eq!(load.kv_blocks_available, 64 - 7);
+}
+
+/// What [`a_short_job_behind_a_long_one`] saw.
+struct LongThenShort {
+    cheap: NodeId,
+    dear: NodeId,
+    long: Completion,
+    short: Completion,
+    /// The cheap provider's load as it advertised it when the short job was asked.
+    cheap_load: sharemesh_protocol::Load,
+}
+
+/// Runs a 100-token job (it goes to the cheap provider), and once it has started and
+/// the cheap provider has advertised since, an 8-token job, with `quote_k` quotes.
+async fn a_short_job_behind_a_long_one(
+    [cheap, dear]: [ProviderSpec; 2],
+    quote_k: usize,
+) -> LongThenShort {
+    let lab = Lab::start(
+        vec![cheap, dear],
+        GatewaySpec {
+            defaults: RoutingDefaults {
+                quote_k,
+                stall_timeout: Duration::from_secs(120),
+                ..RoutingDefaults::default()
             },
-        )
-        .await
-        .unwrap();
-        let (cheap, dear) = (lab.providers[0].node_id, lab.providers[1].node_id);
-        let long_started = tokio::sync::Notify::new();
-        let long = lab.complete_with(
-            Lab::request("a long job", 100, RoutingOptions::default()),
-            |delivered, _| {
-                let long_started = &long_started;
-                async move {
-                    if delivered == 1 {
-                        long_started.notify_one();
-                    }
+            ..GatewaySpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (cheap, dear) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    let long_started = tokio::sync::Notify::new();
+    let long = lab.complete_with(
+        Lab::request("a long job", 100, RoutingOptions::default()),
+        |delivered, _| {
+            let long_started = &long_started;
+            async move {
+                if delivered == 1 {
+                    long_started.notify_one();
                 }
-            },
-        );
-        let second = async {
-            long_started.notified().await;
-            // Let the cheap provider's next advert show the running job.
-            lab.wait_for_adverts(&[cheap], Duration::from_secs(5))
-                .await
-                .unwrap();
-            lab.complete(Lab::request("hi", 8, RoutingOptions::default()))
-                .await
-        };
-        let (long, second) = tokio::join!(long, second);
-        assert_eq!(long.unwrap().providers, vec![cheap]);
-        let expected = if quote_k > 0 { dear } else { cheap };
-        assert_eq!(
-            second.unwrap().providers,
-            vec![expected],
-            "quote_k = {quote_k}"
-        );
+            }
+        },
+    );
+    let short = async {
+        long_started.notified().await;
+        // Let the cheap provider's next advert show the running job.
+        lab.wait_for_adverts(&[cheap], Duration::from_secs(5))
+            .await
+            .unwrap();
+        let load = lab.provider(cheap).unwrap().provider.advert().load;
+        let done = lab
+            .complete(Lab::request("hi", 8, RoutingOptions::default()))
+            .await;
+        (done, load)
+    };
+    let (long, (short, cheap_load)) = tokio::join!(long, short);
+    LongThenShort {
+        cheap,
+        dear,
+        long: long.unwrap(),
+        short: short.unwrap(),
+        cheap_load,
     }
 }

@@ -65,6 +65,7 @@ fn advert(offer: &Offer) -> (Keypair, Advert) {
             active_jobs: offer.active,
             queue_depth: 0,
             max_concurrent: 4,
+            ..Load::default()
         },
         addresses: vec![],
     };

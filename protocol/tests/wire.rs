@@ -84,6 +84,7 @@ fn arb_advert(provider: NodeId) -> impl Strategy<Value = Advert> {
                 active_jobs: load.0,
                 queue_depth: load.1,
                 max_concurrent: load.2,
+                ..Load::default()
             },
             addresses: vec!["/ip4/127.0.0.1/tcp/4001".into()],
         })

@@ -50,12 +50,19 @@ impl Provider {
         }
     }
 
-    /// Jobs running and queued now, against the provider's bound.
+    /// Jobs running and queued now, against the provider's bound; the batch's size,
+    /// measured aggregate speed and KV memory.
     pub(crate) fn load(&self) -> Load {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let batch = self.engine.batch_capacity();
         Load {
-            active_jobs: u32::try_from(self.engine.active_jobs()).unwrap_or(u32::MAX),
-            queue_depth: u32::try_from(self.engine.queue_depth()).unwrap_or(u32::MAX),
+            active_jobs: count(self.engine.active_jobs()),
+            queue_depth: count(self.engine.queue_depth()),
             max_concurrent: self.policy.max_concurrent,
+            max_batch: batch.map_or(0, |b| count(b.max_batch).min(sharemesh_protocol::MAX_BATCH)),
+            batch_milli_tokens_per_second: self.policy.batch_milli_tps,
+            kv_blocks_total: batch.map_or(0, |b| count(b.total_blocks)),
+            kv_blocks_available: batch.map_or(0, |b| count(b.available_blocks.min(b.total_blocks))),
         }
     }
 

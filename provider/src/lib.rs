@@ -74,6 +74,9 @@ pub struct ProviderPolicy {
     pub advert_lifetime: Duration,
     /// Measured generation speed per model, thousandths of tokens/s.
     pub measured_milli_tps: u32,
+    /// Measured aggregate speed with a full batch decoding (thousandths of tokens/s;
+    /// 0: the engine does not batch).
+    pub batch_milli_tps: u32,
     /// Prices that differ from `price_per_token` for a tier.
     pub tier_prices: Vec<(Tier, NanoUsd)>,
     pub thermal: crate::policy::ThermalGuard,
@@ -105,6 +108,7 @@ impl Default for ProviderPolicy {
             advert_interval: Duration::from_secs(10),
             advert_lifetime: Duration::from_secs(60),
             measured_milli_tps: 0,
+            batch_milli_tps: 0,
             tier_prices: Vec::new(),
             thermal: crate::policy::ThermalGuard::default(),
             adversary: None,
@@ -348,7 +352,7 @@ impl Provider {
         request: &JobRequest,
     ) -> Result<(u32, tokio::sync::mpsc::Receiver<EngineEvent>), (RejectReason, String)> {
         let mut events = self.engine.submit(engine_request(request)).map_err(|err| {
-            let reason = if matches!(err, EngineError::Busy(_)) {
+            let reason = if matches!(err, EngineError::Busy(_) | EngineError::OverCapacity(_)) {
                 RejectReason::OverCapacity
             } else {
                 RejectReason::Internal
@@ -360,6 +364,7 @@ impl Provider {
             Some(EngineEvent::Failed(err)) => {
                 let reason = match err {
                     EngineError::ContextTooLong { .. } => RejectReason::ContextTooLong,
+                    EngineError::OverCapacity(_) => RejectReason::OverCapacity,
                     EngineError::BadRequest(_) | EngineError::Tokenizer(_) => {
                         RejectReason::BadRequest
                     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::AsyncReadExt;
 use libp2p::PeerId;
+use sharemesh_engine::KvPool;
 use sharemesh_protocol::{Quote, QuoteRequest, Reject, RejectReason, Tier};
 
 use super::Provider;
@@ -73,14 +74,29 @@ impl Provider {
         write_frame(&mut writer, &frame).await
     }
 
-    /// How long a job like `request` would wait before its prefill starts: the
-    /// completion tokens already promised to running and queued jobs, at the measured
-    /// speed (for reserved work, which preempts interruptible jobs, every job ahead that
-    /// is not interruptible is assumed as long as this one). Over capacity (for tiers
-    /// that do not preempt) is a rejection, as it would be for the job.
+    /// How long a job like `request` would wait before its prefill starts. A batching
+    /// engine with a free place in its batch and KV blocks for the whole completion
+    /// starts it at the next step: no wait. Otherwise the completion tokens already
+    /// promised to running and queued jobs, at the measured speed — the aggregate of a
+    /// full batch where the engine batches (for reserved work, which preempts
+    /// interruptible jobs, every job ahead that is not interruptible is assumed as long
+    /// as this one). Over capacity (for tiers that do not preempt, or a completion
+    /// larger than the whole KV budget) is a rejection, as it would be for the job.
     fn queue_wait_ms(&self, request: &QuoteRequest) -> Result<u32, (RejectReason, String)> {
         let busy = self.engine.active_jobs() + self.engine.queue_depth();
         let preemptible = self.interruptible.lock().map_or(0, |jobs| jobs.len());
+        let batch = self.engine.batch_capacity();
+        let completion_blocks = KvPool::blocks_for(request.max_tokens as usize);
+        if let Some(batch) = batch.filter(|b| completion_blocks > b.total_blocks) {
+            return Err((
+                RejectReason::OverCapacity,
+                format!(
+                    "{} completion tokens need {completion_blocks} KV blocks; this provider's \
+                     budget is {}",
+                    request.max_tokens, batch.total_blocks
+                ),
+            ));
+        }
         let tokens_ahead = if request.tier == Tier::Reserved {
             busy.saturating_sub(preemptible) as f64 * f64::from(request.max_tokens)
         } else if busy >= self.policy.max_concurrent as usize {
@@ -88,7 +104,18 @@ impl Provider {
         } else {
             self.engine.committed_tokens() as f64
         };
-        let tokens_per_second = f64::from(self.policy.measured_milli_tps.max(1)) / 1000.0;
+        let starts_now = batch.is_some_and(|b| {
+            self.engine.active_jobs() < b.max_batch && completion_blocks < b.available_blocks
+        });
+        if starts_now {
+            return Ok(0);
+        }
+        let milli_tps = if batch.is_some() && self.policy.batch_milli_tps > 0 {
+            self.policy.batch_milli_tps
+        } else {
+            self.policy.measured_milli_tps
+        };
+        let tokens_per_second = f64::from(milli_tps.max(1)) / 1000.0;
         Ok((tokens_ahead / tokens_per_second * 1000.0).min(f64::from(u32::MAX)) as u32)
     }
 }

@@ -225,14 +225,21 @@ pub fn up_options(
     args: &UpArgs,
     resolve_model: ModelResolver,
 ) -> Result<UpOptions> {
-    // Each provider of a one-machine testnet gets one thread: pools collapse under contention.
-    let mut provider_args = vec![
-        "--threads".to_owned(),
-        "1".to_owned(),
-        "--advert-interval".to_owned(),
-        "1".to_owned(),
-    ];
-    provider_args.extend(args.provider_args.split_whitespace().map(str::to_owned));
+    // Each provider of a one-machine testnet gets one thread (pools collapse under
+    // contention) unless `--provider-args` sets its own.
+    let extra: Vec<String> = args
+        .provider_args
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let mut provider_args = vec!["--advert-interval".to_owned(), "1".to_owned()];
+    if !extra
+        .iter()
+        .any(|arg| arg == "--threads" || arg.starts_with("--threads="))
+    {
+        provider_args.extend(["--threads".to_owned(), "1".to_owned()]);
+    }
+    provider_args.extend(extra);
     Ok(UpOptions {
         binary: std::env::current_exe().context("locating the sharemesh binary")?,
         dir: dir(data_dir, &args.dir),

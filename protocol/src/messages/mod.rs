@@ -119,6 +119,43 @@ mod tests {
     }
 
     #[test]
+    fn a_load_claiming_more_free_kv_than_its_budget_or_a_huge_batch_is_rejected() {
+        let advert = |load: Load| Advert {
+            provider: NodeId::from_bytes([1; 32]),
+            region: "eu".into(),
+            hardware: HardwareSummary::Cpu {
+                cores: 2,
+                ram_bytes: 1 << 30,
+            },
+            models: vec![],
+            tiers: vec![Tier::OnDemand],
+            windows: vec![],
+            load,
+            addresses: vec![],
+        };
+        let honest = Load {
+            max_batch: 8,
+            batch_milli_tokens_per_second: 120_000,
+            kv_blocks_total: 1456,
+            kv_blocks_available: 1400,
+            ..Load::default()
+        };
+        assert!(advert(honest).validate().is_ok());
+        let more_free = Load {
+            kv_blocks_available: 1457,
+            ..honest
+        };
+        let err = advert(more_free).validate().unwrap_err().to_string();
+        assert!(err.contains("kv_blocks_available"), "{err}");
+        let huge = Load {
+            max_batch: MAX_BATCH + 1,
+            ..honest
+        };
+        let err = advert(huge).validate().unwrap_err().to_string();
+        assert!(err.contains("max_batch"), "{err}");
+    }
+
+    #[test]
     fn sampling_rejects_out_of_range_values_by_name() {
         let bad = Sampling {
             temperature: f32::NAN,

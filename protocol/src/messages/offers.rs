@@ -158,9 +158,37 @@ pub struct Load {
     pub active_jobs: u32,
     pub queue_depth: u32,
     pub max_concurrent: u32,
+    /// Jobs the provider decodes together (continuous batching; 0: not said).
+    pub max_batch: u32,
+    /// Measured aggregate generation speed with `max_batch` jobs decoding together,
+    /// in thousandths of a token per second (0: not measured).
+    pub batch_milli_tokens_per_second: u32,
+    /// The KV-cache budget, in blocks of 16 positions (0: not paged).
+    pub kv_blocks_total: u32,
+    /// Blocks free now (or held only for prefix reuse).
+    pub kv_blocks_available: u32,
 }
 
+/// Most jobs an advert may say it decodes together.
+pub const MAX_BATCH: u32 = 4096;
+
 impl Load {
+    fn validate(&self) -> Result<(), ValidationError> {
+        if self.max_batch > MAX_BATCH {
+            return Err(ValidationError::field(
+                "load.max_batch",
+                format!("must be at most {MAX_BATCH}"),
+            ));
+        }
+        if self.kv_blocks_available > self.kv_blocks_total {
+            return Err(ValidationError::field(
+                "load.kv_blocks_available",
+                "must not exceed load.kv_blocks_total",
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether running plus queued work has reached the provider's bound (0: no bound).
     pub fn is_full(&self) -> bool {
         self.max_concurrent != 0
@@ -220,7 +248,7 @@ impl Advert {
         for address in &self.addresses {
             short("addresses", address)?;
         }
-        Ok(())
+        self.load.validate()
     }
 
     /// Whether the provider is inside one of its availability windows at `unix_ms`.
