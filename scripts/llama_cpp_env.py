@@ -36,7 +36,11 @@ mparams = L.llama_model_default_params()
 mparams.use_extra_bufts = repack
 model = L.llama_model_load_from_file(path.encode(), mparams)
 cparams = L.llama_context_default_params()
-cparams.n_ctx = max(2048, n * (max(len(p) for p in prompts) + tokens + 8))
+# Each sequence its own KV stream (not one cache that every token attends over,
+# masked), sized for its prompt and tokens: llama.cpp at its best for N slots.
+cparams.kv_unified = False
+per_sequence = -(-(max(len(p) for p in prompts) + tokens + 8) // 256) * 256
+cparams.n_ctx = n * per_sequence
 cparams.n_batch = cparams.n_ubatch = max(512, sum(len(p) for p in prompts))
 cparams.n_seq_max = n
 cparams.n_threads = cparams.n_threads_batch = threads

@@ -120,6 +120,8 @@ async fn jobs(
             },
             resume: Vec::new(),
             ignore_eos: true,
+            interruptible: false,
+            prefix_salt: [0; 32],
         })?);
     }
     let runs = futures::future::join_all(receivers.into_iter().map(|mut events| async move {

@@ -11,10 +11,11 @@
 //! KV memory is paged ([`sharemesh_kernels::llama::KvPool`]: blocks of 16 positions,
 //! a budget per model). A job joins the running set when the blocks its prompt needs
 //! are free; its full blocks are indexed by prefix ([`crate::prefix`]) for later jobs.
-//! When decoding runs out of blocks, unused indexed blocks go first, then the job that
-//! joined last is preempted: its blocks return to the pool and it waits at the front
-//! of the queue, to be recomputed (from whatever of its prefix is still indexed) and
-//! continue with the same tokens.
+//! When decoding runs out of blocks, unused indexed blocks go first, then the bronze
+//! (interruptible) job that joined last, or else the job that joined last, is
+//! preempted: its blocks return to the pool and it waits at the front of the queue, to
+//! be recomputed (from whatever of its prefix is still indexed) and continue with the
+//! same tokens.
 //!
 //! A job whose event channel is full (a slow client) sits out steps until it drains
 //! instead of holding up the batch; a job whose client went away leaves at once.
@@ -34,9 +35,10 @@ use crate::{EngineError, EngineEvent, GenerateRequest, LoadedModel};
 pub const DEFAULT_MAX_BATCH: usize = 8;
 /// KV-cache memory per model unless the provider sets it (`--kv-memory-mib`).
 pub const DEFAULT_KV_MEMORY_BYTES: usize = 1 << 30;
-/// Prompt tokens one job feeds per step: bounds a step's time, so a long prompt does
-/// not stall the tokens of jobs already decoding.
-const PREFILL_CHUNK: usize = 128;
+/// Prompt tokens fed per step, all prefilling jobs together (oldest first): bounds a
+/// step's time, so prompts arriving together or a long one do not stall the tokens of
+/// jobs already decoding, and the first job's prompt is not held up by the later ones'.
+const PREFILL_BUDGET: usize = 128;
 
 /// A job of the batch: its generation state, cache, and client.
 struct Running {
@@ -48,6 +50,10 @@ struct Running {
     pending: Vec<u32>,
     prefilling: bool,
     reused: usize,
+    /// Bronze work: preempted first when KV memory runs out.
+    interruptible: bool,
+    /// The first link of its blocks' hash chain (`GenerateRequest::prefix_salt`).
+    prefix_salt: BlockHash,
     /// Hashes of the cache's full blocks, and how many of them are indexed.
     chain: Vec<BlockHash>,
     indexed: usize,
@@ -87,7 +93,7 @@ impl Running {
     /// Indexes the cache's newly full blocks under their prefix hashes.
     fn index_blocks(&mut self, index: &mut PrefixIndex) {
         let cached = &self.decoder.to_prefill()[..self.cache.positions()];
-        extend_chain(&mut self.chain, cached);
+        extend_chain(&mut self.chain, &self.prefix_salt, cached);
         let blocks = self.cache.full_blocks();
         for (hash, block) in self.chain.iter().zip(blocks).skip(self.indexed) {
             index.insert(*hash, block);
@@ -183,6 +189,7 @@ impl Batch {
         committed: usize,
         counters: &Counters<'_>,
     ) {
+        let (interruptible, prefix_salt) = (request.interruptible, request.prefix_salt);
         let started = Decoder::new(&mut models[model], request).and_then(|decoder| {
             let llama = models[model].kernel_llama().ok_or_else(|| {
                 EngineError::Unsupported("batching needs the sharemesh kernels".into())
@@ -217,6 +224,8 @@ impl Batch {
             pending: Vec::new(),
             prefilling: true,
             reused: 0,
+            interruptible,
+            prefix_salt,
             chain: Vec::new(),
             indexed: 0,
             unsent: VecDeque::new(),
@@ -247,7 +256,7 @@ impl Batch {
             let history = job.decoder.to_prefill();
             // The longest indexed prefix, leaving at least one token to run for logits.
             let mut chain = Vec::new();
-            extend_chain(&mut chain, &history[..history.len() - 1]);
+            extend_chain(&mut chain, &job.prefix_salt, &history[..history.len() - 1]);
             let blocks = kv.prefixes.longest(&chain);
             let reused = blocks.len() * BLOCK_POSITIONS;
             let needed = KvPool::blocks_for(history.len()) - blocks.len() + 1;
@@ -289,46 +298,60 @@ impl Batch {
         }
     }
 
-    /// The jobs of `model` that can move this step (their client keeps up), by index.
-    fn ready(&mut self, model: usize) -> Vec<usize> {
-        (0..self.running.len())
-            .filter(|&i| {
-                let r = &mut self.running[i];
-                r.model == model && !r.done && r.flush() && r.unsent.is_empty()
-            })
-            .collect()
+    /// The jobs of `model` that move this step and the tokens each feeds, in joining
+    /// order: every decoding job its last token; prefilling (or recomputing) jobs the
+    /// rest of their prompt, oldest first, within [`PREFILL_BUDGET`]. A job whose
+    /// client does not keep up sits out.
+    fn plan(&mut self, model: usize) -> Vec<(usize, usize)> {
+        let mut budget = PREFILL_BUDGET;
+        let mut plan = Vec::new();
+        for (i, r) in self.running.iter_mut().enumerate() {
+            if r.model != model || r.done || !r.flush() || !r.unsent.is_empty() {
+                continue;
+            }
+            let feed = match r.pending.len() {
+                0 => continue,
+                1 if !r.prefilling => 1,
+                pending => {
+                    let feed = pending.min(budget);
+                    budget -= feed;
+                    feed
+                }
+            };
+            if feed > 0 {
+                plan.push((i, feed));
+            }
+        }
+        plan
     }
 
     fn step_model(&mut self, models: &[LoadedModel], model: usize) -> bool {
         let Some(llama) = models[model].kernel_llama() else {
             return false;
         };
-        let mut ready = self.ready(model);
-        if ready.is_empty() || !self.make_room(model, llama, &mut ready) {
+        let mut plan = self.plan(model);
+        if plan.is_empty() || !self.make_room(model, llama, &mut plan) {
             return false;
         }
         let tokenizer = &models[model].vocabulary.tokenizer;
-        let feeds: Vec<usize> = ready
-            .iter()
-            .map(|&i| self.running[i].pending.len().min(PREFILL_CHUNK))
-            .collect();
-        let mut entries: Vec<BatchEntry<'_>> = Vec::with_capacity(ready.len());
+        let mut entries: Vec<BatchEntry<'_>> = Vec::with_capacity(plan.len());
+        let mut planned = plan.iter().peekable();
         for (i, r) in self.running.iter_mut().enumerate() {
-            if let Some(at) = ready.iter().position(|&j| j == i) {
+            if let Some(&(_, feed)) = planned.next_if(|&&(j, _)| j == i) {
                 entries.push(BatchEntry {
                     position: r.cache.positions(),
-                    tokens: &r.pending[..feeds[at]],
+                    tokens: &r.pending[..feed],
                     cache: &mut r.cache,
                 });
             }
         }
-        // `entries` follows `self.running`'s order; `ready` is sorted the same way.
+        // `plan` follows `self.running`'s order, so `entries` does too.
         let outcome = llama.forward_batch(&mut entries);
         drop(entries);
         let logits = match outcome {
             Ok(logits) => logits,
             Err(err) => {
-                for &i in &ready {
+                for &(i, _) in &plan {
                     self.running[i].fail(EngineError::Inference(err.to_string()));
                 }
                 return true;
@@ -337,7 +360,7 @@ impl Batch {
         let Some(kv) = self.kv.get_mut(model).and_then(Option::as_mut) else {
             return true;
         };
-        for ((&i, fed), logits) in ready.iter().zip(feeds).zip(logits) {
+        for (&(i, fed), logits) in plan.iter().zip(logits) {
             let r = &mut self.running[i];
             r.pending.drain(..fed);
             r.index_blocks(&mut kv.prefixes);
@@ -353,36 +376,30 @@ impl Batch {
         true
     }
 
-    /// Frees blocks until this step's feeds fit: indexed blocks nobody holds first,
-    /// then the jobs that joined last are preempted (and dropped from `ready`). `false`
+    /// Frees blocks until the planned feeds fit: indexed blocks nobody holds first,
+    /// then the jobs that joined last are preempted (and dropped from `plan`). `false`
     /// when nothing is left to run.
-    fn make_room(&mut self, model: usize, llama: &Llama, ready: &mut Vec<usize>) -> bool {
+    fn make_room(&mut self, model: usize, llama: &Llama, plan: &mut Vec<(usize, usize)>) -> bool {
         loop {
-            let needed: usize = ready
+            let needed: usize = plan
                 .iter()
-                .map(|&i| {
-                    let r = &self.running[i];
-                    r.cache.blocks_needed(r.pending.len().min(PREFILL_CHUNK))
-                })
+                .map(|&(i, feed)| self.running[i].cache.blocks_needed(feed))
                 .sum();
             let kv = self.model_kv(model, llama);
             let short = needed.saturating_sub(kv.pool.free());
             if short == 0 || kv.prefixes.evict(short) == short {
                 return true;
             }
-            // The job that joined last among this model's (the running set keeps
-            // joining order).
-            let Some(victim) = (0..self.running.len())
-                .rev()
-                .find(|&i| self.running[i].model == model && !self.running[i].done)
-            else {
-                return false;
-            };
-            let holders = self
+            let candidate = |r: &Running| r.model == model && !r.done;
+            let jobs: Vec<(bool, bool)> = self
                 .running
                 .iter()
-                .filter(|r| r.model == model && !r.done)
-                .count();
+                .map(|r| (candidate(r), r.interruptible))
+                .collect();
+            let Some(victim) = preemption_victim(&jobs) else {
+                return false;
+            };
+            let holders = self.running.iter().filter(|r| candidate(r)).count();
             if holders == 1 {
                 // Alone and still short: the budget is too small for this job here.
                 let kv = self.model_kv(model, llama);
@@ -393,17 +410,17 @@ impl Batch {
                     kv.pool.capacity()
                 ));
                 self.running[victim].fail(err);
-                ready.retain(|&i| i != victim);
-                return !ready.is_empty();
+                plan.retain(|&(i, _)| i != victim);
+                return !plan.is_empty();
             }
             self.preempt(victim);
-            ready.retain(|&i| i != victim);
-            for i in ready.iter_mut() {
+            plan.retain(|&(i, _)| i != victim);
+            for (i, _) in plan.iter_mut() {
                 if *i > victim {
                     *i -= 1;
                 }
             }
-            if ready.is_empty() {
+            if plan.is_empty() {
                 return false;
             }
         }
@@ -463,6 +480,17 @@ impl Batch {
     }
 }
 
+/// Which job to preempt, given each running job's (candidate, interruptible) in joining
+/// order: the interruptible (bronze) candidate that joined last, or else the candidate
+/// that joined last.
+fn preemption_victim(jobs: &[(bool, bool)]) -> Option<usize> {
+    let last = |bronze_only: bool| {
+        jobs.iter()
+            .rposition(|&(candidate, bronze)| candidate && (bronze || !bronze_only))
+    };
+    last(true).or_else(|| last(false))
+}
+
 /// Takes the job's next token(s) from `logits` and queues its events.
 fn advance(r: &mut Running, mut logits: Vec<f32>, tokenizer: &sharemesh_tokenizer::GgufTokenizer) {
     loop {
@@ -491,5 +519,25 @@ fn advance(r: &mut Running, mut logits: Vec<f32>, tokenizer: &sharemesh_tokenize
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::preemption_victim;
+
+    #[test]
+    fn bronze_work_is_preempted_first_then_the_last_to_join() {
+        // (candidate: this model's and running, interruptible)
+        let bronze_early = [(true, true), (true, false), (true, false)];
+        assert_eq!(preemption_victim(&bronze_early), Some(0));
+        let two_bronze = [(true, true), (true, false), (true, true), (true, false)];
+        assert_eq!(preemption_victim(&two_bronze), Some(2));
+        let none_bronze = [(true, false), (true, false), (false, false)];
+        assert_eq!(preemption_victim(&none_bronze), Some(1));
+        // Another model's bronze job is not this model's to preempt.
+        let other_model = [(false, true), (true, false)];
+        assert_eq!(preemption_victim(&other_model), Some(1));
+        assert_eq!(preemption_victim(&[(false, true)]), None);
     }
 }

@@ -18,6 +18,13 @@ pub struct GenerateRequest {
     pub resume: Vec<u32>,
     /// Keep generating past end-of-text (benchmarks need a fixed token count).
     pub ignore_eos: bool,
+    /// Bronze work: when the batch runs out of KV memory, such jobs are preempted
+    /// (and recomputed later) before any other.
+    pub interruptible: bool,
+    /// Starts the hash chain of the job's KV blocks: only jobs with the same salt share
+    /// cached prefixes. A provider salts with the buyer's id, so one buyer cannot learn
+    /// from its time to first token whether another sent the same prompt.
+    pub prefix_salt: [u8; 32],
 }
 
 /// One new completion token.

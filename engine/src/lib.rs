@@ -455,6 +455,8 @@ pub fn oneshot_generate(
             sampling,
             resume: Vec::new(),
             ignore_eos: false,
+            interruptible: false,
+            prefix_salt: [0; 32],
         },
         |_| true,
     )

@@ -19,22 +19,23 @@ pub(crate) type BlockHash = [u8; 32];
 
 const DOMAIN: &[u8] = b"sharemesh/kv-prefix/v1";
 
-/// The hash of the block of `tokens` (one block's worth) that follows `previous`.
-pub(crate) fn next_hash(previous: Option<&BlockHash>, tokens: &[u32]) -> BlockHash {
+/// The hash of the block of `tokens` (one block's worth) that follows the block hashed
+/// `previous` (for the first block: the job's salt).
+pub(crate) fn next_hash(previous: &BlockHash, tokens: &[u32]) -> BlockHash {
     let mut hasher = Sha256::new();
     hasher.update(DOMAIN);
-    hasher.update(previous.unwrap_or(&[0; 32]));
+    hasher.update(previous);
     for token in tokens {
         hasher.update(token.to_le_bytes());
     }
     hasher.finalize().into()
 }
 
-/// Extends `chain` (the hashes of the first `chain.len()` blocks of `tokens`) to every
-/// full block of `tokens`.
-pub(crate) fn extend_chain(chain: &mut Vec<BlockHash>, tokens: &[u32]) {
+/// Extends `chain` (the hashes of the first `chain.len()` blocks of `tokens`, salted
+/// with `salt`) to every full block of `tokens`.
+pub(crate) fn extend_chain(chain: &mut Vec<BlockHash>, salt: &BlockHash, tokens: &[u32]) {
     for block in tokens.chunks_exact(BLOCK_POSITIONS).skip(chain.len()) {
-        let hash = next_hash(chain.last(), block);
+        let hash = next_hash(chain.last().unwrap_or(salt), block);
         chain.push(hash);
     }
 }
@@ -116,8 +117,12 @@ mod tests {
     use sharemesh_kernels::llama::{KvPool, SequenceCache};
 
     fn chain_of(tokens: &[u32]) -> Vec<BlockHash> {
+        salted_chain(&[0; 32], tokens)
+    }
+
+    fn salted_chain(salt: &BlockHash, tokens: &[u32]) -> Vec<BlockHash> {
         let mut chain = Vec::new();
-        extend_chain(&mut chain, tokens);
+        extend_chain(&mut chain, salt, tokens);
         chain
     }
 
@@ -141,8 +146,11 @@ mod tests {
         assert_ne!(late[1], chain[1]);
         // Extending a chain continues it.
         let mut grown = chain_of(&tokens[..20]);
-        extend_chain(&mut grown, &tokens);
+        extend_chain(&mut grown, &[0; 32], &tokens);
         assert_eq!(grown, chain);
+        // Another salt (another buyer): no block in common.
+        let other_buyer = salted_chain(&[7; 32], &tokens);
+        assert!(other_buyer.iter().all(|hash| !chain.contains(hash)));
     }
 
     #[test]

@@ -346,6 +346,8 @@ mod tests {
             },
             resume,
             ignore_eos: false,
+            interruptible: false,
+            prefix_salt: [0; 32],
         }
     }
 

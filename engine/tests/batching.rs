@@ -169,6 +169,8 @@ fn jobs_served_together_by_the_engine_match_their_solo_runs() {
         sampling,
         resume,
         ignore_eos: false,
+        interruptible: false,
+        prefix_salt: [0; 32],
     };
     let greedy = |max_tokens| Sampling {
         max_tokens,
@@ -294,6 +296,8 @@ fn greedy_request(model: &LoadedModel, prompt: Prompt, max_tokens: u32) -> Gener
         },
         resume: Vec::new(),
         ignore_eos: true,
+        interruptible: false,
+        prefix_salt: [0; 32],
     }
 }
 
@@ -352,7 +356,8 @@ fn jobs_preempted_for_kv_memory_resume_with_their_solo_tokens() {
 }
 
 /// Jobs that share a system prompt start from the blocks an earlier job filled (its
-/// full 16-position blocks, found by prefix hash), and still get their solo tokens.
+/// full 16-position blocks, found by prefix hash), and still get their solo tokens;
+/// a job salted for another buyer does not.
 #[test]
 fn a_shared_prefix_is_reused_from_indexed_blocks() {
     let path = support::default_model_path();
@@ -390,10 +395,15 @@ fn a_shared_prefix_is_reused_from_indexed_blocks() {
         b.reused_tokens
     );
     assert_eq!(b.reused_tokens % 16, 0, "whole blocks");
-    assert_eq!(
-        (a.token_ids, b.token_ids),
-        (solo[0].0.clone(), solo[1].0.clone())
-    );
+    assert_eq!((&a.token_ids, &b.token_ids), (&solo[0].0, &solo[1].0));
+    // Another buyer (another salt) shares nothing, however alike the prompts.
+    let stranger = GenerateRequest {
+        prefix_salt: [9; 32],
+        ..second
+    };
+    let c = run(&stranger);
+    assert_eq!(c.reused_tokens, 0);
+    assert_eq!(c.token_ids, solo[1].0);
 }
 
 /// A job whose context could outgrow the whole KV budget is refused at once, with the

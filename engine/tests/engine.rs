@@ -67,6 +67,8 @@ fn run(
         sampling,
         resume,
         ignore_eos: false,
+        interruptible: false,
+        prefix_salt: [0; 32],
     };
     model.generate(&request, |_| true).unwrap()
 }
@@ -384,6 +386,8 @@ fn penalties_and_biases_change_the_answer_and_resume_exactly() {
         },
         resume: vec![],
         ignore_eos: false,
+        interruptible: false,
+        prefix_salt: [0; 32],
     };
     let err = model.generate(&outside, |_| true).unwrap_err().to_string();
     assert!(err.contains("outside the vocabulary"), "{err}");
@@ -398,6 +402,8 @@ fn streamed_deltas_concatenate_to_the_final_text() {
         sampling: greedy(40),
         resume: vec![],
         ignore_eos: false,
+        interruptible: false,
+        prefix_salt: [0; 32],
     };
     let mut streamed = String::new();
     let mut indices = Vec::new();
@@ -441,6 +447,8 @@ fn cancelling_stops_within_one_token() {
         sampling: greedy(64),
         resume: vec![],
         ignore_eos: false,
+        interruptible: false,
+        prefix_salt: [0; 32],
     };
     let mut seen = 0;
     let g = model
@@ -466,6 +474,8 @@ fn bad_requests_are_clear_errors() {
                 sampling: greedy(4),
                 resume: vec![],
                 ignore_eos: false,
+                interruptible: false,
+                prefix_salt: [0; 32],
             },
             |_| true,
         )
@@ -479,6 +489,8 @@ fn bad_requests_are_clear_errors() {
                 sampling: greedy(4),
                 resume: vec![],
                 ignore_eos: false,
+                interruptible: false,
+                prefix_salt: [0; 32],
             },
             |_| true,
         )
@@ -496,6 +508,8 @@ fn bad_requests_are_clear_errors() {
                 sampling: bad,
                 resume: vec![],
                 ignore_eos: false,
+                interruptible: false,
+                prefix_salt: [0; 32],
             },
             |_| true,
         )
@@ -509,6 +523,8 @@ fn bad_requests_are_clear_errors() {
                 sampling: greedy(4),
                 resume: vec![],
                 ignore_eos: false,
+                interruptible: false,
+                prefix_salt: [0; 32],
             },
             |_| true,
         )

@@ -39,6 +39,8 @@ fn run(
         sampling: sampling.clone(),
         resume,
         ignore_eos: false,
+        interruptible: false,
+        prefix_salt: [0; 32],
     };
     model.generate(&request, |_| true)
 }
@@ -121,6 +123,8 @@ fn a_verifier_replays_a_constrained_job_bit_for_bit() {
             sampling: sampling.clone(),
             resume,
             ignore_eos: true, // even so, a finished format ends the text
+            interruptible: false,
+            prefix_salt: [0; 32],
         };
         let mut fingerprints = Vec::new();
         let generation = model

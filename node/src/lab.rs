@@ -355,6 +355,8 @@ impl Lab {
             sampling: request.sampling.clone(),
             resume: Vec::new(),
             ignore_eos: false,
+            interruptible: false,
+            prefix_salt: [0; 32],
         }))
     }
 

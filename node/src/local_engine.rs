@@ -170,6 +170,8 @@ pub fn generate(data_dir: &Path, args: GenerateArgs) -> Result<()> {
         sampling,
         resume: args.resume.clone(),
         ignore_eos: args.ignore_eos,
+        interruptible: false,
+        prefix_salt: [0; 32],
     };
     let stream = !args.json;
     let mut stdout = std::io::stdout();
@@ -267,6 +269,8 @@ pub fn measure_with(
                 },
                 resume: Vec::new(),
                 ignore_eos: true,
+                interruptible: false,
+                prefix_salt: [0; 32],
             },
             |_| {
                 bar.inc(1);

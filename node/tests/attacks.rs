@@ -428,3 +428,56 @@ async fn a_slow_model_header_delays_no_request_beyond_the_count_wait() {
         started.elapsed()
     );
 }
+
+/// Attack (`falsely-full`): a cheap provider claims to be full to every quote and job
+/// (`OverCapacity`) while its adverts offer the lowest price, to make requests wait in
+/// the gateway's waiting room or fail. A refusal for capacity makes a request wait only
+/// when nobody quoted it: beside an honest provider the request is served at once;
+/// alone, the liar makes it wait no longer than the gateway's bound and then get 503
+/// `providers_busy` — what a provider that really is full gets it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_claiming_to_be_full_delays_nobody_beside_an_honest_one() {
+    let lab = Lab::start(
+        vec![adversary(50, Adversary::FalselyFull), provider(100)],
+        GatewaySpec::default(),
+    )
+    .await
+    .unwrap();
+    let honest = lab.providers[1].node_id;
+    let started = std::time::Instant::now();
+    let done = lab
+        .complete(Lab::request("hi", 4, RoutingOptions::default()))
+        .await
+        .unwrap();
+    assert_eq!(done.providers, vec![honest]);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let bounded = GatewaySpec {
+        defaults: sharemesh_gateway::plan::RoutingDefaults {
+            waiting: sharemesh_gateway::waiting::WaitPolicy {
+                max_wait: Duration::from_secs(1),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..GatewaySpec::default()
+    };
+    let alone = Lab::start(vec![adversary(50, Adversary::FalselyFull)], bounded)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = alone
+        .complete(Lab::request("hi", 4, RoutingOptions::default()))
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

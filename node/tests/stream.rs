@@ -93,6 +93,8 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
                 },
                 resume: vec![],
                 ignore_eos: false,
+                interruptible: false,
+                prefix_salt: [0; 32],
             },
             |_| true,
         )

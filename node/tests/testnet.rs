@@ -148,6 +148,18 @@ fn testnet_up_status_logs_down_leaves_no_process_behind() {
         assert_eq!(report["completed"], 4, "{kind}: {report}");
         assert!(report["ttft_ms_p50"].as_f64().unwrap() > 0.0);
         assert!(!report["paid_per_provider"].as_object().unwrap().is_empty());
+        // Every delivered token is some provider's, and each provider's rate is its
+        // tokens over the run.
+        let served = report["tokens_per_second_per_provider"]
+            .as_object()
+            .unwrap();
+        let seconds = report["seconds"].as_f64().unwrap();
+        let tokens: f64 = served.values().map(|r| r.as_f64().unwrap() * seconds).sum();
+        assert!(
+            (3.5..=24.5).contains(&tokens),
+            "{kind}: {tokens} tokens: {report}"
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("served"));
         assert!(String::from_utf8_lossy(&out.stdout).contains("completed"));
         if kind == "partition" {
             let p = &report["partition"];

@@ -119,6 +119,14 @@ impl Provider {
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         metrics.active_jobs.set(gauge(self.engine.active_jobs()));
         metrics.queue_depth.set(gauge(self.engine.queue_depth()));
+        if let Some(batch) = self.engine.batch_capacity() {
+            metrics
+                .kv_blocks_available
+                .set(gauge(batch.available_blocks));
+            metrics.kv_blocks_total.set(gauge(batch.total_blocks));
+            let preemptions = i64::try_from(batch.preemptions).unwrap_or(i64::MAX);
+            metrics.kv_preemptions.set(preemptions);
+        }
         if self.hardware.gpus.is_empty() {
             return;
         }

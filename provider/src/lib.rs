@@ -51,6 +51,8 @@ fn engine_request(job: &JobRequest) -> GenerateRequest {
         sampling: job.sampling.clone(),
         resume: job.resume.clone(),
         ignore_eos: false,
+        interruptible: job.tier == Tier::Interruptible,
+        prefix_salt: *job.buyer.as_bytes(),
     }
 }
 const FINAL_RECEIPT_WAIT: Duration = Duration::from_secs(5);
@@ -335,6 +337,9 @@ impl Provider {
             request.max_price_per_token,
             now,
         )?;
+        if self.policy.adversary == Some(crate::policy::Adversary::FalselyFull) {
+            return Err((RejectReason::OverCapacity, "all slots are busy".into()));
+        }
         let busy = self.engine.active_jobs() + self.engine.queue_depth();
         if request.tier == Tier::Reserved && busy > 0 {
             // Gold work never waits behind bronze: preempt an interruptible job.

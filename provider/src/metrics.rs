@@ -26,6 +26,12 @@ pub struct ProviderMetrics {
     pub earned_nano_usd: Counter,
     pub active_jobs: Gauge,
     pub queue_depth: Gauge,
+    /// The batching engine's KV blocks: free (or held only for prefix reuse), and all.
+    pub kv_blocks_available: Gauge,
+    pub kv_blocks_total: Gauge,
+    /// Jobs preempted (and recomputed) because decoding ran out of KV blocks; a gauge
+    /// set from the engine's own count.
+    pub kv_preemptions: Gauge,
     /// Decode speed of the last job that finished (tokens/s, the engine's own timing).
     pub engine_tokens_per_second: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub time_to_first_token: Histogram,
@@ -45,6 +51,9 @@ impl ProviderMetrics {
             earned_nano_usd: Counter::default(),
             active_jobs: Gauge::default(),
             queue_depth: Gauge::default(),
+            kv_blocks_available: Gauge::default(),
+            kv_blocks_total: Gauge::default(),
+            kv_preemptions: Gauge::default(),
             engine_tokens_per_second: Gauge::default(),
             // 1 ms .. ~33 s.
             time_to_first_token: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
@@ -78,6 +87,21 @@ impl ProviderMetrics {
             "queue_depth",
             "Jobs waiting for the engine",
             metrics.queue_depth.clone(),
+        );
+        r.register(
+            "kv_blocks_available",
+            "KV-cache blocks (16 positions) free or held only for prefix reuse",
+            metrics.kv_blocks_available.clone(),
+        );
+        r.register(
+            "kv_blocks_total",
+            "KV-cache blocks of the batch's budget",
+            metrics.kv_blocks_total.clone(),
+        );
+        r.register(
+            "kv_preemptions",
+            "Jobs preempted and recomputed because decoding ran out of KV blocks",
+            metrics.kv_preemptions.clone(),
         );
         r.register(
             "engine_tokens_per_second",

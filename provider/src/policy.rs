@@ -202,6 +202,9 @@ pub enum Adversary {
     /// made 2 nats less likely than the model says (a buyer comparing providers by
     /// confidence would pick it).
     LieLogprobs,
+    /// Claims to be full: answers every quote and job `OverCapacity` while its adverts
+    /// offer a low price (to make buyers' requests wait, or fail, for capacity).
+    FalselyFull,
 }
 
 impl std::str::FromStr for Adversary {
@@ -229,6 +232,7 @@ impl std::str::FromStr for Adversary {
             "lazy-verifier" => Ok(Adversary::LazyVerifier),
             "claim-gpu" => Ok(Adversary::ClaimGpu(number()?)),
             "lie-logprobs" => Ok(Adversary::LieLogprobs),
+            "falsely-full" => Ok(Adversary::FalselyFull),
             "truncate-layers" => {
                 let count = u32::try_from(number()?).map_err(|_| "layer count too large")?;
                 Ok(Adversary::TruncateLayers(count))
@@ -243,7 +247,7 @@ impl std::str::FromStr for Adversary {
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB, lie-logprobs)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB, lie-logprobs, falsely-full)"
             )),
         }
     }
@@ -265,6 +269,7 @@ mod tests {
         assert_eq!("lazy-verifier".parse(), Ok(Adversary::LazyVerifier));
         assert_eq!("claim-gpu:64".parse(), Ok(Adversary::ClaimGpu(64)));
         assert_eq!("lie-logprobs".parse(), Ok(Adversary::LieLogprobs));
+        assert_eq!("falsely-full".parse(), Ok(Adversary::FalselyFull));
         assert_eq!(
             "truncate-layers:2".parse(),
             Ok(Adversary::TruncateLayers(2))

@@ -168,6 +168,11 @@ pub struct MarketSimArgs {
     /// gateway with `--hedge-gold` does).
     #[arg(long)]
     pub no_hedge_gold: bool,
+    /// Share of providers that batch: one engine decoding up to 8 jobs together, each
+    /// job slower the fuller the batch (aggregate with k jobs = single-stream speed ·
+    /// kᵉ, e drawn in 0.45–0.9).
+    #[arg(long, default_value_t = 0.0)]
+    pub batching_share: f64,
     /// Also write the table as CSV here.
     #[arg(long)]
     pub csv: Option<PathBuf>,
@@ -181,6 +186,12 @@ fn market_sim(args: &MarketSimArgs) -> Result<()> {
     if !(args.load.is_finite() && args.load > 0.0 && args.load <= 10.0) {
         anyhow::bail!("--load must be in (0, 10], got {}", args.load);
     }
+    if !(0.0..=1.0).contains(&args.batching_share) {
+        anyhow::bail!(
+            "--batching-share must be in [0, 1], got {}",
+            args.batching_share
+        );
+    }
     if args.providers == 0 || args.requests == 0 || args.quote_k == 0 || args.reserved_every == 0 {
         anyhow::bail!("--providers, --requests, --quote-k and --reserved-every must be at least 1");
     }
@@ -193,6 +204,7 @@ fn market_sim(args: &MarketSimArgs) -> Result<()> {
         reserved_every: args.reserved_every,
         hedge_gold: !args.no_hedge_gold,
         weights: sharemesh_market::ScoreWeights::default(),
+        batching_share: args.batching_share,
     };
     let reports = market_sim::simulate(&config);
     if args.json {

@@ -48,6 +48,8 @@ struct Outcome {
     tokens: u64,
     tokens_per_second: Option<f64>,
     providers: Vec<String>,
+    /// Tokens each provider delivered (the response's segments).
+    tokens_by_provider: BTreeMap<String, u64>,
     error: Option<String>,
 }
 
@@ -64,6 +66,9 @@ pub struct ScenarioReport {
     pub seconds: f64,
     /// nano-USD paid to each provider, from the gateway's ledger.
     pub paid_per_provider: BTreeMap<String, u64>,
+    /// Each provider's delivered tokens over the run's wall time: its aggregate
+    /// throughput (all its concurrent streams together).
+    pub tokens_per_second_per_provider: BTreeMap<String, f64>,
     pub errors: Vec<String>,
     /// Partition only.
     pub partition: Option<PartitionReport>,
@@ -183,6 +188,22 @@ async fn one(http: &str, key: Option<&str>, i: usize, max_tokens: u32) -> Outcom
                 .filter_map(|p| p.as_str().map(str::to_owned))
                 .collect();
             outcome.ok = true;
+        }
+        // The last chunk's segments: how many tokens each provider delivered.
+        for segment in chunk["sharemesh"]["segments"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(provider), Some(tokens)) = (
+                segment["provider"].as_str(),
+                segment["completion_tokens"].as_u64(),
+            ) {
+                *outcome
+                    .tokens_by_provider
+                    .entry(provider.to_owned())
+                    .or_default() += tokens;
+            }
         }
     }
     if let Some(first) = first {
@@ -360,6 +381,15 @@ pub fn run(
         .filter_map(|o| o.tokens_per_second)
         .collect();
     let completed = outcomes.iter().filter(|o| o.ok).count();
+    let seconds = started.elapsed().as_secs_f64();
+    let mut tokens_by_provider: BTreeMap<String, u64> = BTreeMap::new();
+    for (provider, tokens) in outcomes.iter().flat_map(|o| &o.tokens_by_provider) {
+        *tokens_by_provider.entry(provider.clone()).or_default() += tokens;
+    }
+    let tokens_per_second_per_provider = tokens_by_provider
+        .into_iter()
+        .map(|(provider, tokens)| (provider, tokens as f64 / seconds.max(1e-9)))
+        .collect();
     let report = ScenarioReport {
         scenario: args.kind,
         requests: args.requests,
@@ -369,8 +399,9 @@ pub fn run(
         ttft_ms_p50: quantile(&mut ttft, 0.5),
         ttft_ms_p95: quantile(&mut ttft, 0.95),
         tokens_per_second_p50: quantile(&mut tps, 0.5),
-        seconds: started.elapsed().as_secs_f64(),
+        seconds,
         paid_per_provider,
+        tokens_per_second_per_provider,
         errors: outcomes.iter().filter_map(|o| o.error.clone()).collect(),
         partition,
     };
@@ -426,6 +457,9 @@ pub fn print(report: &ScenarioReport) {
     }
     for (provider, paid) in &report.paid_per_provider {
         println!("  paid {provider}  ${:.9}", *paid as f64 / 1e9);
+    }
+    for (provider, rate) in &report.tokens_per_second_per_provider {
+        println!("  served {provider}  {rate:.1} tokens/s (all its streams together)");
     }
     for error in report.errors.iter().take(5) {
         println!("  error: {error}");

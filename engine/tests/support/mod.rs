@@ -70,6 +70,8 @@ pub fn greedy_job(
         },
         resume,
         ignore_eos: false,
+        interruptible: false,
+        prefix_salt: [0; 32],
     };
     model.generate(&request, |_| true).unwrap()
 }
@@ -88,6 +90,8 @@ pub fn serve_fingerprinted(
         sampling,
         resume,
         ignore_eos: true,
+        interruptible: false,
+        prefix_salt: [0; 32],
     };
     let mut fingerprints = Vec::new();
     let generation = model

@@ -99,6 +99,9 @@ struct Job {
     on_reserved_slot: bool,
     first_token_at: f64,
     tokens: u32,
+    /// Tokens per second, set when it starts from the jobs sharing the provider then
+    /// (a batching provider's later joiners do not slow it down: an approximation).
+    speed: f64,
     price: u64,
     /// Ended (completed, failed or preempted); a preempted job's scheduled end is ignored.
     finished: bool,
@@ -244,7 +247,7 @@ impl<'w> Sim<'w> {
             })
             .map(|&j| {
                 let job = &self.jobs[j];
-                job.first_token_at + f64::from(job.tokens) / provider.tokens_per_second
+                job.first_token_at + f64::from(job.tokens) / job.speed
             })
             .collect();
         free_at.resize(usable.max(1) as usize, now);
@@ -261,7 +264,7 @@ impl<'w> Sim<'w> {
                 .expect("at least one slot");
             *earliest = earliest.max(now)
                 + START_OVERHEAD_S
-                + f64::from(self.requests[r].remaining) / provider.tokens_per_second;
+                + f64::from(self.requests[r].remaining) / provider.stream_speed(usable);
         }
         free_at
             .iter()
@@ -322,6 +325,7 @@ impl<'w> Sim<'w> {
             let mut offers = Vec::new();
             for &p in round {
                 let provider = &self.world.providers[p];
+                let running = self.providers[p].running.len() as u32;
                 let wait = self.queue_wait_s(p, tier, now);
                 if shortest.is_none_or(|(w, _)| wait < w) {
                     shortest = Some((wait, p));
@@ -334,7 +338,7 @@ impl<'w> Sim<'w> {
                 offers.push(OfferView {
                     price_per_token: price(p),
                     latency_ms: provider.rtt_ms + 1000.0 * wait,
-                    tokens_per_second: provider.tokens_per_second,
+                    tokens_per_second: provider.stream_speed(running + 1),
                     reliability: (f64::from(ok) + 1.0) / (f64::from(total) + 2.0),
                 });
             }
@@ -353,7 +357,8 @@ impl<'w> Sim<'w> {
         let tier = self.world.requests[request].tier;
         let tokens = self.requests[request].remaining;
         let first_token_at = now + p.rtt_ms / 1000.0 + START_OVERHEAD_S;
-        let full_end = first_token_at + f64::from(tokens) / p.tokens_per_second;
+        let speed = p.stream_speed(self.providers[provider].running.len() as u32 + 1);
+        let full_end = first_token_at + f64::from(tokens) / speed;
         let failed = self.rng.random::<f64>() >= p.reliability;
         let end = if failed {
             first_token_at + self.rng.random::<f64>() * (full_end - first_token_at)
@@ -378,6 +383,7 @@ impl<'w> Sim<'w> {
             on_reserved_slot,
             first_token_at,
             tokens,
+            speed,
             price: p.prices[tier.index()].unwrap_or(0),
             finished: false,
         });
@@ -396,8 +402,7 @@ impl<'w> Sim<'w> {
     /// Tokens a job had delivered by `now`.
     fn delivered(&self, job: usize, now: f64) -> u32 {
         let j = &self.jobs[job];
-        let speed = self.world.providers[j.provider].tokens_per_second;
-        (((now - j.first_token_at).max(0.0) * speed).floor() as u32).min(j.tokens)
+        (((now - j.first_token_at).max(0.0) * j.speed).floor() as u32).min(j.tokens)
     }
 
     fn release(&mut self, job: usize, delivered: u32) {
@@ -725,6 +730,51 @@ mod tests {
         assert!(hedged.iter().all(|&g| g >= 0.98), "{hedged:?}");
         assert!(mean(&hedged) >= 0.99, "{hedged:?}");
         assert!(mean(&hedged) > mean(&single), "{hedged:?} vs {single:?}");
+    }
+
+    /// Providers that batch: each job's speed is its share of the batch's aggregate
+    /// when it starts, every request is still accounted for, and the auction still
+    /// keeps gold's SLA and beats the baselines on cost.
+    #[test]
+    fn batching_providers_serve_slower_streams_and_the_auction_still_holds() {
+        let config = SimConfig {
+            batching_share: 0.5,
+            ..SimConfig::default()
+        };
+        let world = World::generate(&config);
+        let batching: Vec<&SimProvider> = world
+            .providers
+            .iter()
+            .filter(|p| p.batch_exponent.is_some())
+            .collect();
+        assert!(
+            batching.len() > 10 && batching.len() < 30,
+            "{}",
+            batching.len()
+        );
+        for p in &batching {
+            assert_eq!(p.slots, world::SIM_MAX_BATCH);
+            assert!(p.stream_speed(1) == p.tokens_per_second);
+            assert!(p.stream_speed(8) < p.stream_speed(2));
+            assert!(p.capacity() > p.tokens_per_second && p.capacity() < 8.0 * p.tokens_per_second);
+        }
+        let reports = simulate(&config);
+        for report in &reports {
+            let requests: usize = report.tiers.iter().map(|t| t.requests).sum();
+            assert_eq!(requests, config.requests);
+        }
+        let auction = &reports[0];
+        assert!(auction.tiers[0].sla_ratio() >= 0.98, "{}", table(&reports));
+        for baseline in &reports[1..] {
+            assert!(
+                auction.cost_vs_offline < baseline.cost_vs_offline,
+                "{}",
+                table(&reports)
+            );
+        }
+        // No batching: the world drawn before batching existed.
+        let plain = World::generate(&SimConfig::default());
+        assert!(plain.providers.iter().all(|p| p.batch_exponent.is_none()));
     }
 
     #[test]

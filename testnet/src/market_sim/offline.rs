@@ -23,7 +23,7 @@ pub(super) fn fleet_capacity(world: &World) -> f64 {
     world
         .providers
         .iter()
-        .map(|p| p.tokens_per_second * f64::from(p.slots) * p.available_seconds(world.horizon))
+        .map(|p| p.capacity() * p.available_seconds(world.horizon))
         .sum::<f64>()
         .max(1.0)
 }
@@ -62,7 +62,8 @@ pub(super) fn offline_prices(world: &World) -> (f64, f64) {
             slot_free_at[i][slot] = r.arrival
                 + p.rtt_ms / 1000.0
                 + START_OVERHEAD_S
-                + f64::from(r.tokens) / p.tokens_per_second;
+                // A batching provider's slots at its full-batch speed.
+                + f64::from(r.tokens) / p.stream_speed(p.slots);
             cost += price as f64 * f64::from(r.tokens);
             tokens += f64::from(r.tokens);
         }

@@ -57,6 +57,10 @@ pub struct SimConfig {
     #[serde(default)]
     pub hedge_gold: bool,
     pub weights: sharemesh_market::ScoreWeights,
+    /// Share of providers that batch (one engine decoding up to 8 jobs together, each
+    /// job slower the fuller the batch) instead of running independent slots.
+    #[serde(default)]
+    pub batching_share: f64,
 }
 
 impl Default for SimConfig {
@@ -70,6 +74,7 @@ impl Default for SimConfig {
             reserved_every: 3,
             hedge_gold: true,
             weights: sharemesh_market::ScoreWeights::default(),
+            batching_share: 0.0,
         }
     }
 }
@@ -88,9 +93,34 @@ pub struct SimProvider {
     pub reliability: f64,
     /// Availability windows, `[start, end)` in simulated seconds.
     pub windows: Vec<(f64, f64)>,
+    /// `None`: each slot runs at `tokens_per_second` on its own. `Some(e)`: the slots
+    /// are places in one batching engine, whose aggregate with `k` jobs running is
+    /// `tokens_per_second · kᵉ` (e = 1: perfect batching; this repo's CPU kernels
+    /// measure about 0.45, GPUs come closer to 1).
+    pub batch_exponent: Option<f64>,
 }
 
+/// Jobs a batching provider decodes together.
+pub const SIM_MAX_BATCH: u32 = 8;
+
 impl SimProvider {
+    /// Tokens per second of one job when `running` jobs (it included) share the
+    /// provider.
+    pub fn stream_speed(&self, running: u32) -> f64 {
+        match self.batch_exponent {
+            None => self.tokens_per_second,
+            Some(e) => {
+                let k = f64::from(running.max(1));
+                self.tokens_per_second * k.powf(e) / k
+            }
+        }
+    }
+
+    /// Tokens per second with every slot busy.
+    pub fn capacity(&self) -> f64 {
+        self.stream_speed(self.slots) * f64::from(self.slots)
+    }
+
     pub fn available(&self, t: f64) -> bool {
         self.windows.iter().any(|&(a, b)| a <= t && t < b)
     }
@@ -124,14 +154,21 @@ pub const START_OVERHEAD_S: f64 = 0.15;
 impl World {
     pub fn generate(config: &SimConfig) -> World {
         let mut rng = StdRng::seed_from_u64(config.seed);
-        let providers: Vec<SimProvider> = (0..config.providers.max(1))
+        let mut providers: Vec<SimProvider> = (0..config.providers.max(1))
             .map(|i| provider(&mut rng, i, config.reserved_every))
             .collect();
+        // Batching is drawn from its own stream: with a share of 0 the world is the
+        // same as before batching existed.
+        let mut batch_rng = StdRng::seed_from_u64(config.seed ^ 0xBA7C_0000);
+        for p in &mut providers {
+            if batch_rng.random::<f64>() < config.batching_share {
+                p.batch_exponent = Some(batch_rng.random_range(0.45..0.9));
+                p.reserved = if p.reserved > 0 { SIM_MAX_BATCH / 2 } else { 0 };
+                p.slots = SIM_MAX_BATCH;
+            }
+        }
         // Capacity in tokens/s over the providers' windows sets the arrival rate.
-        let capacity: f64 = providers
-            .iter()
-            .map(|p| p.tokens_per_second * f64::from(p.slots))
-            .sum();
+        let capacity: f64 = providers.iter().map(SimProvider::capacity).sum();
         let mean_tokens = 272.0;
         let rate = (capacity * config.load / mean_tokens).max(0.01);
         let count = config.requests.max(1);
@@ -168,7 +205,6 @@ impl World {
             });
         }
         let horizon = t;
-        let mut providers = providers;
         for p in &mut providers {
             p.windows = windows(&mut rng, horizon);
         }
@@ -203,6 +239,7 @@ fn provider(rng: &mut StdRng, index: usize, reserved_every: usize) -> SimProvide
         reserved,
         reliability: rng.random_range(0.90..0.999),
         windows: Vec::new(),
+        batch_exponent: None,
     }
 }
 
