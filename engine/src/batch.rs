@@ -177,6 +177,17 @@ impl Batch {
         kv
     }
 
+    /// Sets up every kernels' model's KV pool and publishes the figures, so quotes and
+    /// adverts carry them before the first job.
+    pub(crate) fn prepare(&mut self, models: &[LoadedModel]) {
+        for (index, model) in models.iter().enumerate() {
+            if let Some(llama) = model.kernel_llama() {
+                self.model_kv(index, llama);
+            }
+        }
+        self.publish();
+    }
+
     /// Takes in `request` on `models[model]` (which runs on the kernels): announces it
     /// with its prompt size and queues it for KV memory, or fails it with the reason
     /// (a job whose context could outgrow the whole KV budget is refused here).

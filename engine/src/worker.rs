@@ -285,6 +285,7 @@ fn work_loop(
     mut batch: Batch,
     max_batch: usize,
 ) {
+    batch.prepare(&models);
     loop {
         while batch.len() < max_batch {
             let work = if batch.is_empty() {

@@ -418,6 +418,13 @@ fn a_job_larger_than_the_kv_budget_is_refused_with_the_reason() {
         kv_memory_bytes: kv_blocks(4),
     };
     let engine = Engine::spawn_with(vec![model], 8, settings);
+    // The budget is known (to quotes and adverts) before any job ran.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while engine.batch_capacity().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let capacity = engine.batch_capacity().expect("published at start");
+    assert_eq!((capacity.max_batch, capacity.total_blocks), (4, 4));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

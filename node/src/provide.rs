@@ -33,8 +33,9 @@ pub struct ProvideArgs {
     /// Tiers offered (reserved|on_demand|interruptible, or gold|silver|bronze).
     #[arg(long, default_values = ["on_demand"])]
     pub tier: Vec<Tier>,
-    /// Jobs running or queued at once; one more is refused `OverCapacity`.
-    #[arg(long, default_value_t = 4)]
+    /// Jobs running or queued at once; one more is refused `OverCapacity`. The default
+    /// is two full batches of the default `--max-batch`: one decoding, one waiting.
+    #[arg(long, default_value_t = 16)]
     pub max_concurrent: u32,
     /// Jobs the engine decodes together in one batch (continuous batching on the
     /// batch-invariant kernels; each job's tokens are its solo ones); 1 runs one job at
