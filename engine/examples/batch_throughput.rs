@@ -15,7 +15,7 @@ use std::time::Instant;
 use sharemesh_engine::{
     BatchSettings, Device, Engine, EngineEvent, GenerateRequest, LoadedModel, TokenEngine,
 };
-use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role, Sampling};
+use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role};
 
 const PROMPTS: [&str; 8] = [
     "Write a short story about a lighthouse keeper.",
@@ -112,16 +112,8 @@ async fn jobs(
     let mut receivers = Vec::new();
     for i in 0..n {
         receivers.push(engine.submit(GenerateRequest {
-            model,
-            prompt: prompt(i),
-            sampling: Sampling {
-                max_tokens,
-                ..Sampling::default()
-            },
-            resume: Vec::new(),
             ignore_eos: true,
-            interruptible: false,
-            prefix_salt: [0; 32],
+            ..GenerateRequest::greedy(model, prompt(i), max_tokens)
         })?);
     }
     let runs = futures::future::join_all(receivers.into_iter().map(|mut events| async move {

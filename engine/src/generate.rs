@@ -27,6 +27,25 @@ pub struct GenerateRequest {
     pub prefix_salt: [u8; 32],
 }
 
+impl GenerateRequest {
+    /// A greedy job of `max_tokens` on `model`, not resumed, stopping at end-of-text,
+    /// on-demand and unsalted (benchmarks and tests set the fields they change).
+    pub fn greedy(model: ModelId, prompt: Prompt, max_tokens: u32) -> Self {
+        Self {
+            model,
+            prompt,
+            sampling: Sampling {
+                max_tokens,
+                ..Sampling::default()
+            },
+            resume: Vec::new(),
+            ignore_eos: false,
+            interruptible: false,
+            prefix_salt: [0; 32],
+        }
+    }
+}
+
 /// One new completion token.
 #[derive(Clone, Debug, Serialize)]
 pub struct TokenEvent {

@@ -288,16 +288,8 @@ fn serve_together(engine: &Engine, jobs: &[GenerateRequest]) -> (Vec<Served>, us
 
 fn greedy_request(model: &LoadedModel, prompt: Prompt, max_tokens: u32) -> GenerateRequest {
     GenerateRequest {
-        model: model.descriptor.id,
-        prompt,
-        sampling: Sampling {
-            max_tokens,
-            ..Sampling::default()
-        },
-        resume: Vec::new(),
         ignore_eos: true,
-        interruptible: false,
-        prefix_salt: [0; 32],
+        ..GenerateRequest::greedy(model.descriptor.id, prompt, max_tokens)
     }
 }
 
