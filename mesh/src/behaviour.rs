@@ -1,6 +1,7 @@
 //! The composed libp2p behaviour: gating first (connection limits), then discovery
-//! (identify, Kademlia, optional mDNS), liveness (ping), dissemination (gossipsub) and
-//! the token-stream protocol (libp2p-stream).
+//! (identify, Kademlia, optional mDNS), liveness (ping), dissemination (gossipsub),
+//! reachability (AutoNAT v2, circuit relay v2 server and client, DCUtR hole punching;
+//! off in in-process simulations) and the token-stream protocol (libp2p-stream).
 
 use std::time::Duration;
 
@@ -8,7 +9,10 @@ use libp2p::gossipsub::{self, IdentTopic, MessageAuthenticity, ValidationMode};
 use libp2p::kad::{self, store::MemoryStore, store::MemoryStoreConfig};
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::NetworkBehaviour;
-use libp2p::{allow_block_list, connection_limits, identify, identity, mdns, ping, StreamProtocol};
+use libp2p::{
+    allow_block_list, autonat, connection_limits, dcutr, identify, identity, mdns, ping, relay,
+    StreamProtocol,
+};
 use sha2::{Digest as _, Sha256};
 use sharemesh_protocol::{GossipTopic, StreamName};
 
@@ -42,7 +46,68 @@ pub struct Behaviour {
     pub kad: kad::Behaviour<MemoryStore>,
     pub gossipsub: gossipsub::Behaviour,
     pub mdns: Toggle<mdns::tokio::Behaviour>,
+    /// Asks peers to dial our candidate addresses back: a confirmed one means we are
+    /// publicly reachable there.
+    pub autonat_client: Toggle<autonat::v2::client::Behaviour>,
+    /// Dials back the candidate addresses peers ask us to test.
+    pub autonat_server: Toggle<autonat::v2::server::Behaviour>,
+    /// Relays circuits for unreachable peers, within [`RelayLimits`], while this node is
+    /// reachable itself (the event loop sets its status).
+    pub relay_server: Toggle<relay::Behaviour>,
+    /// Reservations on relays and circuits through them, when we are unreachable.
+    pub relay_client: Toggle<relay::client::Behaviour>,
+    /// Upgrades a relayed connection to a direct one by hole punching.
+    pub dcutr: Toggle<dcutr::Behaviour>,
     pub stream: libp2p_stream::Behaviour,
+}
+
+/// What a relay server grants. A relayed connection is meant to carry a job until hole
+/// punching makes it direct, or a whole job where punching cannot work (symmetric NAT):
+/// bounded so that a relay is not free transit beyond that (SPEC §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RelayLimits {
+    /// Reservations held at once, in all and per peer.
+    pub max_reservations: usize,
+    pub max_reservations_per_peer: usize,
+    pub reservation_duration: Duration,
+    /// Circuits open at once, in all and per peer.
+    pub max_circuits: usize,
+    pub max_circuits_per_peer: usize,
+    /// A circuit is closed after this long or this many bytes (both directions).
+    pub max_circuit_duration: Duration,
+    pub max_circuit_bytes: u64,
+}
+
+impl Default for RelayLimits {
+    fn default() -> Self {
+        Self {
+            max_reservations: 64,
+            max_reservations_per_peer: 2,
+            reservation_duration: Duration::from_secs(30 * 60),
+            max_circuits: 32,
+            max_circuits_per_peer: 4,
+            // A job of a few thousand tokens with its signed segments and receipts is
+            // some hundreds of KiB; libp2p's 128 KiB default cut jobs mid-stream.
+            max_circuit_duration: Duration::from_secs(10 * 60),
+            max_circuit_bytes: 4 << 20,
+        }
+    }
+}
+
+impl RelayLimits {
+    fn relay_config(&self) -> relay::Config {
+        relay::Config {
+            max_reservations: self.max_reservations,
+            max_reservations_per_peer: self.max_reservations_per_peer,
+            reservation_duration: self.reservation_duration,
+            max_circuits: self.max_circuits,
+            max_circuits_per_peer: self.max_circuits_per_peer,
+            max_circuit_duration: self.max_circuit_duration,
+            max_circuit_bytes: self.max_circuit_bytes,
+            // libp2p's rate limits per peer and per IP address stay.
+            ..relay::Config::default()
+        }
+    }
 }
 
 /// Knobs that tests and testnets shorten (libp2p's timers ignore tokio's paused clock).
@@ -51,6 +116,15 @@ pub struct BehaviourConfig {
     pub max_connections: u32,
     pub heartbeat: Duration,
     pub mdns: bool,
+    /// AutoNAT, relaying and hole punching (`None`: off, as in simulations).
+    pub traversal: Option<TraversalConfig>,
+}
+
+/// Which reachability pieces run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraversalConfig {
+    /// Serve as a relay while reachable (`None`: never).
+    pub relay_server: Option<RelayLimits>,
 }
 
 fn gossipsub_config(heartbeat: Duration) -> Result<gossipsub::Config, String> {
@@ -143,8 +217,15 @@ fn peer_score() -> (gossipsub::PeerScoreParams, gossipsub::PeerScoreThresholds) 
     (params, thresholds)
 }
 
-pub fn build(key: &identity::Keypair, config: &BehaviourConfig) -> Result<Behaviour, String> {
+/// The behaviour; `relay_client` comes from the swarm builder, which pairs it with the
+/// relay transport (present exactly when `config.traversal` is).
+pub fn build(
+    key: &identity::Keypair,
+    config: &BehaviourConfig,
+    relay_client: Option<relay::client::Behaviour>,
+) -> Result<Behaviour, String> {
     let peer_id = key.public().to_peer_id();
+    let traversal = config.traversal;
     let limits = connection_limits::ConnectionLimits::default()
         .with_max_established(Some(config.max_connections))
         .with_max_established_per_peer(Some(2))
@@ -201,6 +282,24 @@ pub fn build(key: &identity::Keypair, config: &BehaviourConfig) -> Result<Behavi
         kad,
         gossipsub,
         mdns: mdns.into(),
+        autonat_client: traversal
+            .map(|_| autonat::v2::client::Behaviour::default())
+            .into(),
+        autonat_server: traversal
+            .map(|_| autonat::v2::server::Behaviour::default())
+            .into(),
+        relay_server: traversal
+            .and_then(|t| t.relay_server)
+            .map(|limits| {
+                let mut server = relay::Behaviour::new(peer_id, limits.relay_config());
+                // libp2p would serve as soon as any external address is confirmed, a
+                // relayed one included; the event loop serves only while reachable.
+                server.set_status(Some(relay::Status::Disable));
+                server
+            })
+            .into(),
+        relay_client: relay_client.into(),
+        dcutr: traversal.map(|_| dcutr::Behaviour::new(peer_id)).into(),
         stream: libp2p_stream::Behaviour::new(),
     })
 }

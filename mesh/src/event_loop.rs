@@ -1,5 +1,7 @@
 //! The task that owns the swarm.
 
+mod nat;
+
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, RwLock};
@@ -10,7 +12,7 @@ use libp2p::gossipsub::{self, MessageAcceptance};
 use libp2p::kad::{self, RecordKey};
 use libp2p::multiaddr::Protocol;
 use libp2p::swarm::dial_opts::DialOpts;
-use libp2p::swarm::SwarmEvent;
+use libp2p::swarm::{ConnectionId, SwarmEvent};
 use libp2p::{identify, ping, Multiaddr, PeerId, Swarm};
 use rand::seq::SliceRandom;
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -18,8 +20,10 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use super::behaviour::{self, Behaviour, BehaviourEvent};
 use super::orderbook::OrderBook;
 use super::peer_targets::{ConnectionAge, PeerTargets, PendingDials, LATE_ROUND};
+use super::reachability::NatConfig;
 use super::{AddressBook, Command, MeshEvent, PeerInfo};
 use crate::clock::now_ms;
+use nat::NatState;
 use sharemesh_protocol::{
     Attestation, FraudProof, OpenError, ReplayGuard, ReputationReport, SignedEnvelope, WireMessage,
 };
@@ -60,10 +64,17 @@ fn open_gossip<T: WireMessage>(
     Ok((envelope, opened))
 }
 
+/// How many peers to keep, and how to stay reachable.
+pub(super) struct PeerPolicy {
+    pub target_peers: usize,
+    pub nat: NatConfig,
+}
+
 /// State the event loop keeps current for the handle to read without a command.
 pub(super) struct SharedViews {
     pub book: Arc<RwLock<OrderBook>>,
     pub listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
+    pub nat: Arc<RwLock<super::NatView>>,
     pub live: super::LivePeers,
 }
 
@@ -94,7 +105,10 @@ pub(super) struct EventLoop {
     last_bootstrap: Instant,
     rtt: HashMap<PeerId, Duration>,
     agents: HashMap<PeerId, String>,
-    addresses: HashMap<PeerId, Multiaddr>,
+    /// The remote address of every open connection, per peer.
+    /// (whether we dialled it).
+    connections: HashMap<PeerId, HashMap<ConnectionId, (Multiaddr, bool)>>,
+    nat: NatState,
     pending_providers: HashMap<kad::QueryId, (Vec<PeerId>, oneshot::Sender<Vec<PeerId>>)>,
     /// Sequence numbers of reputation reports and attestations, per signer and kind.
     reports: ReplayGuard,
@@ -108,12 +122,14 @@ impl EventLoop {
         events: broadcast::Sender<MeshEvent>,
         views: SharedViews,
         address_book: AddressBook,
-        target_peers: usize,
+        peers: PeerPolicy,
         metrics: Option<crate::metrics::MeshMetrics>,
     ) -> Self {
+        let PeerPolicy { target_peers, nat } = peers;
         let SharedViews {
             book,
             listen_addrs,
+            nat: nat_view,
             live,
         } = views;
         Self {
@@ -132,7 +148,8 @@ impl EventLoop {
             last_bootstrap: Instant::now(),
             rtt: HashMap::new(),
             agents: HashMap::new(),
-            addresses: HashMap::new(),
+            connections: HashMap::new(),
+            nat: NatState::new(nat, nat_view),
             pending_providers: HashMap::new(),
             reports: ReplayGuard::new(4096),
             metrics,
@@ -148,6 +165,8 @@ impl EventLoop {
     }
 
     async fn run_loop(mut self) {
+        // A mode the operator set applies at once (relay server, reservations).
+        self.apply_reachability();
         let mut maintenance = tokio::time::interval(MAINTENANCE_EVERY);
         // A starved loop runs one late round, not a burst of catch-up rounds.
         maintenance.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -237,10 +256,13 @@ impl EventLoop {
                     .map(|peer| PeerInfo {
                         peer_id: peer.to_string(),
                         addresses: self
-                            .addresses
+                            .connections
                             .get(peer)
-                            .map(|a| vec![a.to_string()])
+                            .map(|c| c.values().map(|(a, _)| a.to_string()).collect())
                             .unwrap_or_default(),
+                        relayed: self.connections.get(peer).is_some_and(|c| {
+                            c.values().all(|(a, _)| super::reachability::is_relayed(a))
+                        }),
                         rtt_ms: self.rtt.get(peer).map(|d| d.as_secs_f64() * 1000.0),
                         agent: self.agents.get(peer).cloned(),
                         gossip_score: behaviour.gossipsub.peer_score(peer),
@@ -275,10 +297,26 @@ impl EventLoop {
                 if let Ok(mut addrs) = self.listen_addrs.write() {
                     addrs.push(address.clone());
                 }
+                self.on_new_listen_addr(&address);
                 self.emit(MeshEvent::Listening(address));
             }
+            SwarmEvent::ExpiredListenAddr { address, .. } => self.forget_listen_addr(&address),
+            SwarmEvent::ListenerClosed {
+                listener_id,
+                addresses,
+                reason,
+            } => {
+                tracing::debug!(?listener_id, ?addresses, ?reason, "listener closed");
+                for address in &addresses {
+                    self.forget_listen_addr(address);
+                }
+                self.on_listener_closed(listener_id);
+            }
+            SwarmEvent::ExternalAddrConfirmed { address } => self.on_external(&address, true),
+            SwarmEvent::ExternalAddrExpired { address } => self.on_external(&address, false),
             SwarmEvent::ConnectionEstablished {
                 peer_id,
+                connection_id,
                 endpoint,
                 num_established,
                 ..
@@ -290,7 +328,11 @@ impl EventLoop {
                         .remember(&address.clone().with_p2p(peer_id).unwrap_or(address.clone()));
                     self.learn_address(peer_id, address.clone());
                 }
-                self.addresses.insert(peer_id, address);
+                self.connections
+                    .entry(peer_id)
+                    .or_default()
+                    .insert(connection_id, (address.clone(), endpoint.is_dialer()));
+                self.prefer_direct(peer_id, &address);
                 if num_established.get() == 1 {
                     let age = ConnectionAge {
                         opened: Instant::now(),
@@ -306,19 +348,24 @@ impl EventLoop {
             }
             SwarmEvent::ConnectionClosed {
                 peer_id,
+                connection_id,
                 num_established,
                 cause,
                 endpoint,
                 ..
             } => {
                 tracing::debug!(peer = %peer_id, dialer = endpoint.is_dialer(), ?cause, "connection closed");
+                if let Some(open) = self.connections.get_mut(&peer_id) {
+                    open.remove(&connection_id);
+                }
                 if num_established == 0 {
                     self.connected_since.remove(&peer_id);
                     self.rtt.remove(&peer_id);
                     if let Ok(mut live) = self.live.write() {
                         live.remove(&peer_id);
                     }
-                    self.addresses.remove(&peer_id);
+                    self.connections.remove(&peer_id);
+                    self.on_peer_gone(peer_id);
                     self.emit(MeshEvent::PeerDisconnected(peer_id));
                 }
             }
@@ -341,8 +388,13 @@ impl EventLoop {
                 for address in info.listen_addrs {
                     self.learn_address(peer_id, address);
                 }
+                self.note_relay_offer(peer_id, &info.protocols);
                 self.agents.insert(peer_id, info.agent_version);
             }
+            BehaviourEvent::AutonatClient(event) => self.on_autonat(event),
+            BehaviourEvent::RelayClient(event) => self.on_relay_client(event),
+            BehaviourEvent::RelayServer(event) => self.on_relay_server(event),
+            BehaviourEvent::Dcutr(event) => self.on_hole_punch(event),
             BehaviourEvent::Ping(ping::Event {
                 peer,
                 result: Ok(rtt),
@@ -415,6 +467,8 @@ impl EventLoop {
             SwarmEvent::Behaviour(BehaviourEvent::Kad(e)) => metrics.libp2p.record(e),
             SwarmEvent::Behaviour(BehaviourEvent::Identify(e)) => metrics.libp2p.record(e),
             SwarmEvent::Behaviour(BehaviourEvent::Ping(e)) => metrics.libp2p.record(e),
+            SwarmEvent::Behaviour(BehaviourEvent::RelayServer(e)) => metrics.libp2p.record(e),
+            SwarmEvent::Behaviour(BehaviourEvent::Dcutr(e)) => metrics.libp2p.record(e),
             SwarmEvent::ConnectionEstablished { .. } | SwarmEvent::ConnectionClosed { .. } => {
                 let peers = self.swarm.connected_peers().count();
                 metrics
@@ -592,6 +646,8 @@ impl EventLoop {
             );
         }
         self.dial_towards_target(&connected);
+        self.reach_autonat_servers();
+        self.keep_relays();
     }
 
     /// Disconnects the lowest-scored settled peers above the band and every graylisted
@@ -611,9 +667,13 @@ impl EventLoop {
                 .get(peer)
                 .is_none_or(|age| age.settled(now, round))
         };
+        // Our relays and the peers holding reservations on us stay: dropping them would
+        // make a node behind NAT unreachable.
+        let relay_bound =
+            |peer: &PeerId| self.nat.relays.holds(peer) || self.nat.relay_clients.contains(peer);
         let mut to_drop: Vec<PeerId> = scored
             .iter()
-            .filter(|(peer, _)| settled(peer))
+            .filter(|(peer, _)| settled(peer) && !relay_bound(peer))
             .take(excess)
             .map(|(peer, _)| *peer)
             .collect();

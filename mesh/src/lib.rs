@@ -11,6 +11,7 @@ pub mod link;
 pub mod metrics;
 pub mod orderbook;
 mod peer_targets;
+pub mod reachability;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -55,6 +56,8 @@ pub struct MeshConfig {
     pub metrics: Option<metrics::SharedRegistry>,
     /// Where the event loop and the swarm's connection tasks run.
     pub runtime: MeshRuntime,
+    /// AutoNAT, relays and hole punching (off by default: simulations).
+    pub nat: reachability::NatConfig,
 }
 
 /// Where a node's mesh runs.
@@ -118,6 +121,7 @@ impl Default for MeshConfig {
             book: orderbook::BookLimits::default(),
             metrics: None,
             runtime: MeshRuntime::Shared,
+            nat: reachability::NatConfig::OFF,
         }
     }
 }
@@ -126,6 +130,9 @@ impl Default for MeshConfig {
 #[derive(Clone, Debug)]
 pub enum MeshEvent {
     Listening(Multiaddr),
+    /// What adverts should carry changed: a relay reservation came or went, or
+    /// reachability changed (`MeshHandle::advertised_addrs`).
+    AddressesChanged,
     PeerConnected(PeerId),
     PeerDisconnected(PeerId),
     AdvertAccepted {
@@ -164,7 +171,10 @@ pub enum MeshEvent {
 #[derive(Clone, Debug, Serialize)]
 pub struct PeerInfo {
     pub peer_id: String,
+    /// The remote address of every open connection to the peer.
     pub addresses: Vec<String>,
+    /// Every open connection goes through a relay (none is direct yet).
+    pub relayed: bool,
     pub rtt_ms: Option<f64>,
     pub agent: Option<String>,
     pub gossip_score: Option<f64>,
@@ -193,6 +203,24 @@ pub(crate) enum Command {
     Shutdown,
 }
 
+/// Whether others can reach this node, and how (`GET /v1/network/reachability`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct NatView {
+    pub status: reachability::NatStatus,
+    /// Direct addresses peers dialled back (AutoNAT).
+    pub external_addresses: Vec<String>,
+    /// Relays holding a reservation for us, `/…/p2p/<relay>`.
+    pub relays: Vec<String>,
+    /// Whether we relay for others now.
+    pub relay_server: bool,
+    /// Reservations others hold on us.
+    pub relayed_clients: usize,
+    /// Relayed connections upgraded to direct ones by hole punching, and attempts that
+    /// failed, since start.
+    pub hole_punches: u64,
+    pub hole_punch_failures: u64,
+}
+
 /// Connected peers with their last measured ping round trip (`None` until one is).
 pub(crate) type LivePeers = Arc<RwLock<HashMap<PeerId, Option<Duration>>>>;
 
@@ -204,6 +232,7 @@ pub struct MeshHandle {
     pub peer_id: PeerId,
     pub node_id: NodeId,
     listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
+    nat: Arc<RwLock<NatView>>,
     live: LivePeers,
     events: broadcast::Sender<MeshEvent>,
     pub control: libp2p_stream::Control,
@@ -280,26 +309,42 @@ impl MeshHandle {
         self.send(Command::Block(peers, false)).await
     }
 
-    /// Whether `peer` is connected now (no round trip to the event loop).
     /// Dials `peer` at the addresses it advertised, unless already connected (a
     /// provider's advert may reach us before any connection to it), and waits up to
-    /// [`DIAL_WAIT`] for the connection, so a stream opened next does not race the dial
-    /// (it would fail, and the provider would lose its turn for nothing).
+    /// [`DIAL_WAIT`] per try for the connection, so a stream opened next does not race
+    /// the dial (it would fail, and the provider would lose its turn for nothing).
+    /// Direct addresses are dialled together; relayed ones one at a time, each only if
+    /// nothing connected yet (every relayed dial takes a circuit on a relay, which
+    /// relays bound). An advert that lists a relayed address first says its node is
+    /// unreachable directly: its relays are tried first.
     pub async fn dial_advertised(&self, peer: &PeerId, addresses: &[String]) {
         if self.is_connected(peer) {
             return;
         }
-        for address in addresses {
-            if let Ok(address) = address.parse() {
+        let parsed: Vec<Multiaddr> = addresses.iter().filter_map(|a| a.parse().ok()).collect();
+        let relayed_first = parsed.first().is_some_and(reachability::is_relayed);
+        let (relayed, direct): (Vec<Multiaddr>, Vec<Multiaddr>) =
+            parsed.into_iter().partition(reachability::is_relayed);
+        let mut tries: Vec<Vec<Multiaddr>> = relayed.into_iter().map(|a| vec![a]).collect();
+        if !direct.is_empty() {
+            let at = if relayed_first { tries.len() } else { 0 };
+            tries.insert(at, direct);
+        }
+        for addresses in tries {
+            for address in addresses {
                 let _ = self.dial(address).await;
             }
-        }
-        let deadline = tokio::time::Instant::now() + DIAL_WAIT;
-        while !self.is_connected(peer) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            let deadline = tokio::time::Instant::now() + DIAL_WAIT;
+            while !self.is_connected(peer) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if self.is_connected(peer) {
+                return;
+            }
         }
     }
 
+    /// Whether `peer` is connected now (no round trip to the event loop).
     pub fn is_connected(&self, peer: &PeerId) -> bool {
         self.live
             .read()
@@ -343,10 +388,40 @@ impl MeshHandle {
             .map(|addrs| {
                 addrs
                     .iter()
-                    .map(|a| a.clone().with(Protocol::P2p(self.peer_id)))
+                    .map(|a| with_peer(a.clone(), self.peer_id))
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The addresses an advert should carry, with our `/p2p/` suffix: relayed ones first
+    /// while we are unreachable, at most [`sharemesh_protocol::MAX_ADDRESSES`].
+    pub fn advertised_addrs(&self) -> Vec<Multiaddr> {
+        let nat = self.nat_view();
+        let listening = self
+            .listen_addrs
+            .read()
+            .map(|addrs| addrs.clone())
+            .unwrap_or_default();
+        let confirmed: Vec<Multiaddr> = nat
+            .external_addresses
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        reachability::advertised(
+            nat.status,
+            &listening,
+            &confirmed,
+            sharemesh_protocol::MAX_ADDRESSES,
+        )
+        .into_iter()
+        .map(|a| with_peer(a, self.peer_id))
+        .collect()
+    }
+
+    /// Reachability as the event loop last saw it.
+    pub fn nat_view(&self) -> NatView {
+        self.nat.read().map(|v| v.clone()).unwrap_or_default()
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<MeshEvent> {
@@ -359,42 +434,92 @@ fn build_swarm(key: identity::Keypair, config: &MeshConfig) -> Result<Swarm<Beha
         max_connections: config.max_connections,
         heartbeat: config.heartbeat,
         mdns: config.mdns,
+        traversal: config.nat.traversal(),
     };
-    let behaviour = behaviour::build(&key, &behaviour_config)
-        .map_err(|e| anyhow::anyhow!("building the behaviour: {e}"))?;
-    match &config.transport {
+    let relayed = behaviour_config.traversal.is_some();
+    let behaviour = move |key: &identity::Keypair,
+                          relay: Option<libp2p::relay::client::Behaviour>| {
+        behaviour::build(key, &behaviour_config, relay).map_err(
+            |e| -> Box<dyn std::error::Error + Send + Sync> {
+                format!("building the behaviour: {e}").into()
+            },
+        )
+    };
+    // The relay client's transport joins the swarm's transports only where traversal
+    // runs; the two arms differ in type, hence the macro.
+    macro_rules! finish {
+        ($builder:expr) => {
+            if relayed {
+                $builder
+                    .with_relay_client(noise::Config::new, yamux::Config::default)?
+                    .with_behaviour(|key, relay| behaviour(key, Some(relay)))?
+                    .with_swarm_config(swarm_config)
+                    .build()
+            } else {
+                $builder
+                    .with_behaviour(|key| behaviour(key, None))?
+                    .with_swarm_config(swarm_config)
+                    .build()
+            }
+        };
+    }
+    let swarm = match &config.transport {
         MeshTransport::Memory { link, counters } => {
-            let memory = libp2p::core::transport::MemoryTransport::default();
-            return emulated_swarm(key, behaviour, memory, link.clone(), counters.clone());
+            let (link, counters) = (link.clone(), counters.clone());
+            finish!(libp2p::SwarmBuilder::with_existing_identity(key)
+                .with_tokio()
+                .with_other_transport(move |key| {
+                    let memory = libp2p::core::transport::MemoryTransport::default();
+                    emulated_transport(key, memory, link, counters)
+                })?)
         }
         MeshTransport::EmulatedTcp { link, counters } => {
-            let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true));
-            return emulated_swarm(key, behaviour, tcp, link.clone(), counters.clone());
+            let (link, counters) = (link.clone(), counters.clone());
+            finish!(libp2p::SwarmBuilder::with_existing_identity(key)
+                .with_tokio()
+                .with_other_transport(move |key| {
+                    let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true));
+                    emulated_transport(key, tcp, link, counters)
+                })?)
         }
-        MeshTransport::Network => {}
-    }
-    let swarm = libp2p::SwarmBuilder::with_existing_identity(key)
-        .with_tokio()
-        .with_tcp(
-            tcp::Config::default().nodelay(true),
-            noise::Config::new,
-            yamux::Config::default,
-        )?
-        .with_quic()
-        .with_behaviour(|_| behaviour)?
-        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(120)))
-        .build();
+        MeshTransport::Network => finish!(libp2p::SwarmBuilder::with_existing_identity(key)
+            .with_tokio()
+            .with_quic()
+            .with_other_transport(|key| {
+                use libp2p::core::transport::Transport as _;
+                let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
+                    .upgrade(libp2p::core::upgrade::Version::V1)
+                    .authenticate(noise::Config::new(key)?)
+                    .multiplex(yamux::Config::default())
+                    // A dial whose packets a NAT drops would wait out the kernel's SYN
+                    // retries (~2 min), holding a pending-connection slot; an AutoNAT
+                    // dial-back must fail within the asker's 10 s for it to learn it is
+                    // unreachable (SPEC §8).
+                    .timeout(TCP_DIAL_TIMEOUT);
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(tcp)
+            })?),
+    };
     Ok(swarm)
 }
 
-/// A swarm on `base` (memory or TCP) whose dialled connections go through `link`.
-fn emulated_swarm<T>(
-    key: identity::Keypair,
-    behaviour: Behaviour,
+/// How long a TCP connection may take to open and upgrade (noise, yamux).
+pub const TCP_DIAL_TIMEOUT: Duration = Duration::from_secs(8);
+
+fn swarm_config(config: libp2p::swarm::Config) -> libp2p::swarm::Config {
+    config.with_idle_connection_timeout(Duration::from_secs(120))
+}
+
+/// `base` (memory or TCP) with every dialled connection through `link`, secured and
+/// multiplexed.
+fn emulated_transport<T>(
+    key: &identity::Keypair,
     base: T,
     link: link::LinkModel,
     counters: Arc<link::LinkCounters>,
-) -> Result<Swarm<Behaviour>>
+) -> Result<
+    libp2p::core::transport::Boxed<(PeerId, libp2p::core::muxing::StreamMuxerBox)>,
+    Box<dyn std::error::Error + Send + Sync>,
+>
 where
     T: libp2p::core::Transport + Send + Unpin + 'static,
     T::Output: futures::AsyncRead + futures::AsyncWrite + Send + Unpin + 'static,
@@ -402,33 +527,33 @@ where
     T::Dial: Send + 'static,
     T::ListenerUpgrade: Send + 'static,
 {
+    use libp2p::core::muxing::StreamMuxerBox;
     use libp2p::core::transport::Transport as _;
     use libp2p::core::{upgrade, ConnectedPoint};
-    let swarm = libp2p::SwarmBuilder::with_existing_identity(key)
-        .with_tokio()
-        .with_other_transport(move |key| {
-            let noise = noise::Config::new(key)?;
-            let transport = base
-                .map_err(|e| std::io::Error::other(e.to_string()))
-                .and_then(move |connection, endpoint| {
-                    let profile = match &endpoint {
-                        ConnectedPoint::Dialer { address, .. } => link(address),
-                        ConnectedPoint::Listener { .. } => link::LinkProfile::default(),
-                    };
-                    let counters = counters.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(link::link(connection, profile, counters))
-                    }
-                })
-                .upgrade(upgrade::Version::V1)
-                .authenticate(noise)
-                .multiplex(yamux::Config::default());
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(transport)
-        })?
-        .with_behaviour(|_| behaviour)?
-        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(120)))
-        .build();
-    Ok(swarm)
+    let noise = noise::Config::new(key)?;
+    Ok(base
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(move |connection, endpoint| {
+            let profile = match &endpoint {
+                ConnectedPoint::Dialer { address, .. } => link(address),
+                ConnectedPoint::Listener { .. } => link::LinkProfile::default(),
+            };
+            let counters = counters.clone();
+            async move { Ok::<_, std::io::Error>(link::link(connection, profile, counters)) }
+        })
+        .upgrade(upgrade::Version::V1)
+        .authenticate(noise)
+        .multiplex(yamux::Config::default())
+        .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)))
+        .boxed())
+}
+
+/// `address` ending in `/p2p/<peer>` (a relayed listen address already does).
+fn with_peer(address: Multiaddr, peer: PeerId) -> Multiaddr {
+    match address.iter().last() {
+        Some(Protocol::P2p(_)) => address,
+        _ => address.with(Protocol::P2p(peer)),
+    }
 }
 
 /// Splits `/…/p2p/<id>` into the peer id and the address without it.
@@ -551,6 +676,7 @@ fn start(secret: [u8; 32], config: &MeshConfig) -> Result<(MeshHandle, event_loo
         peer_id,
         node_id,
         listen_addrs: Arc::new(RwLock::new(Vec::new())),
+        nat: Arc::default(),
         live: LivePeers::default(),
         events: events.clone(),
         control,
@@ -563,10 +689,14 @@ fn start(secret: [u8; 32], config: &MeshConfig) -> Result<(MeshHandle, event_loo
         event_loop::SharedViews {
             book: handle.book.clone(),
             listen_addrs: handle.listen_addrs.clone(),
+            nat: handle.nat.clone(),
             live: handle.live.clone(),
         },
         address_book,
-        config.target_peers,
+        event_loop::PeerPolicy {
+            target_peers: config.target_peers,
+            nat: config.nat,
+        },
         config
             .metrics
             .as_ref()

@@ -58,6 +58,8 @@ pub fn run(data_dir: &Path) -> Result<()> {
         provider_args: String::new(),
         netns: false,
         nat: 0,
+        nat_buyers: 0,
+        nat_kind: Default::default(),
         link: Default::default(),
     };
     let options = up_options(data_dir, &args, crate::local_engine::model_for_testnet)?;

@@ -16,6 +16,7 @@ pub mod lab;
 pub mod local_engine;
 pub mod local_route;
 pub mod logging;
+pub mod nat_args;
 pub mod provide;
 pub mod replay;
 pub mod serve;

@@ -32,6 +32,8 @@ pub struct MeshArgs {
     pub http: Option<SocketAddr>,
     #[command(flatten)]
     pub link: LinkArgs,
+    #[command(flatten)]
+    pub nat: crate::nat_args::NatArgs,
 }
 
 pub fn usd(value: Option<f64>, flag: &str) -> Result<Option<NanoUsd>> {
@@ -127,6 +129,7 @@ pub fn mesh_config(data_dir: &Path, args: &MeshArgs, kad_server: bool) -> Result
         metrics: Some(mesh::metrics::registry()),
         // A real node's mesh must not wait behind inference or HTTP work (SPEC §8).
         runtime: mesh::MeshRuntime::Dedicated,
+        nat: args.nat.config()?,
         ..MeshConfig::default()
     })
 }

@@ -3,36 +3,13 @@
 
 mod common;
 
+use common::testnet::{
+    alive, data_dir_with_model, host_names, netns_usable, sharemesh, Guard, NetnsCleanup,
+};
 use common::wait_until;
 
 use std::path::Path;
 use std::process::Command;
-
-fn sharemesh(data_dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(common::sharemesh_bin())
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn alive(pid: u64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
-}
-
-/// A data folder whose catalog already has the cached default model (no re-download).
-fn data_dir_with_model() -> tempfile::TempDir {
-    let data = tempfile::tempdir().unwrap();
-    let model = common::default_model_path();
-    let out = sharemesh(data.path(), &["models", "add", model.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    data
-}
 
 /// `testnet up` with 2 providers and a gateway (plus `extra` flags); returns its output,
 /// the testnet file as written (even after a failure) and the pids in it.
@@ -186,16 +163,6 @@ fn testnet_up_status_logs_down_leaves_no_process_behind() {
         "a process survived `testnet down`"
     );
     drop(guard);
-}
-
-/// Kills leftover pids if an assertion fails half-way.
-struct Guard(Vec<u64>);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for pid in &self.0 {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-        }
-    }
 }
 
 #[test]
@@ -376,33 +343,13 @@ fn the_trust_simulation_prints_verified_and_control_rows() {
 /// namespace and interface it made. Needs root; skipped with a message otherwise.
 #[test]
 fn a_netns_testnet_answers_across_namespaces_and_cleans_up() {
-    let is_root = std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
-    if !is_root {
-        eprintln!("skipped: --netns needs root (network namespaces)");
+    if let Err(why) = netns_usable() {
+        eprintln!("skipped: {why}");
         return;
     }
-    // Root in a container may still lack CAP_SYS_ADMIN: probe before relying on it.
-    let probe = format!("smprobe{}", std::process::id());
-    let made = Command::new("ip")
-        .args(["netns", "add", &probe])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !made {
-        eprintln!(
-            "skipped: this machine does not allow network namespaces (`ip netns add` failed)"
-        );
-        return;
-    }
-    let _ = Command::new("ip").args(["netns", "del", &probe]).status();
     // The second provider sits behind a NAT router where nftables is installed
     // (.ci/run installs it).
-    let nat = Command::new("nft")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let nat = common::testnet::nft_available();
     if !nat {
         eprintln!("NAT part skipped: `nft` (package nftables) is not installed");
     }
@@ -416,18 +363,8 @@ fn a_netns_testnet_answers_across_namespaces_and_cleans_up() {
     };
     let (up, file, pids) = testnet_up(data.path(), &dir, flags);
     let guard = Guard(pids.clone());
-    let names = |key: &str| -> Vec<String> {
-        file["hosts"][key]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|n| n.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let namespaces = names("namespaces");
-    let routers = names("routers");
+    let namespaces = host_names(&file, "namespaces");
+    let routers = host_names(&file, "routers");
     let cleanup = NetnsCleanup(namespaces.iter().chain(&routers).cloned().collect());
     assert!(
         up.status.success(),
@@ -583,17 +520,4 @@ fn behind_nat_serves_over_its_own_connections(
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or(0);
     assert!(dropped > 0, "{rules}");
-}
-
-/// Deletes namespaces left behind if an assertion fails half-way.
-struct NetnsCleanup(Vec<String>);
-impl Drop for NetnsCleanup {
-    fn drop(&mut self) {
-        for ns in &self.0 {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stderr(std::process::Stdio::null())
-                .status();
-        }
-    }
 }

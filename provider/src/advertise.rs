@@ -43,7 +43,7 @@ impl Provider {
             load: self.load(),
             addresses: self
                 .mesh
-                .listen_addrs()
+                .advertised_addrs()
                 .iter()
                 .map(ToString::to_string)
                 .collect(),
@@ -160,8 +160,17 @@ impl Provider {
         // each signer, and a burst would lose the newest (the current load).
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut adverts = 0u64;
+        let mut mesh_events = self.mesh.subscribe();
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = addresses_changed(&mut mesh_events) => {
+                    // A new relay reservation makes this node reachable: say so now,
+                    // not at the next tick (after a moment, as reservations come in pairs).
+                    tokio::time::sleep(ADDRESS_SETTLE).await;
+                    tick.reset();
+                }
+            }
             self.update_gauges();
             if adverts.is_multiple_of(ATTESTATION_EVERY) {
                 self.publish_attestation().await;
@@ -239,4 +248,23 @@ pub fn flood(advert: &Advert, count: u32, lifetime: Duration) -> Vec<SignedEnvel
                 .ok()
         })
         .collect()
+}
+
+/// How long an advert waits after the node's addresses changed, for the rest of a
+/// change (a second reservation) to arrive.
+const ADDRESS_SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Resolves when the mesh reports that the node's advertised addresses changed; never
+/// once the mesh stopped. (Missed events are let go: the next tick carries any change.)
+async fn addresses_changed(
+    events: &mut tokio::sync::broadcast::Receiver<sharemesh_mesh::MeshEvent>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match events.recv().await {
+            Ok(sharemesh_mesh::MeshEvent::AddressesChanged) => return,
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
 }

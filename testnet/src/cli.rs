@@ -72,6 +72,14 @@ pub struct UpArgs {
     /// (masquerade out, no unsolicited inbound; needs nftables).
     #[arg(long, default_value_t = 0, requires = "netns")]
     pub nat: usize,
+    /// With --netns: put the last N gateways (the buyers' nodes) behind NAT routers too.
+    #[arg(long = "nat-buyers", default_value_t = 0, requires = "netns")]
+    pub nat_buyers: usize,
+    /// The kind of every NAT router: restricted (most home routers: hole punching works),
+    /// cone (anyone may reach a port the node sent from), symmetric (a new port per
+    /// connection: hole punching fails, relays carry the jobs).
+    #[arg(long, value_enum, default_value_t = crate::netns::NatKind::Restricted)]
+    pub nat_kind: crate::netns::NatKind,
     /// The emulated link of every node (providers and gateways).
     #[command(flatten)]
     pub link: crate::LinkArgs,
@@ -267,6 +275,8 @@ pub fn up_options(
         ready_timeout: Duration::from_secs(120),
         netns: args.netns,
         nat: args.nat,
+        nat_gateways: args.nat_buyers,
+        nat_kind: args.nat_kind,
     })
 }
 

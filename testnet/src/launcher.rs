@@ -38,6 +38,10 @@ pub struct UpOptions {
     pub netns: bool,
     /// With `netns`: this many providers, the last ones, sit behind NAT routers.
     pub nat: usize,
+    /// With `netns`: this many gateways (buyers), the last ones, sit behind NAT routers.
+    pub nat_gateways: usize,
+    /// The kind of every NAT router.
+    pub nat_kind: crate::netns::NatKind,
 }
 
 pub const TESTNET_FILE: &str = "testnet.json";
@@ -201,9 +205,16 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
     }
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut file = TestnetFile::default();
-    if options.nat > 0 && !options.netns {
+    if (options.nat > 0 || options.nat_gateways > 0) && !options.netns {
         bail!(
-            "--nat puts providers behind NAT routers between network namespaces: it needs --netns"
+            "--nat and --nat-buyers put nodes behind NAT routers between network namespaces: they need --netns"
+        );
+    }
+    if options.nat_gateways > options.gateways {
+        bail!(
+            "--nat-buyers {} is more than the {} gateways",
+            options.nat_gateways,
+            options.gateways
         );
     }
     if options.nat > 0 && options.nat >= options.providers {
@@ -219,9 +230,14 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             .progress
             .step("creating a network namespace per node");
         let first_natted = options.providers - options.nat;
+        let first_natted_gateway = options.providers + options.gateways - options.nat_gateways;
+        let natted = |i: usize| {
+            ((i >= first_natted && i < options.providers) || i >= first_natted_gateway)
+                .then_some(options.nat_kind)
+        };
         file.hosts = Some(crate::netns::Hosts::create(
             options.providers + options.gateways,
-            |i| i >= first_natted && i < options.providers,
+            natted,
         )?);
         // Recorded before any node starts, so `down` removes them whatever happens.
         write(dir, &file)?;
@@ -286,6 +302,11 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
         ];
         if let Some(boot) = &bootstrap {
             args.extend(["--bootstrap".into(), boot.clone()]);
+        } else if netns.is_some() {
+            // The bootstrap: everyone dials it, so it is reachable by construction, and
+            // AutoNAT v2 tests only over connections a node dialled itself, which a
+            // bootstrap of NATed nodes has none of. Its operator says so instead.
+            args.extend(["--reachability".into(), "public".into()]);
         }
         args.extend(options.provider_args.iter().cloned());
         let api_key = match netns {
@@ -335,17 +356,25 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             (options.providers + options.gateways) as u64,
         );
         let data_dir = dir.join(format!("gateway-{j}"));
-        let (listen, http, netns) = match host(options.providers + j) {
-            Some((ip, _, ns, _)) => (
-                format!("/ip4/{ip}/tcp/4001"),
-                format!("{ip}:{HTTP_PORT}"),
+        // (listen, address the tools reach, address the API binds, namespace, router)
+        let (listen, http, bind_http, netns, nat_router) = match host(options.providers + j) {
+            Some((own, reachable, ns, router)) => (
+                format!("/ip4/{own}/tcp/4001"),
+                format!("{reachable}:{HTTP_PORT}"),
+                format!("{own}:{HTTP_PORT}"),
                 Some(ns),
+                router,
             ),
-            None => (
-                format!("/ip4/127.0.0.1/tcp/{}", port(50 + j as u16)?),
-                format!("127.0.0.1:{}", port(100 + j as u16)?),
-                None,
-            ),
+            None => {
+                let http = format!("127.0.0.1:{}", port(100 + j as u16)?);
+                (
+                    format!("/ip4/127.0.0.1/tcp/{}", port(50 + j as u16)?),
+                    http.clone(),
+                    http,
+                    None,
+                    None,
+                )
+            }
         };
         let mut args: Vec<String> = vec![
             "gateway".into(),
@@ -354,7 +383,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             "--bootstrap".into(),
             bootstrap.clone(),
             "--http".into(),
-            http.clone(),
+            bind_http,
         ];
         args.extend(link_args(options, options.providers + j));
         // Off loopback the API requires a key: make one for it.
@@ -378,7 +407,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             data_dir: data_dir.display().to_string(),
             adversary: None,
             netns,
-            nat_router: None,
+            nat_router,
             api_key,
         });
         write(dir, &file)?;

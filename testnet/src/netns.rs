@@ -10,8 +10,20 @@
 //! and drops connections that start outside (nftables, as a home router does); only
 //! the node's HTTP API (port 8080) is forwarded, so the testnet's own tools still reach
 //! it. Its p2p port is not: other peers reach such a node only over connections it
-//! opened itself — the situation the NAT-traversal work (relays, hole punching) starts
-//! from.
+//! opened itself, through a relay, or after hole punching (SPEC §8).
+//!
+//! Three kinds of router ([`NatKind`]), as RFC 4787 names their behaviour:
+//! - `restricted`: endpoint-independent mapping (the source port is kept), address-and-
+//!   port-dependent filtering (only replies to what the node sent get in): most home
+//!   routers. Hole punching works (both sides send, each NAT sees a reply).
+//! - `cone`: the same mapping, endpoint-independent filtering: once the node sent from a
+//!   port, anyone may send to it (a dynamic nftables set of the ports it used, 5 min).
+//! - `symmetric`: endpoint-dependent mapping (a random port per connection), so the
+//!   port a peer observed is not the one the next peer would see: hole punching fails
+//!   and only a relay carries jobs.
+//!
+//! Unsolicited packets to the router itself are dropped, not answered with a reset, as
+//! home routers do (a reset would tear down a hole punch whose packets crossed early).
 
 use std::process::{Command, Stdio};
 
@@ -30,6 +42,19 @@ pub struct Hosts {
     /// Per node: the namespace of its NAT router, or `None` when it sits on the bridge.
     #[serde(default)]
     pub routers: Vec<Option<String>>,
+    /// Per node: its router's kind (`None` on the bridge).
+    #[serde(default)]
+    pub nat_kinds: Vec<Option<NatKind>>,
+}
+
+/// How a NAT router maps and filters (module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum NatKind {
+    Cone,
+    #[default]
+    Restricted,
+    Symmetric,
 }
 
 /// Whether this process can make namespaces (effective uid 0).
@@ -84,14 +109,14 @@ fn ip_with_input(args: &[&str], input: Option<&str>) -> Result<()> {
 impl Hosts {
     /// Creates the bridge and `count` namespaces, putting node `i` behind a NAT router
     /// where `natted(i)`; on failure undoes what it made.
-    pub fn create(count: usize, natted: impl Fn(usize) -> bool) -> Result<Hosts> {
+    pub fn create(count: usize, natted: impl Fn(usize) -> Option<NatKind>) -> Result<Hosts> {
         if !is_root() {
             bail!("--netns needs root (it creates network namespaces and veth pairs); run as root or leave --netns out");
         }
         if count > 250 {
             bail!("--netns supports up to 250 nodes (one /24)");
         }
-        if (0..count).any(&natted) && !nft_available() {
+        if (0..count).any(|i| natted(i).is_some()) && !nft_available() {
             bail!("--nat needs nftables for its routers: install the `nftables` package (`apt-get install nftables`) or leave --nat out");
         }
         let pid = std::process::id();
@@ -102,6 +127,7 @@ impl Hosts {
             tag,
             namespaces: Vec::new(),
             routers: Vec::new(),
+            nat_kinds: Vec::new(),
         };
         if let Err(err) = hosts.build(count, natted) {
             hosts.destroy();
@@ -110,7 +136,7 @@ impl Hosts {
         Ok(hosts)
     }
 
-    fn build(&mut self, count: usize, natted: impl Fn(usize) -> bool) -> Result<()> {
+    fn build(&mut self, count: usize, natted: impl Fn(usize) -> Option<NatKind>) -> Result<()> {
         let bridge = self.bridge.clone();
         ip(&["link", "add", &bridge, "type", "bridge"])?;
         ip(&[
@@ -126,7 +152,9 @@ impl Hosts {
             ip(&["netns", "add", &ns])?;
             self.namespaces.push(ns.clone());
             // The namespace on the bridge: the node itself, or its router.
-            let on_bridge = if natted(i) {
+            let kind = natted(i);
+            self.nat_kinds.push(kind);
+            let on_bridge = if kind.is_some() {
                 let router = format!("sm{}-r{i}", self.tag);
                 ip(&["netns", "add", &router])?;
                 self.routers.push(Some(router.clone()));
@@ -161,8 +189,8 @@ impl Hosts {
             ])?;
             ip(&["-n", &on_bridge, "link", "set", &bridge_side, "up"])?;
             ip(&["-n", &on_bridge, "link", "set", "lo", "up"])?;
-            if on_bridge != ns {
-                self.build_router(i, &on_bridge, &bridge_side, &ns)?;
+            if let Some(kind) = kind {
+                self.build_router(i, kind, &on_bridge, &bridge_side, &ns)?;
             }
         }
         Ok(())
@@ -170,7 +198,14 @@ impl Hosts {
 
     /// The private link from router to node, the node's default route, and the router's
     /// forwarding and nftables rules.
-    fn build_router(&self, i: usize, router: &str, wan: &str, node: &str) -> Result<()> {
+    fn build_router(
+        &self,
+        i: usize,
+        kind: NatKind,
+        router: &str,
+        wan: &str,
+        node: &str,
+    ) -> Result<()> {
         let lan = format!("sml{}x{i}", self.tag);
         let node_side = format!("smp{}x{i}", self.tag);
         ip(&[
@@ -210,26 +245,7 @@ impl Hosts {
             &format!("{private}.1"),
         ])?;
         in_namespace(router, "sysctl", &["-qw", "net.ipv4.ip_forward=1"], None)?;
-        let rules = format!(
-            "table ip sharemesh_nat {{
-  chain prerouting {{
-    type nat hook prerouting priority dstnat; policy accept;
-    iifname \"{wan}\" tcp dport {FORWARDED_HTTP_PORT} counter dnat to {private}.2
-  }}
-  chain postrouting {{
-    type nat hook postrouting priority srcnat; policy accept;
-    oifname \"{wan}\" counter masquerade
-  }}
-  chain forward {{
-    type filter hook forward priority filter; policy drop;
-    ct state established,related accept
-    iifname \"{lan}\" accept
-    ct status dnat accept
-    counter comment \"unsolicited inbound\"
-  }}
-}}
-"
-        );
+        let rules = router_rules(kind, wan, &lan, &private);
         in_namespace(router, "nft", &["-f", "-"], Some(&rules))
     }
 
@@ -265,6 +281,49 @@ impl Hosts {
         }
         let _ = ip(&["link", "del", &self.bridge]);
     }
+}
+
+/// The nftables ruleset of a router of `kind` between `wan` (the bridge) and `lan`
+/// (the node at `<private>.2`).
+fn router_rules(kind: NatKind, wan: &str, lan: &str, private: &str) -> String {
+    // Cone: forward to the node any port it has sent from (the set is filled below).
+    let (cone_set, cone_forward, cone_learn) = match kind {
+        NatKind::Cone => (
+            "  set opened { type inet_service; flags dynamic,timeout; timeout 5m; }\n",
+            format!("    iifname \"{wan}\" tcp dport @opened counter dnat to {private}.2\n"),
+            format!("    iifname \"{lan}\" meta l4proto tcp update @opened {{ tcp sport }}\n"),
+        ),
+        _ => ("", String::new(), String::new()),
+    };
+    // Symmetric: a random port per connection instead of the node's own.
+    let masquerade = match kind {
+        NatKind::Symmetric => "masquerade random",
+        _ => "masquerade",
+    };
+    format!(
+        "table ip sharemesh_nat {{
+{cone_set}  chain prerouting {{
+    type nat hook prerouting priority dstnat; policy accept;
+    iifname \"{wan}\" tcp dport {FORWARDED_HTTP_PORT} counter dnat to {private}.2
+{cone_forward}  }}
+  chain postrouting {{
+    type nat hook postrouting priority srcnat; policy accept;
+    oifname \"{wan}\" counter {masquerade}
+  }}
+  chain input {{
+    type filter hook input priority filter; policy accept;
+    iifname \"{wan}\" ct state new counter drop comment \"silent on unsolicited\"
+  }}
+  chain forward {{
+    type filter hook forward priority filter; policy drop;
+{cone_learn}    ct state established,related accept
+    iifname \"{lan}\" accept
+    ct status dnat accept
+    counter comment \"unsolicited inbound\"
+  }}
+}}
+"
+    )
 }
 
 /// Node `i`'s private /24 behind its router (each router has its own namespace, so these

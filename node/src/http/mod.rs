@@ -79,6 +79,7 @@ pub fn router(
         .route("/v1/network/providers", get(network::providers))
         .route("/v1/network/adverts", get(network::adverts))
         .route("/v1/network/peers", get(network::peers))
+        .route("/v1/network/reachability", get(network::reachability))
         .route("/v1/account/earnings", get(account::earnings))
         .route("/v1/account/spend", get(account::spend))
         .route("/v1/account/keys", get(account::keys))

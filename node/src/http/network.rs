@@ -74,6 +74,11 @@ pub(super) async fn providers(State(state): State<AppState>) -> Json<Vec<Provide
     )
 }
 
+/// Whether peers can dial this node, its relays, and whether it relays for others.
+pub(super) async fn reachability(State(state): State<AppState>) -> Json<sharemesh_mesh::NatView> {
+    Json(state.mesh.nat_view())
+}
+
 pub(super) async fn peers(State(state): State<AppState>) -> Json<Vec<sharemesh_mesh::PeerInfo>> {
     Json(state.mesh.peers().await.unwrap_or_default())
 }

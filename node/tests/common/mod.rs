@@ -3,6 +3,8 @@
 //! whole test run (and CI, which pre-fetches it) shares.
 #![allow(dead_code)]
 
+pub mod testnet;
+
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,357 @@
+//! The event loop's reachability work (SPEC §8): AutoNAT's verdicts, the relay server's
+//! status, reservations on relays while unreachable, and direct connections preferred
+//! over relayed ones once hole punching made them.
+
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use libp2p::core::transport::ListenerId;
+use libp2p::multiaddr::Protocol;
+use libp2p::{autonat, dcutr, relay, Multiaddr, PeerId, StreamProtocol};
+
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use rand::seq::SliceRandom;
+
+use super::EventLoop;
+use crate::reachability::{
+    is_relayed, NatConfig, NatStatus, Reachability, ReachabilityMode, RelayCandidate, RelaySet,
+};
+use crate::{MeshEvent, NatView};
+
+/// How often a node that dialled nobody dials peers to reach an AutoNAT server.
+const SERVER_DIAL_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What the event loop keeps about reachability.
+pub(super) struct NatState {
+    pub config: NatConfig,
+    pub reachability: Reachability,
+    pub relays: RelaySet,
+    /// Connected peers whose identify lists the relay hop protocol.
+    pub hop_capable: HashSet<PeerId>,
+    /// Peers holding a reservation on our relay server.
+    pub relay_clients: HashSet<PeerId>,
+    pub view: Arc<RwLock<NatView>>,
+    pub hole_punches: u64,
+    pub hole_punch_failures: u64,
+    /// Whether our relay server advertises the hop protocol now.
+    pub serving: bool,
+    pub last_status: NatStatus,
+    /// When we last dialled peers only to reach an AutoNAT server.
+    pub last_server_dial: Option<Instant>,
+}
+
+impl NatState {
+    pub fn new(config: NatConfig, view: Arc<RwLock<NatView>>) -> Self {
+        NatState {
+            config,
+            reachability: Reachability::new(config.mode),
+            relays: RelaySet::new(if config.enabled { config.relays } else { 0 }),
+            hop_capable: HashSet::new(),
+            relay_clients: HashSet::new(),
+            view,
+            hole_punches: 0,
+            hole_punch_failures: 0,
+            serving: false,
+            last_status: NatStatus::Unknown,
+            last_server_dial: None,
+        }
+    }
+}
+
+impl EventLoop {
+    pub(super) fn forget_listen_addr(&mut self, address: &Multiaddr) {
+        if let Ok(mut addrs) = self.listen_addrs.write() {
+            addrs.retain(|a| a != address);
+        }
+        if is_relayed(address) {
+            self.emit(MeshEvent::AddressesChanged);
+        }
+    }
+
+    /// An operator who declared the node public vouches for what it listens on: those
+    /// are its external addresses (a relay's reservations carry them; without any it
+    /// cannot serve).
+    pub(super) fn on_new_listen_addr(&mut self, address: &Multiaddr) {
+        if is_relayed(address) {
+            self.emit(MeshEvent::AddressesChanged);
+        }
+        if self.nat.config.enabled
+            && self.nat.config.mode == ReachabilityMode::Public
+            && !is_relayed(address)
+        {
+            self.swarm.add_external_address(address.clone());
+        }
+    }
+
+    /// A listener closed: when it was a reservation, that relay is backed off and
+    /// another one asked.
+    pub(super) fn on_listener_closed(&mut self, listener: ListenerId) {
+        if let Some(relay) = self.nat.relays.listener_closed(listener, Instant::now()) {
+            tracing::warn!(%relay, "relay reservation ended; looking for another relay");
+            self.keep_relays();
+            self.publish_nat_view();
+        }
+    }
+
+    /// libp2p confirmed (a peer dialled back) or expired an external address of ours.
+    pub(super) fn on_external(&mut self, address: &Multiaddr, confirmed: bool) {
+        if confirmed {
+            tracing::debug!(%address, "external address confirmed");
+            self.nat.reachability.confirmed(address);
+        } else {
+            self.nat.reachability.expired(address);
+        }
+        self.apply_reachability();
+    }
+
+    pub(super) fn on_autonat(&mut self, event: autonat::v2::client::Event) {
+        match event.result {
+            Ok(()) => {
+                tracing::debug!(address = %event.tested_addr, server = %event.server, "AutoNAT: reachable");
+            }
+            Err(err) => {
+                tracing::debug!(address = %event.tested_addr, server = %event.server, %err, "AutoNAT: not reachable");
+                self.nat.reachability.probe_failed();
+                self.apply_reachability();
+            }
+        }
+    }
+
+    /// AutoNAT v2 asks only peers it dialled (a connection's dialer learns whether the
+    /// other side serves). A node everyone dialled (a bootstrap) would never learn its
+    /// reachability: while it is unknown and no connection is ours, dial a few
+    /// connected peers a second time, every [`SERVER_DIAL_EVERY`] at most.
+    pub(super) fn reach_autonat_servers(&mut self) {
+        if !self.nat.config.enabled || self.nat.reachability.status() != NatStatus::Unknown {
+            return;
+        }
+        let dialled_any = self
+            .connections
+            .values()
+            .flat_map(|open| open.values())
+            .any(|(address, dialer)| *dialer && !is_relayed(address));
+        let recently = self
+            .nat
+            .last_server_dial
+            .is_some_and(|at| at.elapsed() < SERVER_DIAL_EVERY);
+        if dialled_any || recently || self.connections.is_empty() {
+            return;
+        }
+        self.nat.last_server_dial = Some(Instant::now());
+        let mut peers: Vec<PeerId> = self.connections.keys().copied().collect();
+        peers.shuffle(&mut rand::rng());
+        for peer in peers.into_iter().take(3) {
+            tracing::debug!(%peer, "dialling a peer to reach an AutoNAT server");
+            let opts = DialOpts::peer_id(peer)
+                .condition(PeerCondition::Always)
+                .build();
+            let _ = self.swarm.dial(opts);
+        }
+    }
+
+    /// Serve as a relay exactly while reachable; hold reservations exactly while not.
+    pub(super) fn apply_reachability(&mut self) {
+        let status = self.nat.reachability.status();
+        if status != self.nat.last_status {
+            tracing::info!(?status, previous = ?self.nat.last_status, "reachability changed");
+            self.nat.last_status = status;
+            self.emit(MeshEvent::AddressesChanged);
+        }
+        let serve = status == NatStatus::Public;
+        if let Some(server) = self.swarm.behaviour_mut().relay_server.as_mut() {
+            if serve != self.nat.serving {
+                server.set_status(Some(if serve {
+                    relay::Status::Enable
+                } else {
+                    relay::Status::Disable
+                }));
+                self.nat.serving = serve;
+            }
+        }
+        if status == NatStatus::Public {
+            for listener in self.nat.relays.release_all() {
+                self.swarm.remove_listener(listener);
+            }
+        }
+        self.keep_relays();
+        self.publish_nat_view();
+    }
+
+    /// Identify told us which protocols `peer` speaks: is it a relay we could use?
+    pub(super) fn note_relay_offer(&mut self, peer: PeerId, protocols: &[StreamProtocol]) {
+        if protocols.contains(&relay::HOP_PROTOCOL_NAME) {
+            if self.nat.hop_capable.insert(peer) {
+                self.keep_relays();
+            }
+        } else {
+            self.nat.hop_capable.remove(&peer);
+        }
+    }
+
+    /// While unreachable, asks relays for reservations until the wanted number are held
+    /// or asked: connected peers that relay, chosen by [`RelaySet::choose`].
+    pub(super) fn keep_relays(&mut self) {
+        if !self.nat.config.enabled || self.nat.reachability.status() != NatStatus::Private {
+            return;
+        }
+        let candidates: Vec<RelayCandidate> = self
+            .nat
+            .hop_capable
+            .iter()
+            .filter_map(|peer| {
+                // Only an address we dialled is the relay's own (a connection it
+                // opened shows its ephemeral port).
+                let address = self
+                    .connections
+                    .get(peer)?
+                    .values()
+                    .find(|(address, dialer)| *dialer && !is_relayed(address))?
+                    .0
+                    .clone();
+                let (_, address) = crate::split_peer(&address);
+                Some(RelayCandidate {
+                    peer: *peer,
+                    address,
+                    rtt: self.rtt.get(peer).copied(),
+                })
+            })
+            .collect();
+        for chosen in self.nat.relays.choose(candidates, Instant::now()) {
+            let circuit = chosen
+                .address
+                .clone()
+                .with(Protocol::P2p(chosen.peer))
+                .with(Protocol::P2pCircuit);
+            match self.swarm.listen_on(circuit.clone()) {
+                Ok(listener) => {
+                    tracing::info!(relay = %chosen.peer, %circuit, "asking for a relay reservation");
+                    self.nat
+                        .relays
+                        .requested(chosen.peer, chosen.address, listener);
+                }
+                Err(err) => {
+                    tracing::warn!(relay = %chosen.peer, ?err, "cannot listen through relay")
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_relay_client(&mut self, event: relay::client::Event) {
+        match event {
+            relay::client::Event::ReservationReqAccepted {
+                relay_peer_id,
+                renewal,
+                ..
+            } => {
+                if !renewal {
+                    tracing::info!(relay = %relay_peer_id, "relay reservation accepted");
+                }
+                self.nat.relays.reserved(&relay_peer_id);
+                self.publish_nat_view();
+            }
+            relay::client::Event::OutboundCircuitEstablished { relay_peer_id, .. } => {
+                tracing::debug!(relay = %relay_peer_id, "relayed connection out");
+            }
+            relay::client::Event::InboundCircuitEstablished { src_peer_id, .. } => {
+                tracing::debug!(peer = %src_peer_id, "relayed connection in");
+            }
+        }
+    }
+
+    pub(super) fn on_relay_server(&mut self, event: relay::Event) {
+        match event {
+            relay::Event::ReservationReqAccepted { src_peer_id, .. } => {
+                self.nat.relay_clients.insert(src_peer_id);
+            }
+            relay::Event::ReservationClosed { src_peer_id }
+            | relay::Event::ReservationTimedOut { src_peer_id } => {
+                self.nat.relay_clients.remove(&src_peer_id);
+            }
+            relay::Event::CircuitReqAccepted {
+                src_peer_id,
+                dst_peer_id,
+            } => tracing::debug!(src = %src_peer_id, dst = %dst_peer_id, "relaying a circuit"),
+            relay::Event::CircuitClosed {
+                src_peer_id,
+                dst_peer_id,
+                error,
+            } => tracing::debug!(src = %src_peer_id, dst = %dst_peer_id, ?error, "circuit closed"),
+            _ => {}
+        }
+        self.publish_nat_view();
+    }
+
+    pub(super) fn on_hole_punch(&mut self, event: dcutr::Event) {
+        match event.result {
+            Ok(connection) => {
+                self.nat.hole_punches += 1;
+                tracing::info!(peer = %event.remote_peer_id, ?connection, "hole punched: direct connection");
+            }
+            Err(err) => {
+                self.nat.hole_punch_failures += 1;
+                tracing::info!(peer = %event.remote_peer_id, %err, "hole punching failed; staying relayed");
+            }
+        }
+        self.publish_nat_view();
+    }
+
+    /// A direct connection to `peer` opened (at `address`): its relayed connections
+    /// close, so that token streams run direct (libp2p-stream picks any connection;
+    /// a stream cut here resumes exactly on the direct one, SPEC §7).
+    pub(super) fn prefer_direct(&mut self, peer: PeerId, address: &Multiaddr) {
+        if is_relayed(address) {
+            return;
+        }
+        let relayed: Vec<_> = self
+            .connections
+            .get(&peer)
+            .map(|open| {
+                open.iter()
+                    .filter(|(_, (address, _))| is_relayed(address))
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for connection in relayed {
+            tracing::debug!(%peer, ?connection, "closing the relayed connection: a direct one is open");
+            self.swarm.close_connection(connection);
+        }
+    }
+
+    /// Every connection to `peer` closed.
+    pub(super) fn on_peer_gone(&mut self, peer: PeerId) {
+        self.nat.hop_capable.remove(&peer);
+        self.nat.relay_clients.remove(&peer);
+        if let Some(listener) = self.nat.relays.listener_of(&peer) {
+            // Its ListenerClosed event backs the relay off and finds another.
+            self.swarm.remove_listener(listener);
+        }
+    }
+
+    pub(super) fn publish_nat_view(&self) {
+        let view = NatView {
+            status: self.nat.reachability.status(),
+            external_addresses: self
+                .nat
+                .reachability
+                .confirmed_addresses()
+                .map(ToString::to_string)
+                .collect(),
+            relays: self
+                .nat
+                .relays
+                .reserved_relays()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            relay_server: self.nat.serving,
+            relayed_clients: self.nat.relay_clients.len(),
+            hole_punches: self.nat.hole_punches,
+            hole_punch_failures: self.nat.hole_punch_failures,
+        };
+        if let Ok(mut shared) = self.nat.view.write() {
+            *shared = view;
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! Whether others can reach this node, and the relays it keeps while they cannot
+//! (SPEC §8). Pure bookkeeping: the event loop feeds it what AutoNAT, identify and the
+//! relay client report and acts on what it answers; time is an argument.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use libp2p::core::transport::ListenerId;
+use libp2p::multiaddr::Protocol;
+use libp2p::{Multiaddr, PeerId};
+use serde::Serialize;
+
+use crate::behaviour::{RelayLimits, TraversalConfig};
+
+/// How a node learns whether it is reachable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReachabilityMode {
+    /// AutoNAT v2: peers dial our candidate addresses back.
+    #[default]
+    Auto,
+    /// The operator says so (a port forward, a public address): relay for others.
+    Public,
+    /// The operator says so: reserve relays at once, serve none.
+    Private,
+}
+
+/// What the node believes about itself now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NatStatus {
+    /// No address tested yet.
+    #[default]
+    Unknown,
+    /// A peer dialled one of our addresses back.
+    Public,
+    /// Dial-backs failed and none succeeded: behind NAT or a firewall.
+    Private,
+}
+
+/// The node's NAT-traversal settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NatConfig {
+    /// AutoNAT, relays and hole punching at all (off in in-process simulations, where
+    /// every node is reachable and the extra protocols only cost CPU).
+    pub enabled: bool,
+    pub mode: ReachabilityMode,
+    /// Relays to hold reservations on while unreachable (0: none, so nobody can dial
+    /// this node unless it dialled them first).
+    pub relays: usize,
+    /// Serve as a relay while reachable, within these limits (`None`: never).
+    pub relay_server: Option<RelayLimits>,
+}
+
+impl NatConfig {
+    /// Off: what in-process simulations and most tests run.
+    pub const OFF: NatConfig = NatConfig {
+        enabled: false,
+        mode: ReachabilityMode::Auto,
+        relays: 0,
+        relay_server: None,
+    };
+
+    /// What a real node runs unless told otherwise: AutoNAT, two relays when
+    /// unreachable, a relay server when reachable.
+    pub fn on() -> Self {
+        NatConfig {
+            enabled: true,
+            mode: ReachabilityMode::Auto,
+            relays: DEFAULT_RELAYS,
+            relay_server: Some(RelayLimits::default()),
+        }
+    }
+
+    pub(crate) fn traversal(&self) -> Option<TraversalConfig> {
+        self.enabled.then_some(TraversalConfig {
+            relay_server: self.relay_server,
+        })
+    }
+}
+
+impl Default for NatConfig {
+    fn default() -> Self {
+        Self::OFF
+    }
+}
+
+/// Reservations an unreachable node keeps: two, so that one relay dying leaves the
+/// node reachable while the next is found.
+pub const DEFAULT_RELAYS: usize = 2;
+
+/// How long a relay that failed (reservation refused, connection lost) is not asked
+/// again.
+pub const RELAY_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Whether `address` goes through a relay.
+pub fn is_relayed(address: &Multiaddr) -> bool {
+    address.iter().any(|p| p == Protocol::P2pCircuit)
+}
+
+/// AutoNAT's verdicts folded into one status.
+#[derive(Debug, Default)]
+pub struct Reachability {
+    mode: ReachabilityMode,
+    /// Confirmed external addresses that are direct (a relayed one proves nothing).
+    confirmed: BTreeSet<Multiaddr>,
+    failed_probes: u32,
+}
+
+impl Reachability {
+    pub fn new(mode: ReachabilityMode) -> Self {
+        Reachability {
+            mode,
+            ..Self::default()
+        }
+    }
+
+    pub fn status(&self) -> NatStatus {
+        match self.mode {
+            ReachabilityMode::Public => NatStatus::Public,
+            ReachabilityMode::Private => NatStatus::Private,
+            ReachabilityMode::Auto if !self.confirmed.is_empty() => NatStatus::Public,
+            ReachabilityMode::Auto if self.failed_probes > 0 => NatStatus::Private,
+            ReachabilityMode::Auto => NatStatus::Unknown,
+        }
+    }
+
+    /// A peer dialled `address` back (libp2p confirmed it as external).
+    pub fn confirmed(&mut self, address: &Multiaddr) {
+        if !is_relayed(address) {
+            self.confirmed.insert(address.clone());
+        }
+    }
+
+    pub fn expired(&mut self, address: &Multiaddr) {
+        self.confirmed.remove(address);
+    }
+
+    /// A peer could not dial a candidate address of ours back.
+    pub fn probe_failed(&mut self) {
+        self.failed_probes = self.failed_probes.saturating_add(1);
+    }
+
+    pub fn confirmed_addresses(&self) -> impl Iterator<Item = &Multiaddr> {
+        self.confirmed.iter()
+    }
+}
+
+/// A connected peer that offers to relay (its identify lists the hop protocol).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RelayCandidate {
+    pub peer: PeerId,
+    /// Where we are connected to it directly.
+    pub address: Multiaddr,
+    pub rtt: Option<Duration>,
+}
+
+#[derive(Clone, Debug)]
+struct HeldRelay {
+    listener: ListenerId,
+    /// The relay's own address (without `/p2p-circuit`).
+    address: Multiaddr,
+    reserved: bool,
+}
+
+/// The relays a node holds (or asked for) reservations on.
+#[derive(Debug, Default)]
+pub struct RelaySet {
+    wanted: usize,
+    held: BTreeMap<PeerId, HeldRelay>,
+    backoff: HashMap<PeerId, Instant>,
+}
+
+impl RelaySet {
+    pub fn new(wanted: usize) -> Self {
+        RelaySet {
+            wanted,
+            ..Self::default()
+        }
+    }
+
+    /// From `candidates`, the relays to ask next: lowest round trip first, a relay on a
+    /// host (IP address) we do not already use before one on the same host, none that
+    /// failed within [`RELAY_BACKOFF`], no more than are missing.
+    pub fn choose(&self, mut candidates: Vec<RelayCandidate>, now: Instant) -> Vec<RelayCandidate> {
+        let missing = self.wanted.saturating_sub(self.held.len());
+        candidates.retain(|c| {
+            !self.held.contains_key(&c.peer)
+                && self.backoff.get(&c.peer).is_none_or(|&until| now >= until)
+                && !is_relayed(&c.address)
+        });
+        candidates.sort_by(|a, b| match (a.rtt, b.rtt) {
+            (Some(x), Some(y)) => x.cmp(&y).then(a.peer.cmp(&b.peer)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => a.peer.cmp(&b.peer),
+        });
+        let mut hosts: BTreeSet<String> = self
+            .held
+            .values()
+            .filter_map(|h| host(&h.address))
+            .collect();
+        let mut chosen = Vec::new();
+        // Two passes: new hosts first, then whoever is left.
+        for pass_new_hosts in [true, false] {
+            for candidate in &candidates {
+                if chosen.len() >= missing {
+                    return chosen;
+                }
+                if chosen
+                    .iter()
+                    .any(|c: &RelayCandidate| c.peer == candidate.peer)
+                {
+                    continue;
+                }
+                let host = host(&candidate.address);
+                if pass_new_hosts && host.as_ref().is_some_and(|h| hosts.contains(h)) {
+                    continue;
+                }
+                hosts.extend(host);
+                chosen.push(candidate.clone());
+            }
+        }
+        chosen
+    }
+
+    /// We asked `peer` for a reservation through `listener`.
+    pub fn requested(&mut self, peer: PeerId, address: Multiaddr, listener: ListenerId) {
+        self.held.insert(
+            peer,
+            HeldRelay {
+                listener,
+                address,
+                reserved: false,
+            },
+        );
+    }
+
+    /// The relay accepted (or renewed) our reservation.
+    pub fn reserved(&mut self, peer: &PeerId) {
+        if let Some(held) = self.held.get_mut(peer) {
+            held.reserved = true;
+        }
+    }
+
+    /// The relay behind `listener` is gone (refused, disconnected, closed): backed off.
+    /// Returns the relay's peer id when the listener was one of ours.
+    pub fn listener_closed(&mut self, listener: ListenerId, now: Instant) -> Option<PeerId> {
+        let peer = *self
+            .held
+            .iter()
+            .find(|(_, held)| held.listener == listener)?
+            .0;
+        self.held.remove(&peer);
+        self.backoff.insert(peer, now + RELAY_BACKOFF);
+        Some(peer)
+    }
+
+    /// Forgets every relay (the node became reachable); returns their listeners to close.
+    pub fn release_all(&mut self) -> Vec<ListenerId> {
+        std::mem::take(&mut self.held)
+            .into_values()
+            .map(|held| held.listener)
+            .collect()
+    }
+
+    /// The listener of `peer`'s reservation, if we hold or asked for one there.
+    pub fn listener_of(&self, peer: &PeerId) -> Option<ListenerId> {
+        self.held.get(peer).map(|held| held.listener)
+    }
+
+    pub fn holds(&self, peer: &PeerId) -> bool {
+        self.held.contains_key(peer)
+    }
+
+    /// Relays whose reservation was accepted, as `/…/p2p/<relay>` addresses.
+    pub fn reserved_relays(&self) -> Vec<Multiaddr> {
+        self.held
+            .iter()
+            .filter(|(_, held)| held.reserved)
+            .map(|(peer, held)| held.address.clone().with(Protocol::P2p(*peer)))
+            .collect()
+    }
+}
+
+/// The IP address of `address`, as text, if it has one.
+fn host(address: &Multiaddr) -> Option<String> {
+    address.iter().find_map(|p| match p {
+        Protocol::Ip4(ip) => Some(ip.to_string()),
+        Protocol::Ip6(ip) => Some(ip.to_string()),
+        Protocol::Dns(name) | Protocol::Dns4(name) | Protocol::Dns6(name) => Some(name.to_string()),
+        _ => None,
+    })
+}
+
+/// The addresses to put in adverts, at most `limit`: relayed ones first while
+/// unreachable (the private ones are no use to anyone else), then confirmed external
+/// ones, then what we listen on.
+pub fn advertised(
+    status: NatStatus,
+    listening: &[Multiaddr],
+    confirmed: &[Multiaddr],
+    limit: usize,
+) -> Vec<Multiaddr> {
+    let (relayed, direct): (Vec<&Multiaddr>, Vec<&Multiaddr>) =
+        listening.iter().partition(|a| is_relayed(a));
+    let mut ordered: Vec<&Multiaddr> = Vec::new();
+    if status == NatStatus::Private {
+        ordered.extend(&relayed);
+    }
+    ordered.extend(confirmed);
+    ordered.extend(&direct);
+    ordered.extend(&relayed);
+    let mut seen = BTreeSet::new();
+    ordered
+        .into_iter()
+        .filter(|a| seen.insert((*a).clone()))
+        .take(limit)
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(text: &str) -> Multiaddr {
+        text.parse().unwrap()
+    }
+
+    fn candidate(ip: &str, rtt_ms: Option<u64>) -> RelayCandidate {
+        RelayCandidate {
+            peer: PeerId::random(),
+            address: addr(&format!("/ip4/{ip}/tcp/4001")),
+            rtt: rtt_ms.map(Duration::from_millis),
+        }
+    }
+
+    #[test]
+    fn status_follows_the_mode_and_the_probes() {
+        let mut auto = Reachability::new(ReachabilityMode::Auto);
+        assert_eq!(auto.status(), NatStatus::Unknown);
+        auto.probe_failed();
+        assert_eq!(auto.status(), NatStatus::Private);
+        // A relayed address proves nothing about ourselves.
+        auto.confirmed(&addr("/ip4/10.0.0.1/tcp/4001/p2p-circuit"));
+        assert_eq!(auto.status(), NatStatus::Private);
+        let public = addr("/ip4/10.0.0.9/tcp/4001");
+        auto.confirmed(&public);
+        assert_eq!(auto.status(), NatStatus::Public);
+        auto.expired(&public);
+        assert_eq!(auto.status(), NatStatus::Private);
+        let mut forced = Reachability::new(ReachabilityMode::Private);
+        forced.confirmed(&public);
+        assert_eq!(forced.status(), NatStatus::Private);
+        assert_eq!(
+            Reachability::new(ReachabilityMode::Public).status(),
+            NatStatus::Public
+        );
+    }
+
+    #[test]
+    fn relays_are_chosen_by_round_trip_and_spread_over_hosts() {
+        let now = Instant::now();
+        let mut set = RelaySet::new(2);
+        let near = candidate("10.0.0.2", Some(1));
+        let near_same_host = candidate("10.0.0.2", Some(2));
+        let far = candidate("10.0.0.3", Some(40));
+        let unmeasured = candidate("10.0.0.4", None);
+        let chosen = set.choose(
+            vec![
+                unmeasured.clone(),
+                far.clone(),
+                near_same_host.clone(),
+                near.clone(),
+            ],
+            now,
+        );
+        assert_eq!(chosen, vec![near.clone(), far.clone()]);
+        // With only one host on offer, both places still fill.
+        let chosen = set.choose(vec![near_same_host.clone(), near.clone()], now);
+        assert_eq!(chosen, vec![near.clone(), near_same_host.clone()]);
+        // Held relays count, and are not chosen twice.
+        set.requested(near.peer, near.address.clone(), ListenerId::next());
+        let chosen = set.choose(vec![near.clone(), near_same_host.clone(), far.clone()], now);
+        assert_eq!(chosen, vec![far.clone()]);
+        // A relayed connection is no place for a reservation.
+        let mut relayed = candidate("10.0.0.5", Some(0));
+        relayed.address = addr("/ip4/10.0.0.5/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit");
+        assert!(set.choose(vec![relayed], now).is_empty());
+    }
+
+    #[test]
+    fn a_failed_relay_is_backed_off_and_replaced() {
+        let now = Instant::now();
+        let mut set = RelaySet::new(1);
+        let first = candidate("10.0.0.2", Some(1));
+        let second = candidate("10.0.0.3", Some(5));
+        let listener = ListenerId::next();
+        set.requested(first.peer, first.address.clone(), listener);
+        assert!(
+            set.choose(vec![second.clone()], now).is_empty(),
+            "one is enough"
+        );
+        set.reserved(&first.peer);
+        assert_eq!(
+            set.reserved_relays(),
+            vec![first.address.clone().with(Protocol::P2p(first.peer))]
+        );
+        assert_eq!(set.listener_closed(ListenerId::next(), now), None);
+        assert_eq!(set.listener_closed(listener, now), Some(first.peer));
+        assert!(set.reserved_relays().is_empty());
+        let chosen = set.choose(vec![first.clone(), second.clone()], now);
+        assert_eq!(chosen, vec![second.clone()], "the failed one waits");
+        let later = now + RELAY_BACKOFF;
+        assert_eq!(set.choose(vec![first.clone()], later), vec![first.clone()]);
+        set.requested(second.peer, second.address.clone(), listener);
+        assert_eq!(set.release_all(), vec![listener]);
+        assert!(!set.holds(&second.peer));
+    }
+
+    #[test]
+    fn adverts_put_relayed_addresses_first_only_while_unreachable() {
+        let private = addr("/ip4/192.168.3.2/tcp/4001");
+        let relayed = addr("/ip4/10.0.0.2/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit");
+        let external = addr("/ip4/10.0.0.7/tcp/4001");
+        let listening = [private.clone(), relayed.clone()];
+        assert_eq!(
+            advertised(NatStatus::Private, &listening, &[], 16),
+            vec![relayed.clone(), private.clone()]
+        );
+        assert_eq!(
+            advertised(
+                NatStatus::Public,
+                &listening,
+                &[external.clone(), private.clone()],
+                16
+            ),
+            vec![external.clone(), private.clone(), relayed.clone()]
+        );
+        let many: Vec<Multiaddr> = (0..40)
+            .map(|i| addr(&format!("/ip4/10.1.0.{i}/tcp/4001")))
+            .collect();
+        let mut listening = many.clone();
+        listening.push(relayed.clone());
+        let capped = advertised(NatStatus::Private, &listening, &[], 16);
+        assert_eq!(capped.len(), 16);
+        assert_eq!(capped[0], relayed, "the relayed address survives the cap");
+    }
+}
