@@ -165,6 +165,9 @@ impl Segments {
         self.mesh
             .dial_advertised(&peer, &entry.advert.addresses)
             .await;
+        // Over a fresh relayed connection, give hole punching its moment: the relayed
+        // connection closes once a direct one opens, and would cut this job's stream.
+        self.mesh.settle_path(&peer).await;
         let mut last_error = SegmentError::Unreachable("not tried".into());
         for attempt in 1..=3u64 {
             let terms = StreamTerms {

@@ -75,6 +75,7 @@ pub(super) struct SharedViews {
     pub book: Arc<RwLock<OrderBook>>,
     pub listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
     pub nat: Arc<RwLock<super::NatView>>,
+    pub punching: super::Punching,
     pub live: super::LivePeers,
 }
 
@@ -130,6 +131,7 @@ impl EventLoop {
             book,
             listen_addrs,
             nat: nat_view,
+            punching,
             live,
         } = views;
         Self {
@@ -149,7 +151,7 @@ impl EventLoop {
             rtt: HashMap::new(),
             agents: HashMap::new(),
             connections: HashMap::new(),
-            nat: NatState::new(nat, nat_view),
+            nat: NatState::new(nat, nat_view, punching),
             pending_providers: HashMap::new(),
             reports: ReplayGuard::new(4096),
             metrics,

@@ -221,6 +221,15 @@ pub struct NatView {
     pub hole_punch_failures: u64,
 }
 
+/// Peers reached only through a relay, whose hole punch has not ended yet, with when
+/// the relayed connection opened.
+pub(crate) type Punching = Arc<RwLock<HashMap<PeerId, std::time::Instant>>>;
+
+/// How long a job stream waits for a hole punch on a fresh relayed connection: DCUtR
+/// takes a few round trips (9 ms on the netns lab's links), and a stream opened on the
+/// relayed connection just before it is replaced would be cut (README: NAT traversal).
+pub const PUNCH_GRACE: Duration = Duration::from_secs(1);
+
 /// Connected peers with their last measured ping round trip (`None` until one is).
 pub(crate) type LivePeers = Arc<RwLock<HashMap<PeerId, Option<Duration>>>>;
 
@@ -233,6 +242,7 @@ pub struct MeshHandle {
     pub node_id: NodeId,
     listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
     nat: Arc<RwLock<NatView>>,
+    punching: Punching,
     live: LivePeers,
     events: broadcast::Sender<MeshEvent>,
     pub control: libp2p_stream::Control,
@@ -345,6 +355,21 @@ impl MeshHandle {
     }
 
     /// Whether `peer` is connected now (no round trip to the event loop).
+    /// Waits, up to [`PUNCH_GRACE`] from when the relayed connection to `peer` opened,
+    /// for its hole punch to end (direct or failed): a long stream opened now then runs
+    /// on the connection that stays. Returns at once when nothing is being punched.
+    pub async fn settle_path(&self, peer: &PeerId) {
+        loop {
+            let since = self.punching.read().ok().and_then(|p| p.get(peer).copied());
+            match since {
+                Some(since) if since.elapsed() < PUNCH_GRACE => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                _ => return,
+            }
+        }
+    }
+
     pub fn is_connected(&self, peer: &PeerId) -> bool {
         self.live
             .read()
@@ -677,6 +702,7 @@ fn start(secret: [u8; 32], config: &MeshConfig) -> Result<(MeshHandle, event_loo
         node_id,
         listen_addrs: Arc::new(RwLock::new(Vec::new())),
         nat: Arc::default(),
+        punching: Punching::default(),
         live: LivePeers::default(),
         events: events.clone(),
         control,
@@ -690,6 +716,7 @@ fn start(secret: [u8; 32], config: &MeshConfig) -> Result<(MeshHandle, event_loo
             book: handle.book.clone(),
             listen_addrs: handle.listen_addrs.clone(),
             nat: handle.nat.clone(),
+            punching: handle.punching.clone(),
             live: handle.live.clone(),
         },
         address_book,

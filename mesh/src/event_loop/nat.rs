@@ -39,10 +39,12 @@ pub(super) struct NatState {
     pub last_status: NatStatus,
     /// When we last dialled peers only to reach an AutoNAT server.
     pub last_server_dial: Option<Instant>,
+    /// Peers reached only through a relay whose hole punch has not ended.
+    pub punching: crate::Punching,
 }
 
 impl NatState {
-    pub fn new(config: NatConfig, view: Arc<RwLock<NatView>>) -> Self {
+    pub fn new(config: NatConfig, view: Arc<RwLock<NatView>>, punching: crate::Punching) -> Self {
         NatState {
             config,
             reachability: Reachability::new(config.mode),
@@ -55,6 +57,7 @@ impl NatState {
             serving: false,
             last_status: NatStatus::Unknown,
             last_server_dial: None,
+            punching,
         }
     }
 }
@@ -282,7 +285,19 @@ impl EventLoop {
         self.publish_nat_view();
     }
 
+    /// `peer`'s hole punch began (`true`: a first relayed connection) or ended.
+    fn set_punching(&self, peer: PeerId, pending: bool) {
+        if let Ok(mut punching) = self.nat.punching.write() {
+            if pending {
+                punching.entry(peer).or_insert_with(Instant::now);
+            } else {
+                punching.remove(&peer);
+            }
+        }
+    }
+
     pub(super) fn on_hole_punch(&mut self, event: dcutr::Event) {
+        self.set_punching(event.remote_peer_id, false);
         match event.result {
             Ok(connection) => {
                 self.nat.hole_punches += 1;
@@ -301,8 +316,16 @@ impl EventLoop {
     /// a stream cut here resumes exactly on the direct one, SPEC §7).
     pub(super) fn prefer_direct(&mut self, peer: PeerId, address: &Multiaddr) {
         if is_relayed(address) {
+            let direct = self
+                .connections
+                .get(&peer)
+                .is_some_and(|open| open.values().any(|(address, _)| !is_relayed(address)));
+            if self.nat.config.enabled && !direct {
+                self.set_punching(peer, true);
+            }
             return;
         }
+        self.set_punching(peer, false);
         let relayed: Vec<_> = self
             .connections
             .get(&peer)
@@ -321,6 +344,7 @@ impl EventLoop {
 
     /// Every connection to `peer` closed.
     pub(super) fn on_peer_gone(&mut self, peer: PeerId) {
+        self.set_punching(peer, false);
         self.nat.hop_capable.remove(&peer);
         self.nat.relay_clients.remove(&peer);
         if let Some(listener) = self.nat.relays.listener_of(&peer) {
