@@ -32,7 +32,13 @@ impl Lab {
     /// `testnet up --netns` with `providers` providers (the last `nat` behind NAT) and
     /// `gateways` gateways (the last one behind NAT), every router of `kind`; `None`
     /// when this machine cannot run it.
-    fn up(kind: &str, providers: usize, nat: usize, gateways: usize) -> Option<Lab> {
+    fn up(
+        kind: &str,
+        providers: usize,
+        nat: usize,
+        gateways: usize,
+        extra: &[&str],
+    ) -> Option<Lab> {
         if let Err(why) = netns_usable() {
             eprintln!("skipped: {why}");
             return None;
@@ -63,6 +69,7 @@ impl Lab {
         ];
         let mut args = args.to_vec();
         args.push(dir.to_str().unwrap());
+        args.extend_from_slice(extra);
         let out = sharemesh(data.path(), &args);
         let file: Value =
             serde_json::from_slice(&std::fs::read(dir.join("testnet.json")).unwrap_or_default())
@@ -241,7 +248,7 @@ fn nated_buyer_reaches_nated_provider(
     kind: &str,
     expect_status: &str,
 ) -> Option<(Lab, Value, Value)> {
-    let lab = Lab::up(kind, 2, 1, 2)?;
+    let lab = Lab::up(kind, 2, 1, 2, &[])?;
     let gateway = lab.natted("gateway").remove(0);
     let provider = lab.natted("provider").remove(0);
     let id = provider["peer_id"].as_str().unwrap().to_owned();
@@ -305,7 +312,7 @@ fn behind_cone_nats_nodes_find_themselves_reachable() {
 /// relay), resumed exactly; the NATed providers remain reachable.
 #[test]
 fn behind_symmetric_nats_relays_carry_jobs_and_a_relay_killed_mid_stream_costs_no_token() {
-    let Some(lab) = Lab::up("symmetric", 3, 2, 3) else {
+    let Some(lab) = Lab::up("symmetric", 3, 2, 3, &[]) else {
         return;
     };
     let gateway = lab.natted("gateway").remove(0);
@@ -390,4 +397,39 @@ fn behind_symmetric_nats_relays_carry_jobs_and_a_relay_killed_mid_stream_costs_n
     }
     let (again, _) = chat(&lab, &gateway, 120);
     assert_eq!(again, reference);
+}
+
+/// A relay bounds what it carries: with circuits capped at 16 KiB (both directions), a
+/// long relayed job is cut mid-stream by the relay, which says why, and the gateway
+/// reports the broken stream instead of waiting on it. (The default, 4 MiB, carried the
+/// whole jobs above.)
+#[test]
+fn a_relay_cuts_a_circuit_at_its_byte_limit() {
+    let Some(lab) = Lab::up(
+        "symmetric",
+        2,
+        1,
+        2,
+        &["--gateway-args", "--relay-circuit-kib 16"],
+    ) else {
+        return;
+    };
+    let gateway = lab.natted("gateway").remove(0);
+    wait_for_relays(&lab, &gateway, 1);
+    lab.kill(&lab.public("provider")[0]);
+    let headers = lab.data.path().join("headers");
+    let out = curl(&gateway, &request(300, true), &headers)
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    let tokens = body.matches("\"content\"").count();
+    assert!(body.contains("\"error\""), "the stream was not cut: {body}");
+    assert!(tokens < 300, "{tokens} tokens through a 16 KiB circuit");
+    let relay = lab.public("gateway").remove(0);
+    let log = std::path::Path::new(relay["data_dir"].as_str().unwrap()).join("node.log");
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(
+        log.contains("Max circuit bytes reached"),
+        "the relay did not say why"
+    );
 }

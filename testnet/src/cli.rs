@@ -64,6 +64,9 @@ pub struct UpArgs {
     /// Extra flags for every provider, e.g. "--price 0.2 --region eu".
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub provider_args: String,
+    /// Extra flags for every gateway, e.g. "--relay-circuit-kib 64".
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    pub gateway_args: String,
     /// Run each node in its own network namespace joined by veth pairs to a bridge, as
     /// separate hosts (root only).
     #[arg(long)]
@@ -268,6 +271,11 @@ pub fn up_options(
         base_port: args.base_port,
         model: resolve_model(data_dir, &args.model)?,
         provider_args,
+        gateway_args: args
+            .gateway_args
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
         per_provider_args: Vec::new(),
         link_args: args.link.flags(),
         link_seed: args.link.link_seed,

@@ -25,6 +25,8 @@ pub struct UpOptions {
     pub model: String,
     /// Extra flags for every provider (split on whitespace).
     pub provider_args: Vec<String>,
+    /// Extra flags for every gateway (split on whitespace).
+    pub gateway_args: Vec<String>,
     /// Extra flags per provider index, for adversaries and scenarios.
     pub per_provider_args: Vec<(usize, Vec<String>)>,
     /// Emulated-link flags for every node, providers and gateways (`--link-latency-ms`
@@ -385,6 +387,7 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             "--http".into(),
             bind_http,
         ];
+        args.extend(options.gateway_args.iter().cloned());
         args.extend(link_args(options, options.providers + j));
         // Off loopback the API requires a key: make one for it.
         let api_key = match netns {

@@ -278,8 +278,16 @@ impl EventLoop {
             relay::Event::CircuitClosed {
                 src_peer_id,
                 dst_peer_id,
-                error,
-            } => tracing::debug!(src = %src_peer_id, dst = %dst_peer_id, ?error, "circuit closed"),
+                error: Some(error),
+            } => {
+                // Mostly a limit (bytes, duration) cutting a circuit: worth seeing.
+                tracing::info!(src = %src_peer_id, dst = %dst_peer_id, %error, "relayed circuit cut");
+            }
+            relay::Event::CircuitClosed {
+                src_peer_id,
+                dst_peer_id,
+                error: None,
+            } => tracing::debug!(src = %src_peer_id, dst = %dst_peer_id, "circuit closed"),
             _ => {}
         }
         self.publish_nat_view();
