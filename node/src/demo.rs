@@ -61,6 +61,7 @@ pub fn run(data_dir: &Path) -> Result<()> {
         nat: 0,
         nat_buyers: 0,
         nat_kind: Default::default(),
+        nat_buyer_kind: None,
         link: Default::default(),
     };
     let options = up_options(data_dir, &args, crate::local_engine::model_for_testnet)?;

@@ -83,6 +83,10 @@ pub struct UpArgs {
     /// connection: hole punching fails, relays carry the jobs).
     #[arg(long, value_enum, default_value_t = crate::netns::NatKind::Restricted)]
     pub nat_kind: crate::netns::NatKind,
+    /// The kind of the gateways' routers, when it differs from --nat-kind (mixed pairs:
+    /// a symmetric NAT on either side defeats hole punching).
+    #[arg(long, value_enum, requires = "netns")]
+    pub nat_buyer_kind: Option<crate::netns::NatKind>,
     /// The emulated link of every node (providers and gateways).
     #[command(flatten)]
     pub link: crate::LinkArgs,
@@ -285,6 +289,7 @@ pub fn up_options(
         nat: args.nat,
         nat_gateways: args.nat_buyers,
         nat_kind: args.nat_kind,
+        nat_buyer_kind: args.nat_buyer_kind.unwrap_or(args.nat_kind),
     })
 }
 

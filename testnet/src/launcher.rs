@@ -42,8 +42,10 @@ pub struct UpOptions {
     pub nat: usize,
     /// With `netns`: this many gateways (buyers), the last ones, sit behind NAT routers.
     pub nat_gateways: usize,
-    /// The kind of every NAT router.
+    /// The kind of the providers' NAT routers.
     pub nat_kind: crate::netns::NatKind,
+    /// The kind of the gateways' NAT routers.
+    pub nat_buyer_kind: crate::netns::NatKind,
 }
 
 pub const TESTNET_FILE: &str = "testnet.json";
@@ -234,8 +236,11 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
         let first_natted = options.providers - options.nat;
         let first_natted_gateway = options.providers + options.gateways - options.nat_gateways;
         let natted = |i: usize| {
-            ((i >= first_natted && i < options.providers) || i >= first_natted_gateway)
-                .then_some(options.nat_kind)
+            if i >= first_natted_gateway {
+                Some(options.nat_buyer_kind)
+            } else {
+                (i >= first_natted && i < options.providers).then_some(options.nat_kind)
+            }
         };
         file.hosts = Some(crate::netns::Hosts::create(
             options.providers + options.gateways,
