@@ -47,6 +47,8 @@ enum Source {
 pub struct Opened {
     source: Source,
     pending: VecDeque<JobEvent>,
+    /// Keeps the connection the stream runs on open through a hole punch.
+    _path: Option<sharemesh_mesh::PathHold>,
 }
 
 impl Opened {
@@ -54,6 +56,15 @@ impl Opened {
         Self {
             source,
             pending: first.into_iter().collect(),
+            _path: None,
+        }
+    }
+
+    /// The stream keeps `hold` (its connection) until it is dropped.
+    fn holding(self, hold: sharemesh_mesh::PathHold) -> Self {
+        Self {
+            _path: Some(hold),
+            ..self
         }
     }
 
@@ -168,6 +179,7 @@ impl Segments {
         // Over a fresh relayed connection, give hole punching its moment: the relayed
         // connection closes once a direct one opens, and would cut this job's stream.
         self.mesh.settle_path(&peer).await;
+        let hold = self.mesh.hold_path(peer);
         let mut last_error = SegmentError::Unreachable("not tried".into());
         for attempt in 1..=3u64 {
             let terms = StreamTerms {
@@ -182,7 +194,10 @@ impl Segments {
                     // A provider that answered wrongly is not asked again.
                     Some(JobEvent::Failed(why)) if !why.worth_retrying() => return Err(why),
                     Some(JobEvent::Failed(why)) => last_error = why,
-                    first => return Ok(Opened::new(Source::Remote(Box::new(stream)), first)),
+                    first => {
+                        let opened = Opened::new(Source::Remote(Box::new(stream)), first);
+                        return Ok(opened.holding(hold));
+                    }
                 },
                 Err(err) => last_error = err,
             }

@@ -76,6 +76,7 @@ pub(super) struct SharedViews {
     pub listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
     pub nat: Arc<RwLock<super::NatView>>,
     pub punching: super::Punching,
+    pub held: super::HeldPaths,
     pub live: super::LivePeers,
 }
 
@@ -132,6 +133,7 @@ impl EventLoop {
             listen_addrs,
             nat: nat_view,
             punching,
+            held,
             live,
         } = views;
         Self {
@@ -151,7 +153,7 @@ impl EventLoop {
             rtt: HashMap::new(),
             agents: HashMap::new(),
             connections: HashMap::new(),
-            nat: NatState::new(nat, nat_view, punching),
+            nat: NatState::new(nat, nat_view, punching, held),
             pending_providers: HashMap::new(),
             reports: ReplayGuard::new(4096),
             metrics,
@@ -216,6 +218,7 @@ impl EventLoop {
     fn on_command(&mut self, command: Command) {
         match command {
             Command::Shutdown => {} // Handled by the loop itself.
+            Command::PathReleased(peer) => self.path_released(peer),
             Command::Publish { topic, data, reply } => {
                 let result = match self.swarm.behaviour_mut().gossipsub.publish(topic, data) {
                     Ok(_) => Ok(()),

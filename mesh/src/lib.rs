@@ -201,6 +201,9 @@ pub(crate) enum Command {
     /// Stop the event loop now: every connection drops at once, as when the process
     /// dies (in-process labs use it to play `kill -9`).
     Shutdown,
+    /// The last held stream to a peer ended: relayed connections a hole punch made
+    /// redundant may close now.
+    PathReleased(PeerId),
 }
 
 /// Whether others can reach this node, and how (`GET /v1/network/reachability`).
@@ -230,6 +233,37 @@ pub(crate) type Punching = Arc<RwLock<HashMap<PeerId, std::time::Instant>>>;
 /// relayed connection just before it is replaced would be cut (README: NAT traversal).
 pub const PUNCH_GRACE: Duration = Duration::from_secs(1);
 
+/// Job streams open per peer ([`MeshHandle::hold_path`]): while any is, a hole punch
+/// does not close the peer's relayed connections (a stream may run on one).
+pub(crate) type HeldPaths = Arc<std::sync::Mutex<HashMap<PeerId, usize>>>;
+
+/// Keeps `peer`'s current connections open while it lives (see
+/// [`MeshHandle::hold_path`]).
+pub struct PathHold {
+    peer: PeerId,
+    held: HeldPaths,
+    commands: mpsc::Sender<Command>,
+}
+
+impl Drop for PathHold {
+    fn drop(&mut self) {
+        let released = self.held.lock().is_ok_and(|mut held| {
+            let count = held.entry(self.peer).or_insert(1);
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                held.remove(&self.peer);
+                true
+            } else {
+                false
+            }
+        });
+        if released {
+            // A full queue only delays the close to the next hole punch or idle timeout.
+            let _ = self.commands.try_send(Command::PathReleased(self.peer));
+        }
+    }
+}
+
 /// Connected peers with their last measured ping round trip (`None` until one is).
 pub(crate) type LivePeers = Arc<RwLock<HashMap<PeerId, Option<Duration>>>>;
 
@@ -243,6 +277,7 @@ pub struct MeshHandle {
     listen_addrs: Arc<RwLock<Vec<Multiaddr>>>,
     nat: Arc<RwLock<NatView>>,
     punching: Punching,
+    held: HeldPaths,
     live: LivePeers,
     events: broadcast::Sender<MeshEvent>,
     pub control: libp2p_stream::Control,
@@ -367,6 +402,21 @@ impl MeshHandle {
                 }
                 _ => return,
             }
+        }
+    }
+
+    /// Marks a long stream to `peer` (a job) as running: until the hold drops, a direct
+    /// connection from hole punching leaves the relayed one open, so a stream that
+    /// started on it runs to its end (new streams still prefer neither: libp2p-stream
+    /// picks any connection).
+    pub fn hold_path(&self, peer: PeerId) -> PathHold {
+        if let Ok(mut held) = self.held.lock() {
+            *held.entry(peer).or_insert(0) += 1;
+        }
+        PathHold {
+            peer,
+            held: self.held.clone(),
+            commands: self.commands.clone(),
         }
     }
 
@@ -703,6 +753,7 @@ fn start(secret: [u8; 32], config: &MeshConfig) -> Result<(MeshHandle, event_loo
         listen_addrs: Arc::new(RwLock::new(Vec::new())),
         nat: Arc::default(),
         punching: Punching::default(),
+        held: HeldPaths::default(),
         live: LivePeers::default(),
         events: events.clone(),
         control,
@@ -717,6 +768,7 @@ fn start(secret: [u8; 32], config: &MeshConfig) -> Result<(MeshHandle, event_loo
             listen_addrs: handle.listen_addrs.clone(),
             nat: handle.nat.clone(),
             punching: handle.punching.clone(),
+            held: handle.held.clone(),
             live: handle.live.clone(),
         },
         address_book,

@@ -41,10 +41,19 @@ pub(super) struct NatState {
     pub last_server_dial: Option<Instant>,
     /// Peers reached only through a relay whose hole punch has not ended.
     pub punching: crate::Punching,
+    /// Job streams open per peer, and the peers whose redundant relayed connections
+    /// wait for theirs to end.
+    pub held: crate::HeldPaths,
+    pub deferred_close: HashSet<PeerId>,
 }
 
 impl NatState {
-    pub fn new(config: NatConfig, view: Arc<RwLock<NatView>>, punching: crate::Punching) -> Self {
+    pub fn new(
+        config: NatConfig,
+        view: Arc<RwLock<NatView>>,
+        punching: crate::Punching,
+        held: crate::HeldPaths,
+    ) -> Self {
         NatState {
             config,
             reachability: Reachability::new(config.mode),
@@ -58,6 +67,8 @@ impl NatState {
             last_status: NatStatus::Unknown,
             last_server_dial: None,
             punching,
+            held,
+            deferred_close: HashSet::new(),
         }
     }
 }
@@ -320,8 +331,8 @@ impl EventLoop {
     }
 
     /// A direct connection to `peer` opened (at `address`): its relayed connections
-    /// close, so that token streams run direct (libp2p-stream picks any connection;
-    /// a stream cut here resumes exactly on the direct one, SPEC §7).
+    /// close, so that token streams run direct (libp2p-stream picks any connection) —
+    /// once no job stream to the peer is open, since one may run on them.
     pub(super) fn prefer_direct(&mut self, peer: PeerId, address: &Multiaddr) {
         if is_relayed(address) {
             let direct = self
@@ -334,6 +345,34 @@ impl EventLoop {
             return;
         }
         self.set_punching(peer, false);
+        let streams = self
+            .nat
+            .held
+            .lock()
+            .map_or(0, |held| held.get(&peer).copied().unwrap_or(0));
+        if streams > 0 {
+            tracing::debug!(%peer, streams, "direct connection open; relayed ones close when the streams end");
+            self.nat.deferred_close.insert(peer);
+            return;
+        }
+        self.close_relayed(peer);
+    }
+
+    /// The last job stream to `peer` ended: relayed connections left open for it close.
+    pub(super) fn path_released(&mut self, peer: PeerId) {
+        if self.nat.deferred_close.remove(&peer) {
+            self.close_relayed(peer);
+        }
+    }
+
+    /// Closes `peer`'s relayed connections, when a direct one is open.
+    fn close_relayed(&mut self, peer: PeerId) {
+        let Some(open) = self.connections.get(&peer) else {
+            return;
+        };
+        if !open.values().any(|(address, _)| !is_relayed(address)) {
+            return;
+        }
         let relayed: Vec<_> = self
             .connections
             .get(&peer)
@@ -353,6 +392,7 @@ impl EventLoop {
     /// Every connection to `peer` closed.
     pub(super) fn on_peer_gone(&mut self, peer: PeerId) {
         self.set_punching(peer, false);
+        self.nat.deferred_close.remove(&peer);
         self.nat.hop_capable.remove(&peer);
         self.nat.relay_clients.remove(&peer);
         if let Some(listener) = self.nat.relays.listener_of(&peer) {
