@@ -43,20 +43,49 @@ fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+const PROMPTS: [(&str, usize); 3] = [
+    ("Write a short poem about the sea.", 0),
+    ("What is 2 + 2?", 0),
+    (
+        "Name three colours of the rainbow and say why the sky is blue.",
+        2,
+    ),
+];
+
 #[test]
 fn batched_sequences_get_their_solo_logits_bit_for_bit() {
     let path = support::default_model_path();
     let mut model: LoadedModel =
         support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
-    let prompts = [
-        ("Write a short poem about the sea.", 0),
-        ("What is 2 + 2?", 0),
-        (
-            "Name three colours of the rainbow and say why the sky is blue.",
-            2,
-        ),
-    ];
-    let mut sequences: Vec<Sequence> = prompts
+    let sequences = run_batched(&model);
+    assert_solo(&mut model, &sequences);
+}
+
+/// The same batch on two kernel threads, each sequence checked against its solo run on
+/// one: the thread count changes no bit either.
+#[test]
+fn batched_on_two_threads_equals_solo_on_one() {
+    let path = support::default_model_path();
+    let id: sharemesh_protocol::ModelId = support::DEFAULT_MODEL_ID.parse().unwrap();
+    // The kernels size their pool from this at load; each model keeps its own.
+    sharemesh_engine::set_threads(2);
+    let two = LoadedModel::load(
+        &path,
+        id,
+        "smollm2-135m-instruct",
+        sharemesh_engine::Device::Cpu,
+    )
+    .unwrap();
+    let mut one = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    let sequences = run_batched(&two);
+    assert_solo(&mut one, &sequences);
+}
+
+/// Runs [`PROMPTS`] as one batch — joining mid-way, prompts in chunks of 7 beside
+/// others' decoding, leaving when done, in a different order each step — for
+/// [`GENERATE`] greedy tokens each.
+fn run_batched(model: &LoadedModel) -> Vec<Sequence> {
+    let mut sequences: Vec<Sequence> = PROMPTS
         .iter()
         .map(|(text, joins_at_step)| {
             let history = model.prompt_tokens(&user(text)).unwrap();
@@ -125,9 +154,13 @@ fn batched_sequences_get_their_solo_logits_bit_for_bit() {
         step += 1;
         assert!(step < 200, "the batch never finished");
     }
+    sequences
+}
 
-    // Each sequence alone: its whole history so far prefilled on the model's own
-    // single-sequence path (which equals one-token decoding, another test's claim).
+/// Each sequence alone on `model`: its whole history so far prefilled on the model's
+/// own single-sequence path (which equals one-token decoding, another test's claim),
+/// and the greedy text the engine serves for each prompt alone.
+fn assert_solo(model: &mut LoadedModel, sequences: &[Sequence]) {
     for (index, s) in sequences.iter().enumerate() {
         assert_eq!(s.seen.len(), GENERATE, "sequence {index}");
         for (len, batched) in &s.seen {
@@ -143,9 +176,8 @@ fn batched_sequences_get_their_solo_logits_bit_for_bit() {
             );
         }
     }
-    // And the greedy text is what the engine serves for each prompt alone.
-    for (s, (text, _)) in sequences.iter().zip(prompts) {
-        let alone = support::greedy_job(&mut model, &user(text), GENERATE as u32, vec![]);
+    for (s, (text, _)) in sequences.iter().zip(PROMPTS) {
+        let alone = support::greedy_job(model, &user(text), GENERATE as u32, vec![]);
         let batched = &s.history[s.prompt_len..];
         assert_eq!(
             &batched[..alone.token_ids.len()],
