@@ -390,10 +390,10 @@ impl EventLoop {
                 // Kademlia does not learn addresses by itself: feed it what identify saw.
                 // Gateways (Kademlia clients) are included: lookups are how a provider
                 // behind NAT finds the gateways it must dial itself.
+                self.note_relay_offer(peer_id, &info.protocols, &info.listen_addrs);
                 for address in info.listen_addrs {
                     self.learn_address(peer_id, address);
                 }
-                self.note_relay_offer(peer_id, &info.protocols);
                 self.agents.insert(peer_id, info.agent_version);
             }
             BehaviourEvent::AutonatClient(event) => self.on_autonat(event),

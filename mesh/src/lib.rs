@@ -10,8 +10,10 @@ pub mod framing;
 pub mod link;
 pub mod metrics;
 pub mod orderbook;
+mod paths;
 mod peer_targets;
 pub mod reachability;
+mod swarm;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,15 +24,18 @@ use anyhow::{Context, Result};
 use libp2p::gossipsub;
 use libp2p::kad;
 use libp2p::multiaddr::Protocol;
-use libp2p::{identity, noise, tcp, yamux, Multiaddr, PeerId, Swarm};
+use libp2p::{identity, Multiaddr, PeerId};
 use serde::Serialize;
 use sharemesh_protocol::{ModelId, NodeId, SignedEnvelope};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use behaviour::{Behaviour, BehaviourConfig};
 pub use behaviour::{INFER_PROTOCOL, MODEL_HEADER_PROTOCOL, QUOTE_PROTOCOL};
 pub use book::AddressBook;
 use orderbook::OrderBook;
+pub(crate) use paths::{HeldPaths, Punching};
+pub use paths::{PathHold, PUNCH_GRACE};
+use swarm::build_swarm;
+pub use swarm::TCP_DIAL_TIMEOUT;
 
 /// How long [`MeshHandle::dial_advertised`] waits for a new connection.
 pub const DIAL_WAIT: Duration = Duration::from_secs(1);
@@ -222,46 +227,6 @@ pub struct NatView {
     /// failed, since start.
     pub hole_punches: u64,
     pub hole_punch_failures: u64,
-}
-
-/// Peers reached only through a relay, whose hole punch has not ended yet, with when
-/// the relayed connection opened.
-pub(crate) type Punching = Arc<RwLock<HashMap<PeerId, std::time::Instant>>>;
-
-/// How long a job stream waits for a hole punch on a fresh relayed connection: DCUtR
-/// takes a few round trips (9 ms on the netns lab's links), and a stream opened on the
-/// relayed connection just before it is replaced would be cut (README: NAT traversal).
-pub const PUNCH_GRACE: Duration = Duration::from_secs(1);
-
-/// Job streams open per peer ([`MeshHandle::hold_path`]): while any is, a hole punch
-/// does not close the peer's relayed connections (a stream may run on one).
-pub(crate) type HeldPaths = Arc<std::sync::Mutex<HashMap<PeerId, usize>>>;
-
-/// Keeps `peer`'s current connections open while it lives (see
-/// [`MeshHandle::hold_path`]).
-pub struct PathHold {
-    peer: PeerId,
-    held: HeldPaths,
-    commands: mpsc::Sender<Command>,
-}
-
-impl Drop for PathHold {
-    fn drop(&mut self) {
-        let released = self.held.lock().is_ok_and(|mut held| {
-            let count = held.entry(self.peer).or_insert(1);
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                held.remove(&self.peer);
-                true
-            } else {
-                false
-            }
-        });
-        if released {
-            // A full queue only delays the close to the next hole punch or idle timeout.
-            let _ = self.commands.try_send(Command::PathReleased(self.peer));
-        }
-    }
 }
 
 /// Connected peers with their last measured ping round trip (`None` until one is).
@@ -502,125 +467,6 @@ impl MeshHandle {
     pub fn subscribe(&self) -> broadcast::Receiver<MeshEvent> {
         self.events.subscribe()
     }
-}
-
-fn build_swarm(key: identity::Keypair, config: &MeshConfig) -> Result<Swarm<Behaviour>> {
-    let behaviour_config = BehaviourConfig {
-        max_connections: config.max_connections,
-        heartbeat: config.heartbeat,
-        mdns: config.mdns,
-        traversal: config.nat.traversal(),
-    };
-    let relayed = behaviour_config.traversal.is_some();
-    let behaviour = move |key: &identity::Keypair,
-                          relay: Option<libp2p::relay::client::Behaviour>| {
-        behaviour::build(key, &behaviour_config, relay).map_err(
-            |e| -> Box<dyn std::error::Error + Send + Sync> {
-                format!("building the behaviour: {e}").into()
-            },
-        )
-    };
-    // The relay client's transport joins the swarm's transports only where traversal
-    // runs; the two arms differ in type, hence the macro.
-    macro_rules! finish {
-        ($builder:expr) => {
-            if relayed {
-                $builder
-                    .with_relay_client(noise::Config::new, yamux::Config::default)?
-                    .with_behaviour(|key, relay| behaviour(key, Some(relay)))?
-                    .with_swarm_config(swarm_config)
-                    .build()
-            } else {
-                $builder
-                    .with_behaviour(|key| behaviour(key, None))?
-                    .with_swarm_config(swarm_config)
-                    .build()
-            }
-        };
-    }
-    let swarm = match &config.transport {
-        MeshTransport::Memory { link, counters } => {
-            let (link, counters) = (link.clone(), counters.clone());
-            finish!(libp2p::SwarmBuilder::with_existing_identity(key)
-                .with_tokio()
-                .with_other_transport(move |key| {
-                    let memory = libp2p::core::transport::MemoryTransport::default();
-                    emulated_transport(key, memory, link, counters)
-                })?)
-        }
-        MeshTransport::EmulatedTcp { link, counters } => {
-            let (link, counters) = (link.clone(), counters.clone());
-            finish!(libp2p::SwarmBuilder::with_existing_identity(key)
-                .with_tokio()
-                .with_other_transport(move |key| {
-                    let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true));
-                    emulated_transport(key, tcp, link, counters)
-                })?)
-        }
-        MeshTransport::Network => finish!(libp2p::SwarmBuilder::with_existing_identity(key)
-            .with_tokio()
-            .with_quic()
-            .with_other_transport(|key| {
-                use libp2p::core::transport::Transport as _;
-                let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
-                    .upgrade(libp2p::core::upgrade::Version::V1)
-                    .authenticate(noise::Config::new(key)?)
-                    .multiplex(yamux::Config::default())
-                    // A dial whose packets a NAT drops would wait out the kernel's SYN
-                    // retries (~2 min), holding a pending-connection slot; an AutoNAT
-                    // dial-back must fail within the asker's 10 s for it to learn it is
-                    // unreachable (SPEC §8).
-                    .timeout(TCP_DIAL_TIMEOUT);
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(tcp)
-            })?),
-    };
-    Ok(swarm)
-}
-
-/// How long a TCP connection may take to open and upgrade (noise, yamux).
-pub const TCP_DIAL_TIMEOUT: Duration = Duration::from_secs(8);
-
-fn swarm_config(config: libp2p::swarm::Config) -> libp2p::swarm::Config {
-    config.with_idle_connection_timeout(Duration::from_secs(120))
-}
-
-/// `base` (memory or TCP) with every dialled connection through `link`, secured and
-/// multiplexed.
-fn emulated_transport<T>(
-    key: &identity::Keypair,
-    base: T,
-    link: link::LinkModel,
-    counters: Arc<link::LinkCounters>,
-) -> Result<
-    libp2p::core::transport::Boxed<(PeerId, libp2p::core::muxing::StreamMuxerBox)>,
-    Box<dyn std::error::Error + Send + Sync>,
->
-where
-    T: libp2p::core::Transport + Send + Unpin + 'static,
-    T::Output: futures::AsyncRead + futures::AsyncWrite + Send + Unpin + 'static,
-    T::Error: Send + Sync + 'static,
-    T::Dial: Send + 'static,
-    T::ListenerUpgrade: Send + 'static,
-{
-    use libp2p::core::muxing::StreamMuxerBox;
-    use libp2p::core::transport::Transport as _;
-    use libp2p::core::{upgrade, ConnectedPoint};
-    let noise = noise::Config::new(key)?;
-    Ok(base
-        .map_err(|e| std::io::Error::other(e.to_string()))
-        .and_then(move |connection, endpoint| {
-            let profile = match &endpoint {
-                ConnectedPoint::Dialer { address, .. } => link(address),
-                ConnectedPoint::Listener { .. } => link::LinkProfile::default(),
-            };
-            let counters = counters.clone();
-            async move { Ok::<_, std::io::Error>(link::link(connection, profile, counters)) }
-        })
-        .upgrade(upgrade::Version::V1)
-        .authenticate(noise)
-        .multiplex(yamux::Config::default())
-        .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)))
-        .boxed())
 }
 
 /// `address` ending in `/p2p/<peer>` (a relayed listen address already does).

@@ -391,7 +391,7 @@ fn behind_symmetric_nats_relays_carry_jobs_and_a_relay_killed_mid_stream_costs_n
     // reachable.
     let dead = killed["peer_id"].as_str().unwrap().to_owned();
     for provider in lab.natted("provider") {
-        wait_until(30, "a NATed provider to replace its dead relay", || {
+        wait_until(60, "a NATed provider to replace its dead relay", || {
             let relays = reachability(&provider)["relays"].clone();
             let relays = relays.as_array().cloned().unwrap_or_default();
             relays.len() == 2 && relays.iter().all(|r| !r.as_str().unwrap().contains(&dead))

@@ -2,7 +2,7 @@
 //! status, reservations on relays while unreachable, and direct connections preferred
 //! over relayed ones once hole punching made them.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -27,8 +27,9 @@ pub(super) struct NatState {
     pub config: NatConfig,
     pub reachability: Reachability,
     pub relays: RelaySet,
-    /// Connected peers whose identify lists the relay hop protocol.
-    pub hop_capable: HashSet<PeerId>,
+    /// Connected peers whose identify lists the relay hop protocol, with the first
+    /// direct address they listen on (their own).
+    pub hop_capable: HashMap<PeerId, Option<Multiaddr>>,
     /// Peers holding a reservation on our relay server.
     pub relay_clients: HashSet<PeerId>,
     pub view: Arc<RwLock<NatView>>,
@@ -58,7 +59,7 @@ impl NatState {
             config,
             reachability: Reachability::new(config.mode),
             relays: RelaySet::new(if config.enabled { config.relays } else { 0 }),
-            hop_capable: HashSet::new(),
+            hop_capable: HashMap::new(),
             relay_clients: HashSet::new(),
             view,
             hole_punches: 0,
@@ -192,10 +193,17 @@ impl EventLoop {
         self.publish_nat_view();
     }
 
-    /// Identify told us which protocols `peer` speaks: is it a relay we could use?
-    pub(super) fn note_relay_offer(&mut self, peer: PeerId, protocols: &[StreamProtocol]) {
+    /// Identify told us which protocols `peer` speaks and where it listens: is it a
+    /// relay we could use?
+    pub(super) fn note_relay_offer(
+        &mut self,
+        peer: PeerId,
+        protocols: &[StreamProtocol],
+        listening: &[Multiaddr],
+    ) {
         if protocols.contains(&relay::HOP_PROTOCOL_NAME) {
-            if self.nat.hop_capable.insert(peer) {
+            let own = listening.iter().find(|a| !is_relayed(a)).cloned();
+            if self.nat.hop_capable.insert(peer, own).is_none() {
                 self.keep_relays();
             }
         } else {
@@ -213,16 +221,16 @@ impl EventLoop {
             .nat
             .hop_capable
             .iter()
-            .filter_map(|peer| {
-                // Only an address we dialled is the relay's own (a connection it
-                // opened shows its ephemeral port).
-                let address = self
-                    .connections
-                    .get(peer)?
-                    .values()
-                    .find(|(address, dialer)| *dialer && !is_relayed(address))?
-                    .0
-                    .clone();
+            .filter_map(|(peer, listening)| {
+                // An address we dialled is the relay's own (a connection it opened
+                // shows its ephemeral port); else where it says it listens (it may
+                // have reached us only through a relay: the reservation dials it).
+                let dialled = self.connections.get(peer).and_then(|open| {
+                    open.values()
+                        .find(|(address, dialer)| *dialer && !is_relayed(address))
+                        .map(|(address, _)| address.clone())
+                });
+                let address = dialled.or_else(|| listening.clone())?;
                 let (_, address) = crate::split_peer(&address);
                 Some(RelayCandidate {
                     peer: *peer,
