@@ -325,21 +325,14 @@ impl MeshHandle {
     /// the dial (it would fail, and the provider would lose its turn for nothing).
     /// Direct addresses are dialled together; relayed ones one at a time, each only if
     /// nothing connected yet (every relayed dial takes a circuit on a relay, which
-    /// relays bound). An advert that lists a relayed address first says its node is
-    /// unreachable directly: its relays are tried first.
+    /// relays bound), at most [`reachability::MAX_RELAYED_TRIES`] of them. An advert that
+    /// lists a relayed address first says its node is unreachable directly: its relays
+    /// are tried first.
     pub async fn dial_advertised(&self, peer: &PeerId, addresses: &[String]) {
         if self.is_connected(peer) {
             return;
         }
-        let parsed: Vec<Multiaddr> = addresses.iter().filter_map(|a| a.parse().ok()).collect();
-        let relayed_first = parsed.first().is_some_and(reachability::is_relayed);
-        let (relayed, direct): (Vec<Multiaddr>, Vec<Multiaddr>) =
-            parsed.into_iter().partition(reachability::is_relayed);
-        let mut tries: Vec<Vec<Multiaddr>> = relayed.into_iter().map(|a| vec![a]).collect();
-        if !direct.is_empty() {
-            let at = if relayed_first { tries.len() } else { 0 };
-            tries.insert(at, direct);
-        }
+        let tries = reachability::dial_tries(addresses);
         for addresses in tries {
             for address in addresses {
                 let _ = self.dial(address).await;
@@ -354,7 +347,6 @@ impl MeshHandle {
         }
     }
 
-    /// Whether `peer` is connected now (no round trip to the event loop).
     /// Waits, up to [`PUNCH_GRACE`] from when the relayed connection to `peer` opened,
     /// for its hole punch to end (direct or failed): a long stream opened now then runs
     /// on the connection that stays. Returns at once when nothing is being punched.
@@ -385,6 +377,7 @@ impl MeshHandle {
         }
     }
 
+    /// Whether `peer` is connected now (no round trip to the event loop).
     pub fn is_connected(&self, peer: &PeerId) -> bool {
         self.live
             .read()

@@ -319,6 +319,33 @@ pub fn advertised(
         .collect()
 }
 
+/// Relayed addresses of one advert dialled at most, one after another: an advert may
+/// list 16 addresses, and a provider that lists 16 dead relays must not hold a gateway
+/// for 16 dial waits before it fails over (a node keeps at most 8 relays, 2 by default).
+pub const MAX_RELAYED_TRIES: usize = 3;
+
+/// The dials `MeshHandle::dial_advertised` makes for an advert's `addresses`, in order:
+/// each entry is dialled together, then waited on. Direct addresses form one entry;
+/// each relayed one (at most [`MAX_RELAYED_TRIES`]) its own. The direct entry comes
+/// first unless the advert lists a relayed address first (its node says it is
+/// unreachable directly). Unparsable addresses are skipped.
+pub fn dial_tries(addresses: &[String]) -> Vec<Vec<Multiaddr>> {
+    let parsed: Vec<Multiaddr> = addresses.iter().filter_map(|a| a.parse().ok()).collect();
+    let relayed_first = parsed.first().is_some_and(is_relayed);
+    let (relayed, direct): (Vec<Multiaddr>, Vec<Multiaddr>) =
+        parsed.into_iter().partition(is_relayed);
+    let mut tries: Vec<Vec<Multiaddr>> = relayed
+        .into_iter()
+        .take(MAX_RELAYED_TRIES)
+        .map(|a| vec![a])
+        .collect();
+    if !direct.is_empty() {
+        let at = if relayed_first { tries.len() } else { 0 };
+        tries.insert(at, direct);
+    }
+    tries
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,5 +472,35 @@ mod tests {
         let capped = advertised(NatStatus::Private, &listening, &[], 16);
         assert_eq!(capped.len(), 16);
         assert_eq!(capped[0], relayed, "the relayed address survives the cap");
+    }
+
+    #[test]
+    fn adverts_are_dialled_direct_together_and_a_bounded_number_of_relays_in_turn() {
+        let relay = |i: usize| {
+            format!("/ip4/10.0.0.{i}/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit")
+        };
+        let direct = [
+            "/ip4/192.168.1.2/tcp/4001".to_owned(),
+            "/ip4/10.1.0.1/tcp/4001".to_owned(),
+        ];
+        // A public node's advert: its direct addresses at once, then its relays.
+        let mut public: Vec<String> = direct.to_vec();
+        public.push(relay(1));
+        let tries = dial_tries(&public);
+        assert_eq!(tries.len(), 2);
+        assert_eq!(tries[0].len(), 2);
+        assert!(is_relayed(&tries[1][0]));
+        // A private node's: relays first, one at a time, and no more than the bound,
+        // however many it lists; garbage is skipped.
+        let mut private: Vec<String> = (1..=14).map(relay).collect();
+        private.extend(direct.iter().cloned());
+        private.push("not an address".into());
+        let tries = dial_tries(&private);
+        assert_eq!(tries.len(), MAX_RELAYED_TRIES + 1);
+        assert!(tries[..MAX_RELAYED_TRIES]
+            .iter()
+            .all(|t| t.len() == 1 && is_relayed(&t[0])));
+        assert_eq!(tries[MAX_RELAYED_TRIES].len(), 2);
+        assert!(dial_tries(&[]).is_empty());
     }
 }
