@@ -1,68 +1,29 @@
 //! The task that owns the swarm.
 
+mod gossip;
 mod nat;
+mod peers;
 
 use std::collections::HashMap;
-use std::num::NonZeroUsize;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use libp2p::gossipsub::{self, MessageAcceptance};
+use libp2p::gossipsub;
 use libp2p::kad::{self, RecordKey};
 use libp2p::multiaddr::Protocol;
 use libp2p::swarm::dial_opts::DialOpts;
 use libp2p::swarm::{ConnectionId, SwarmEvent};
 use libp2p::{identify, ping, Multiaddr, PeerId, Swarm};
-use rand::seq::SliceRandom;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::behaviour::{self, Behaviour, BehaviourEvent};
+use super::behaviour::{Behaviour, BehaviourEvent};
 use super::orderbook::OrderBook;
-use super::peer_targets::{ConnectionAge, PeerTargets, PendingDials, LATE_ROUND};
+use super::peer_targets::{ConnectionAge, PeerTargets, PendingDials};
 use super::reachability::NatConfig;
 use super::{AddressBook, Command, MeshEvent, PeerInfo};
-use crate::clock::now_ms;
 use nat::NatState;
-use sharemesh_protocol::{
-    Attestation, FraudProof, OpenError, ReplayGuard, ReputationReport, SignedEnvelope, WireMessage,
-};
-
-/// Why a standing gossip message (attestation, report, fraud proof) was not taken.
-#[derive(Debug, thiserror::Error)]
-enum GossipRefusal {
-    /// No honest node sends or forwards it: the sender is penalised.
-    #[error("malformed: {0}")]
-    Malformed(String),
-    /// It arrived outside its validity window (a slow path or a slow receiver).
-    #[error("untimely: {0}")]
-    Untimely(OpenError),
-}
-
-impl GossipRefusal {
-    fn verdict(&self) -> MessageAcceptance {
-        match self {
-            GossipRefusal::Malformed(_) => MessageAcceptance::Reject,
-            GossipRefusal::Untimely(_) => MessageAcceptance::Ignore,
-        }
-    }
-}
-
-fn open_gossip<T: WireMessage>(
-    data: &[u8],
-    now: u64,
-) -> Result<(SignedEnvelope, sharemesh_protocol::Opened<T>), GossipRefusal> {
-    let envelope =
-        SignedEnvelope::from_bytes(data).map_err(|e| GossipRefusal::Malformed(e.to_string()))?;
-    let opened = envelope.open::<T>(now).map_err(|e| {
-        if e.is_untimely() {
-            GossipRefusal::Untimely(e)
-        } else {
-            GossipRefusal::Malformed(e.to_string())
-        }
-    })?;
-    Ok((envelope, opened))
-}
+use sharemesh_protocol::ReplayGuard;
 
 /// How many peers to keep, and how to stay reachable.
 pub(super) struct PeerPolicy {
@@ -82,9 +43,6 @@ pub(super) struct SharedViews {
 
 /// How often the peer manager runs (and the loop measures its own lateness).
 const MAINTENANCE_EVERY: Duration = Duration::from_secs(5);
-
-/// How often the node refreshes its whole Kademlia routing table.
-const BOOTSTRAP_EVERY: Duration = Duration::from_secs(30 * 60);
 
 pub(super) struct EventLoop {
     swarm: Swarm<Behaviour>,
@@ -481,335 +439,6 @@ impl EventLoop {
                     .set(i64::try_from(peers).unwrap_or(i64::MAX));
             }
             _ => {}
-        }
-    }
-
-    fn count_gossip(&self, topic: &gossipsub::TopicHash, verdict: &MessageAcceptance) {
-        let Some(metrics) = &self.metrics else {
-            return;
-        };
-        let outcome = match verdict {
-            MessageAcceptance::Accept => "accepted",
-            MessageAcceptance::Reject => "rejected",
-            MessageAcceptance::Ignore => "ignored",
-        };
-        metrics
-            .gossip
-            .get_or_create(&crate::metrics::GossipLabels {
-                topic: topic.to_string(),
-                outcome: outcome.into(),
-            })
-            .inc();
-    }
-
-    fn on_gossip(&mut self, source: PeerId, id: gossipsub::MessageId, message: gossipsub::Message) {
-        let adverts = behaviour::adverts_topic().hash();
-        let verdict = if message.topic == adverts {
-            let offered = self
-                .book
-                .write()
-                .map(|mut book| book.offer(&message.data, now_ms()));
-            match offered {
-                Err(_) => {
-                    tracing::error!("order book lock poisoned");
-                    MessageAcceptance::Ignore
-                }
-                Ok(Ok(accepted)) => {
-                    self.emit(MeshEvent::AdvertAccepted {
-                        provider: accepted.provider,
-                        seq: accepted.seq,
-                        from: source,
-                    });
-                    MessageAcceptance::Accept
-                }
-                Ok(Err(refusal)) => {
-                    let violation = refusal.is_violation();
-                    tracing::debug!(from = %source, %refusal, violation, "advert not taken");
-                    self.emit(MeshEvent::AdvertRejected {
-                        from: source,
-                        reason: refusal.to_string(),
-                        violation,
-                        signed_fault: refusal.signed_fault(),
-                    });
-                    if violation {
-                        MessageAcceptance::Reject
-                    } else {
-                        MessageAcceptance::Ignore
-                    }
-                }
-            }
-        } else if message.topic == behaviour::fraud_proofs_topic().hash() {
-            self.check_fraud_proof(source, &message.data)
-        } else if message.topic == behaviour::reputation_topic().hash() {
-            self.check_report(source, &message.data)
-        } else if message.topic == behaviour::attestations_topic().hash() {
-            self.check_attestation(source, &message.data)
-        } else {
-            // Attestation and reputation gossip are validated by the trust layer (not
-            // yet built): do not forward what nobody checked.
-            MessageAcceptance::Ignore
-        };
-        self.count_gossip(&message.topic, &verdict);
-        self.swarm
-            .behaviour_mut()
-            .gossipsub
-            .report_message_validation_result(&id, &source, verdict);
-    }
-
-    /// An attestation is forwarded when it opens and is the node's newest; it proves
-    /// only what its key claims (the trust layer checks it for consistency).
-    fn check_attestation(&mut self, source: PeerId, data: &[u8]) -> MessageAcceptance {
-        self.admit_newest::<Attestation>(source, data, |attestation| MeshEvent::Attestation {
-            attestation: Box::new(attestation),
-            from: source,
-        })
-    }
-
-    /// A reputation report is forwarded when it opens and is the reporter's newest;
-    /// what it is worth is the trust layer's (the reporter's own trust in each view).
-    fn check_report(&mut self, source: PeerId, data: &[u8]) -> MessageAcceptance {
-        self.admit_newest::<ReputationReport>(source, data, |report| MeshEvent::ReputationReport {
-            report: Box::new(report),
-            from: source,
-        })
-    }
-
-    /// Standing messages (one signer's newest wins): malformed → reject, stale or
-    /// untimely → ignore, otherwise the event and forward.
-    fn admit_newest<T: WireMessage>(
-        &mut self,
-        source: PeerId,
-        data: &[u8],
-        event: impl FnOnce(T) -> MeshEvent,
-    ) -> MessageAcceptance {
-        let now = now_ms();
-        let opened = match open_gossip::<T>(data, now) {
-            Ok((_, opened)) => opened,
-            Err(refusal) => {
-                tracing::debug!(from = %source, %refusal, kind = ?T::KIND, "gossip not taken");
-                return refusal.verdict();
-            }
-        };
-        if self.reports.admit(&opened, T::KIND, [0; 16], now).is_err() {
-            return MessageAcceptance::Ignore;
-        }
-        self.emit(event(opened.body));
-        MessageAcceptance::Accept
-    }
-
-    /// A fraud proof is forwarded when its signatures and chain check (anyone can
-    /// check those); a malformed one is a violation, an expired one is dropped. Whether
-    /// it is fraud takes a replay, which the trust layer does where it holds the model.
-    fn check_fraud_proof(&mut self, source: PeerId, data: &[u8]) -> MessageAcceptance {
-        let checked = open_gossip::<FraudProof>(data, now_ms()).and_then(|(envelope, opened)| {
-            opened
-                .body
-                .evidence()
-                .map_err(|e| GossipRefusal::Malformed(e.to_string()))?;
-            Ok((envelope, opened.body.provider))
-        });
-        match checked {
-            Ok((envelope, accused)) => {
-                self.emit(MeshEvent::FraudProof {
-                    envelope: Box::new(envelope),
-                    accused,
-                    from: source,
-                });
-                MessageAcceptance::Accept
-            }
-            Err(refusal) => {
-                tracing::debug!(from = %source, %refusal, "fraud proof not taken");
-                refusal.verdict()
-            }
-        }
-    }
-
-    /// Peer manager: keep the peer count within its band (`PeerTargets`) — prune the
-    /// lowest-scored settled peers above it, dial known peers below the target — and
-    /// drop peers whose gossip score fell below the graylist threshold. `late`: how late
-    /// this round started; a late round runs on a stale view and only dials.
-    fn maintain(&mut self, late: Duration) {
-        self.round += 1;
-        let on_time = late < LATE_ROUND;
-        if on_time {
-            self.dialing.expire(Instant::now());
-        }
-        self.bootstrap_when_due();
-        // The book's size for the metrics: every maintenance tick, not every message.
-        if let (Some(metrics), Ok(book)) = (&self.metrics, self.book.read()) {
-            metrics
-                .book_entries
-                .set(i64::try_from(book.len()).unwrap_or(i64::MAX));
-        }
-        let connected: Vec<PeerId> = self.swarm.connected_peers().copied().collect();
-        if on_time {
-            self.prune(&connected);
-        } else {
-            tracing::debug!(
-                late_ms = late.as_millis() as u64,
-                "late peer-manager round: no pruning"
-            );
-        }
-        self.dial_towards_target(&connected);
-        self.reach_autonat_servers();
-        self.keep_relays();
-    }
-
-    /// Disconnects the lowest-scored settled peers above the band and every graylisted
-    /// one. A connection that has not settled ([`ConnectionAge::settled`]) is left alone
-    /// unless graylisted.
-    fn prune(&mut self, connected: &[PeerId]) {
-        let gossipsub = &self.swarm.behaviour().gossipsub;
-        let mut scored: Vec<(PeerId, f64)> = connected
-            .iter()
-            .map(|p| (*p, gossipsub.peer_score(p).unwrap_or(0.0)))
-            .collect();
-        scored.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let excess = self.peer_targets.prune_count(connected.len());
-        let (now, round) = (Instant::now(), self.round);
-        let settled = |peer: &PeerId| {
-            self.connected_since
-                .get(peer)
-                .is_none_or(|age| age.settled(now, round))
-        };
-        // Our relays and the peers holding reservations on us stay: dropping them would
-        // make a node behind NAT unreachable.
-        let relay_bound =
-            |peer: &PeerId| self.nat.relays.holds(peer) || self.nat.relay_clients.contains(peer);
-        let mut to_drop: Vec<PeerId> = scored
-            .iter()
-            .filter(|(peer, _)| settled(peer) && !relay_bound(peer))
-            .take(excess)
-            .map(|(peer, _)| *peer)
-            .collect();
-        let graylisted: Vec<PeerId> = scored
-            .iter()
-            .filter(|(peer, score)| *score < -400.0 && !to_drop.contains(peer))
-            .map(|(peer, _)| *peer)
-            .collect();
-        to_drop.extend(graylisted);
-        for peer in to_drop {
-            tracing::debug!(%peer, "pruning peer");
-            let _ = self.swarm.disconnect_peer_id(peer);
-        }
-    }
-
-    /// Dials known peers towards the target; a random walk when too few are known.
-    fn dial_towards_target(&mut self, connected: &[PeerId]) {
-        // Below target: dial peers we already know — reached before (a restarted peer
-        // comes back) or in Kademlia's routing table — a random few, no more than the
-        // target lacks. Only when too few are known, at most every 30 s, look for more
-        // with a random walk: a walk connects to some twenty peers, most of which the
-        // next round prunes.
-        let budget = self.dial_budget();
-        if budget == 0 {
-            return;
-        }
-        let mut candidates = self.dial_candidates();
-        candidates.shuffle(&mut rand::rng());
-        let known = candidates.len();
-        for (peer, address) in candidates {
-            if self.dial_budget() == 0 {
-                break;
-            }
-            let opts = match address {
-                Some(address) => DialOpts::peer_id(peer).addresses(vec![address]).build(),
-                None => DialOpts::peer_id(peer).build(),
-            };
-            self.dial_new(peer, opts);
-        }
-        let walked_recently = self
-            .last_walk
-            .is_some_and(|at| at.elapsed() < Duration::from_secs(30));
-        if known < budget && !connected.is_empty() && !walked_recently {
-            self.last_walk = Some(Instant::now());
-            // One lookup of a random key finds peers across the key space; a full
-            // bootstrap (a lookup per bucket) would cost nine times the connections.
-            // It asks for as many peers as the node keeps, not Kademlia's 20: every
-            // peer it queries is a connection, and when hundreds of nodes join at once
-            // those walk connections (until pruned) set the mesh's peak memory.
-            let wanted = NonZeroUsize::new(self.peer_targets.target.clamp(1, 20))
-                .unwrap_or(NonZeroUsize::MIN);
-            self.swarm
-                .behaviour_mut()
-                .kad
-                .get_n_closest_peers(PeerId::random(), wanted);
-        }
-    }
-
-    /// Known peers that are neither connected nor being dialled: the address book's
-    /// (with the address we reached them at) and the Kademlia routing table's.
-    fn dial_candidates(&mut self) -> Vec<(PeerId, Option<Multiaddr>)> {
-        let mut candidates: HashMap<PeerId, Option<Multiaddr>> = HashMap::new();
-        for address in self.address_book.addresses() {
-            if let (Some(peer), _) = super::split_peer(&address) {
-                candidates.insert(peer, Some(address));
-            }
-        }
-        for bucket in self.swarm.behaviour_mut().kad.kbuckets() {
-            for entry in bucket.iter() {
-                candidates.entry(*entry.node.key.preimage()).or_insert(None);
-            }
-        }
-        candidates
-            .into_iter()
-            .filter(|(peer, _)| {
-                peer != self.swarm.local_peer_id()
-                    && !self.swarm.is_connected(peer)
-                    && !self.dialing.contains(peer)
-            })
-            .collect()
-    }
-
-    /// Gives Kademlia an address of `peer`, unless that would only start a liveness
-    /// check: when the peer's bucket is full, Kademlia dials the bucket's oldest
-    /// disconnected peer to decide which to keep. Peers the peer manager pruned stay in
-    /// the table as disconnected, so every new connection dialled a pruned peer, which
-    /// was pruned again — the churn that a 200-node simulation measured at ~190 new
-    /// connections per node per minute. A full bucket already holds enough contacts for
-    /// that distance, and the periodic random walk refreshes it.
-    fn learn_address(&mut self, peer: PeerId, address: Multiaddr) {
-        let kad = &mut self.swarm.behaviour_mut().kad;
-        let full_without_peer = kad.kbucket(peer).is_some_and(|bucket| {
-            bucket.num_entries() >= kad::K_VALUE.get()
-                && !bucket
-                    .iter()
-                    .any(|entry| entry.node.key.preimage() == &peer)
-        });
-        if !full_without_peer {
-            kad.add_address(&peer, address);
-        }
-    }
-
-    /// A full Kademlia bootstrap every [`BOOTSTRAP_EVERY`] (a lookup per bucket keeps the
-    /// routing table fresh across the key space, for provider lookups).
-    fn bootstrap_when_due(&mut self) {
-        if self.last_bootstrap.elapsed() < BOOTSTRAP_EVERY {
-            return;
-        }
-        self.last_bootstrap = Instant::now();
-        match self.swarm.behaviour_mut().kad.bootstrap() {
-            Ok(_) => {}
-            Err(err) => tracing::debug!(%err, "no Kademlia bootstrap: no known peers"),
-        }
-    }
-
-    /// Dials still to start before the node reaches its peer target.
-    fn dial_budget(&self) -> usize {
-        self.peer_targets
-            .dial_count(self.swarm.connected_peers().count(), self.dialing.len())
-    }
-
-    /// Dials `peer` unless it is connected or already being dialled.
-    fn dial_new(&mut self, peer: PeerId, opts: DialOpts) {
-        if peer == *self.swarm.local_peer_id()
-            || self.swarm.is_connected(&peer)
-            || self.dialing.contains(&peer)
-        {
-            return;
-        }
-        if self.swarm.dial(opts).is_ok() {
-            self.dialing.start(peer, Instant::now());
         }
     }
 }

@@ -88,9 +88,33 @@ impl Default for NatConfig {
 /// node reachable while the next is found.
 pub const DEFAULT_RELAYS: usize = 2;
 
-/// How long a relay that failed (reservation refused, connection lost) is not asked
-/// again.
-pub const RELAY_BACKOFF: Duration = Duration::from_secs(60);
+/// How long a relay that failed (reservation refused, connection lost) is first not
+/// asked again; each further failure doubles it, up to [`RELAY_BACKOFF_MAX`], and an
+/// accepted reservation forgets it. Short, because the spare a node needs when its relay
+/// dies may be one that refused it while its own status was still settling.
+pub const RELAY_BACKOFF: Duration = Duration::from_secs(5);
+/// The longest a failing relay is left alone.
+pub const RELAY_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// Whether `address` names a host and a TCP or UDP port and no relay: one a peer can
+/// dial straight.
+pub fn is_direct_dialable(address: &Multiaddr) -> bool {
+    let mut host = false;
+    let mut port = false;
+    for protocol in address.iter() {
+        match protocol {
+            Protocol::Ip4(_)
+            | Protocol::Ip6(_)
+            | Protocol::Dns(_)
+            | Protocol::Dns4(_)
+            | Protocol::Dns6(_) => host = true,
+            Protocol::Tcp(_) | Protocol::Udp(_) => port = true,
+            Protocol::P2pCircuit => return false,
+            _ => {}
+        }
+    }
+    host && port
+}
 
 /// Whether `address` goes through a relay.
 pub fn is_relayed(address: &Multiaddr) -> bool {
@@ -135,9 +159,18 @@ impl Reachability {
         self.confirmed.remove(address);
     }
 
-    /// A peer could not dial a candidate address of ours back.
-    pub fn probe_failed(&mut self) {
+    /// A peer could not dial `address`, a candidate address of ours, back. Only a
+    /// direct address with a host and a port says anything about us: peers also report
+    /// what they saw over relayed connections (`/p2p/<us>`, circuits), and a failed
+    /// probe of that made a public node behind no NAT call itself private (and stop
+    /// relaying) whenever it came before the first confirmation. Returns whether the
+    /// failure counted.
+    pub fn probe_failed(&mut self, address: &Multiaddr) -> bool {
+        if !is_direct_dialable(address) {
+            return false;
+        }
         self.failed_probes = self.failed_probes.saturating_add(1);
+        true
     }
 
     pub fn confirmed_addresses(&self) -> impl Iterator<Item = &Multiaddr> {
@@ -167,7 +200,8 @@ struct HeldRelay {
 pub struct RelaySet {
     wanted: usize,
     held: BTreeMap<PeerId, HeldRelay>,
-    backoff: HashMap<PeerId, Instant>,
+    /// Relays that failed: until when they wait, and the wait after their next failure.
+    backoff: HashMap<PeerId, (Instant, Duration)>,
 }
 
 impl RelaySet {
@@ -179,13 +213,16 @@ impl RelaySet {
     }
 
     /// From `candidates`, the relays to ask next: lowest round trip first, a relay on a
-    /// host (IP address) we do not already use before one on the same host, none that
-    /// failed within [`RELAY_BACKOFF`], no more than are missing.
+    /// host (IP address) we do not already use before one on the same host, none still
+    /// backed off after failing, no more than are missing.
     pub fn choose(&self, mut candidates: Vec<RelayCandidate>, now: Instant) -> Vec<RelayCandidate> {
-        let missing = self.wanted.saturating_sub(self.held.len());
+        let missing = self.missing();
         candidates.retain(|c| {
             !self.held.contains_key(&c.peer)
-                && self.backoff.get(&c.peer).is_none_or(|&until| now >= until)
+                && self
+                    .backoff
+                    .get(&c.peer)
+                    .is_none_or(|&(until, _)| now >= until)
                 && !is_relayed(&c.address)
         });
         candidates.sort_by(|a, b| match (a.rtt, b.rtt) {
@@ -223,6 +260,11 @@ impl RelaySet {
         chosen
     }
 
+    /// Reservations wanted and neither held nor asked for.
+    pub fn missing(&self) -> usize {
+        self.wanted.saturating_sub(self.held.len())
+    }
+
     /// We asked `peer` for a reservation through `listener`.
     pub fn requested(&mut self, peer: PeerId, address: Multiaddr, listener: ListenerId) {
         self.held.insert(
@@ -239,6 +281,7 @@ impl RelaySet {
     pub fn reserved(&mut self, peer: &PeerId) {
         if let Some(held) = self.held.get_mut(peer) {
             held.reserved = true;
+            self.backoff.remove(peer);
         }
     }
 
@@ -251,7 +294,12 @@ impl RelaySet {
             .find(|(_, held)| held.listener == listener)?
             .0;
         self.held.remove(&peer);
-        self.backoff.insert(peer, now + RELAY_BACKOFF);
+        let wait = self
+            .backoff
+            .get(&peer)
+            .map_or(RELAY_BACKOFF, |&(_, next)| next);
+        self.backoff
+            .insert(peer, (now + wait, (wait * 2).min(RELAY_BACKOFF_MAX)));
         Some(peer)
     }
 
@@ -366,7 +414,16 @@ mod tests {
     fn status_follows_the_mode_and_the_probes() {
         let mut auto = Reachability::new(ReachabilityMode::Auto);
         assert_eq!(auto.status(), NatStatus::Unknown);
-        auto.probe_failed();
+        // What a peer saw over a relayed connection is no address of ours to test.
+        for seen in [
+            "/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN",
+            "/ip4/10.0.0.1/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit",
+            "/ip4/10.0.0.1",
+        ] {
+            assert!(!auto.probe_failed(&addr(seen)), "{seen}");
+        }
+        assert_eq!(auto.status(), NatStatus::Unknown);
+        assert!(auto.probe_failed(&addr("/ip4/10.0.0.1/tcp/4001")));
         assert_eq!(auto.status(), NatStatus::Private);
         // A relayed address proves nothing about ourselves.
         auto.confirmed(&addr("/ip4/10.0.0.1/tcp/4001/p2p-circuit"));
@@ -423,7 +480,9 @@ mod tests {
         let first = candidate("10.0.0.2", Some(1));
         let second = candidate("10.0.0.3", Some(5));
         let listener = ListenerId::next();
+        assert_eq!(set.missing(), 1);
         set.requested(first.peer, first.address.clone(), listener);
+        assert_eq!(set.missing(), 0);
         assert!(
             set.choose(vec![second.clone()], now).is_empty(),
             "one is enough"
@@ -440,6 +499,27 @@ mod tests {
         assert_eq!(chosen, vec![second.clone()], "the failed one waits");
         let later = now + RELAY_BACKOFF;
         assert_eq!(set.choose(vec![first.clone()], later), vec![first.clone()]);
+        // Failing again doubles the wait, up to the cap; an accepted reservation
+        // forgets the failures.
+        let mut at = later;
+        for wait in [2, 4, 8, 12, 12].map(|k| RELAY_BACKOFF * k) {
+            let listener = ListenerId::next();
+            set.requested(first.peer, first.address.clone(), listener);
+            assert_eq!(set.listener_closed(listener, at), Some(first.peer));
+            assert!(set
+                .choose(vec![first.clone()], at + wait - Duration::from_millis(1))
+                .is_empty());
+            at += wait;
+            assert_eq!(set.choose(vec![first.clone()], at), vec![first.clone()]);
+        }
+        let listener = ListenerId::next();
+        set.requested(first.peer, first.address.clone(), listener);
+        set.reserved(&first.peer);
+        set.listener_closed(listener, at);
+        assert_eq!(
+            set.choose(vec![first.clone()], at + RELAY_BACKOFF),
+            vec![first.clone()]
+        );
         set.requested(second.peer, second.address.clone(), listener);
         assert_eq!(set.release_all(), vec![listener]);
         assert!(!set.holds(&second.peer));

@@ -19,6 +19,9 @@ use serde_json::{json, Value};
 
 const MODEL: &str = "smollm2-135m-instruct";
 
+/// The lab's nodes log the mesh's connections, relays and reservations.
+const LAB_LOG: &str = "info,sharemesh_mesh=debug,libp2p_gossipsub=warn,libp2p_kad=warn";
+
 /// A running `--netns` testnet and what cleans it up.
 struct Lab {
     file: Value,
@@ -70,7 +73,14 @@ impl Lab {
         let mut args = args.to_vec();
         args.push(dir.to_str().unwrap());
         args.extend_from_slice(extra);
-        let out = sharemesh(data.path(), &args);
+        // The mesh's connection and relay events, for the dump on failure.
+        let out = Command::new(common::sharemesh_bin())
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(&args)
+            .env("RUST_LOG", LAB_LOG)
+            .output()
+            .unwrap();
         let file: Value =
             serde_json::from_slice(&std::fs::read(dir.join("testnet.json")).unwrap_or_default())
                 .unwrap_or_default();
@@ -114,6 +124,42 @@ impl Lab {
             .collect()
     }
 
+    /// A failed test prints what each node's log says about connections, relays and
+    /// reachability (CI keeps only the output).
+    fn dump_logs(&self) {
+        const KEEP: [&str; 9] = [
+            "relay",
+            "reservation",
+            "reachab",
+            "connected",
+            "connection closed",
+            "pruning",
+            "hole punch",
+            "AutoNAT",
+            "listener closed",
+        ];
+        for node in self.nodes() {
+            let dir = std::path::Path::new(node["data_dir"].as_str().unwrap_or_default());
+            let log = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| KEEP.iter().any(|k| l.contains(k)))
+                .collect();
+            eprintln!(
+                "---- {} {} {} (nat: {}): {} of {} log lines",
+                node["role"],
+                node["peer_id"],
+                node["listen"],
+                node["nat_router"],
+                lines.len().min(150),
+                lines.len()
+            );
+            for line in &lines[lines.len().saturating_sub(150)..] {
+                eprintln!("{}", compact(line));
+            }
+        }
+    }
+
     fn kill(&self, node: &Value) {
         Command::new("kill")
             .args(["-9", &node["pid"].to_string()])
@@ -122,8 +168,34 @@ impl Lab {
     }
 }
 
+/// A JSON log line as `time level message key=value…` (without the span).
+fn compact(line: &str) -> String {
+    let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(line) else {
+        return line.to_owned();
+    };
+    let text = |key: &str| fields.get(key).and_then(Value::as_str).unwrap_or_default();
+    let mut out = format!(
+        "{} {} {}",
+        text("timestamp").get(11..23).unwrap_or_default(),
+        text("level"),
+        text("message")
+    );
+    for (key, value) in &fields {
+        if !["timestamp", "level", "message", "target", "span", "spans"].contains(&key.as_str()) {
+            out.push_str(&format!(
+                " {key}={}",
+                value.as_str().map_or(value.to_string(), str::to_owned)
+            ));
+        }
+    }
+    out
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dump_logs();
+        }
         let dir = self.dir.to_str().unwrap().to_owned();
         let _ = sharemesh(self.data.path(), &["testnet", "down", "--dir", &dir]);
     }
@@ -309,7 +381,7 @@ fn behind_cone_nats_nodes_find_themselves_reachable() {
 
 /// Behind symmetric NATs punching cannot work: jobs stay on relays. Killing the relay
 /// that carries a stream fails it over to the other NATed provider (through another
-/// relay), resumed exactly; the NATed providers drop the dead relay and remain
+/// relay), resumed exactly; the NATed providers replace the dead relay and remain
 /// reachable.
 #[test]
 fn behind_symmetric_nats_relays_carry_jobs_and_a_relay_killed_mid_stream_costs_no_token() {
@@ -387,16 +459,14 @@ fn behind_symmetric_nats_relays_carry_jobs_and_a_relay_killed_mid_stream_costs_n
         "no failover: {providers}"
     );
 
-    // Both NATed providers drop the dead relay, keep at least one other, and stay
-    // reachable. (Taking the spare relay in its place is what they do alone and beside
-    // busy cores; under the whole suite's load it did not happen within 60 s in two CI
-    // rehearsals, not yet understood, so it is not asserted here.)
+    // Both NATed providers replace the dead relay with the spare one and stay
+    // reachable.
     let dead = killed["peer_id"].as_str().unwrap().to_owned();
     for provider in lab.natted("provider") {
-        wait_until(60, "a NATed provider to drop its dead relay", || {
+        wait_until(60, "a NATed provider to replace its dead relay", || {
             let relays = reachability(&provider)["relays"].clone();
             let relays = relays.as_array().cloned().unwrap_or_default();
-            !relays.is_empty() && relays.iter().all(|r| !r.as_str().unwrap().contains(&dead))
+            relays.len() == 2 && relays.iter().all(|r| !r.as_str().unwrap().contains(&dead))
         });
     }
     let (again, _) = chat(&lab, &gateway, 120);

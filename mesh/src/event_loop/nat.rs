@@ -22,6 +22,11 @@ use crate::{MeshEvent, NatView};
 /// How often a node that dialled nobody dials peers to reach an AutoNAT server.
 const SERVER_DIAL_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How often a node short of relays dials known peers to find more.
+const RELAY_SEARCH_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+/// How many known peers one search dials.
+const RELAY_SEARCH_DIALS: usize = 3;
+
 /// What the event loop keeps about reachability.
 pub(super) struct NatState {
     pub config: NatConfig,
@@ -40,6 +45,8 @@ pub(super) struct NatState {
     pub last_status: NatStatus,
     /// When we last dialled peers only to reach an AutoNAT server.
     pub last_server_dial: Option<Instant>,
+    /// When we last dialled known peers to find a relay.
+    pub last_relay_search: Option<Instant>,
     /// Peers reached only through a relay whose hole punch has not ended.
     pub punching: crate::Punching,
     /// Job streams open per peer, and the peers whose redundant relayed connections
@@ -67,6 +74,7 @@ impl NatState {
             serving: false,
             last_status: NatStatus::Unknown,
             last_server_dial: None,
+            last_relay_search: None,
             punching,
             held,
             deferred_close: HashSet::new(),
@@ -126,8 +134,8 @@ impl EventLoop {
                 tracing::debug!(address = %event.tested_addr, server = %event.server, "AutoNAT: reachable");
             }
             Err(err) => {
-                tracing::debug!(address = %event.tested_addr, server = %event.server, %err, "AutoNAT: not reachable");
-                self.nat.reachability.probe_failed();
+                let counted = self.nat.reachability.probe_failed(&event.tested_addr);
+                tracing::debug!(address = %event.tested_addr, server = %event.server, %err, counted, "AutoNAT: not reachable");
                 self.apply_reachability();
             }
         }
@@ -239,7 +247,11 @@ impl EventLoop {
                 })
             })
             .collect();
-        for chosen in self.nat.relays.choose(candidates, Instant::now()) {
+        let chosen = self.nat.relays.choose(candidates, Instant::now());
+        if chosen.is_empty() && self.nat.relays.missing() > 0 {
+            self.look_for_relays();
+        }
+        for chosen in chosen {
             let circuit = chosen
                 .address
                 .clone()
@@ -256,6 +268,31 @@ impl EventLoop {
                     tracing::warn!(relay = %chosen.peer, ?err, "cannot listen through relay")
                 }
             }
+        }
+    }
+
+    /// Short of relays with none to ask among connected peers: dial a few known peers
+    /// we are not connected to (their identify says whether they relay), at most every
+    /// [`RELAY_SEARCH_EVERY`]. The peer manager alone dials only below its target, and a
+    /// node at its target whose relay died would otherwise wait for churn.
+    fn look_for_relays(&mut self) {
+        let recently = self
+            .nat
+            .last_relay_search
+            .is_some_and(|at| at.elapsed() < RELAY_SEARCH_EVERY);
+        if recently {
+            return;
+        }
+        self.nat.last_relay_search = Some(Instant::now());
+        let mut known = self.dial_candidates();
+        known.shuffle(&mut rand::rng());
+        for (peer, address) in known.into_iter().take(RELAY_SEARCH_DIALS) {
+            tracing::debug!(%peer, "dialling a known peer to look for a relay");
+            let opts = match address {
+                Some(address) => DialOpts::peer_id(peer).addresses(vec![address]).build(),
+                None => DialOpts::peer_id(peer).build(),
+            };
+            self.dial_new(peer, opts);
         }
     }
 
