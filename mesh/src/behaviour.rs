@@ -49,6 +49,8 @@ pub struct Behaviour {
     /// Asks peers to dial our candidate addresses back: a confirmed one means we are
     /// publicly reachable there.
     pub autonat_client: Toggle<autonat::v2::client::Behaviour>,
+    /// Our relayed addresses, proposed as candidates so that AutoNAT tests them.
+    pub candidates: crate::candidates::AddressCandidates,
     /// Dials back the candidate addresses peers ask us to test.
     pub autonat_server: Toggle<autonat::v2::server::Behaviour>,
     /// Relays circuits for unreachable peers, within [`RelayLimits`], while this node is
@@ -228,7 +230,11 @@ pub fn build(
     let traversal = config.traversal;
     let limits = connection_limits::ConnectionLimits::default()
         .with_max_established(Some(config.max_connections))
-        .with_max_established_per_peer(Some(2))
+        // A direct connection, a relayed one until hole punching closes it, an AutoNAT
+        // dial-back, and a second dial to reach an AutoNAT server: with 2, a dial-back
+        // to a peer already connected twice was refused, and the peer believed itself
+        // unreachable (seen on loopback under load).
+        .with_max_established_per_peer(Some(4))
         .with_max_pending_incoming(Some(config.max_connections))
         .with_max_pending_outgoing(Some(config.max_connections));
     let mut gossipsub = gossipsub::Behaviour::new(
@@ -285,8 +291,9 @@ pub fn build(
         autonat_client: traversal
             .map(|_| autonat::v2::client::Behaviour::default())
             .into(),
+        candidates: crate::candidates::AddressCandidates::default(),
         autonat_server: traversal
-            .map(|_| autonat::v2::server::Behaviour::default())
+            .map(|_| autonat::v2::server::Behaviour::default().with_local_peer_id(peer_id))
             .into(),
         relay_server: traversal
             .and_then(|t| t.relay_server)

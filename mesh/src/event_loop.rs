@@ -9,6 +9,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use libp2p::core::ConnectedPoint;
 use libp2p::gossipsub;
 use libp2p::kad::{self, RecordKey};
 use libp2p::multiaddr::Protocol;
@@ -285,7 +286,16 @@ impl EventLoop {
                 ..
             } => {
                 self.dialing.finish(&peer_id);
-                let address = endpoint.get_remote_address().clone();
+                // An inbound relayed connection names its remote `/p2p/<peer>` only: what
+                // shows the path (and that it is relayed) is our relayed listen address.
+                let address = match &endpoint {
+                    ConnectedPoint::Listener { local_addr, .. }
+                        if super::reachability::is_relayed(local_addr) =>
+                    {
+                        local_addr.clone()
+                    }
+                    _ => endpoint.get_remote_address().clone(),
+                };
                 if endpoint.is_dialer() {
                     self.address_book
                         .remember(&address.clone().with_p2p(peer_id).unwrap_or(address.clone()));
@@ -344,11 +354,15 @@ impl EventLoop {
     #[allow(clippy::collapsible_match)]
     fn on_behaviour_event(&mut self, event: BehaviourEvent) {
         match event {
-            BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
+            BehaviourEvent::Identify(identify::Event::Received {
+                peer_id,
+                connection_id,
+                info,
+            }) => {
                 // Kademlia does not learn addresses by itself: feed it what identify saw.
                 // Gateways (Kademlia clients) are included: lookups are how a provider
                 // behind NAT finds the gateways it must dial itself.
-                self.note_relay_offer(peer_id, &info.protocols, &info.listen_addrs);
+                self.note_relay_offer(peer_id, connection_id, &info.protocols, &info.listen_addrs);
                 for address in info.listen_addrs {
                     self.learn_address(peer_id, address);
                 }

@@ -4,6 +4,7 @@
 
 pub mod behaviour;
 mod book;
+mod candidates;
 pub mod clock;
 mod event_loop;
 pub mod framing;
@@ -219,6 +220,8 @@ pub struct NatView {
     pub external_addresses: Vec<String>,
     /// Relays holding a reservation for us, `/…/p2p/<relay>`.
     pub relays: Vec<String>,
+    /// Relays through which a peer could not dial us (AutoNAT), peer ids: asked last.
+    pub distrusted_relays: Vec<String>,
     /// Whether we relay for others now.
     pub relay_server: bool,
     /// Reservations others hold on us.

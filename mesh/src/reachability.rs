@@ -93,6 +93,8 @@ pub const DEFAULT_RELAYS: usize = 2;
 /// accepted reservation forgets it. Short, because the spare a node needs when its relay
 /// dies may be one that refused it while its own status was still settling.
 pub const RELAY_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a relay that did not carry a dial-back to us is asked only last.
+pub const RELAY_DISTRUST: Duration = Duration::from_secs(10 * 60);
 /// The longest a failing relay is left alone.
 pub const RELAY_BACKOFF_MAX: Duration = Duration::from_secs(60);
 
@@ -114,6 +116,19 @@ pub fn is_direct_dialable(address: &Multiaddr) -> bool {
         }
     }
     host && port
+}
+
+/// The relay `address` goes through: the peer id just before `/p2p-circuit`.
+pub fn relay_of(address: &Multiaddr) -> Option<PeerId> {
+    let mut last_peer = None;
+    for protocol in address.iter() {
+        match protocol {
+            Protocol::P2p(peer) => last_peer = Some(peer),
+            Protocol::P2pCircuit => return last_peer,
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Whether `address` goes through a relay.
@@ -202,6 +217,9 @@ pub struct RelaySet {
     held: BTreeMap<PeerId, HeldRelay>,
     /// Relays that failed: until when they wait, and the wait after their next failure.
     backoff: HashMap<PeerId, (Instant, Duration)>,
+    /// Relays through which a peer could not dial us, until when they are asked only
+    /// after every other candidate.
+    distrusted: HashMap<PeerId, Instant>,
 }
 
 impl RelaySet {
@@ -214,7 +232,8 @@ impl RelaySet {
 
     /// From `candidates`, the relays to ask next: lowest round trip first, a relay on a
     /// host (IP address) we do not already use before one on the same host, none still
-    /// backed off after failing, no more than are missing.
+    /// backed off after failing, a distrusted one only when nothing else is left, no
+    /// more than are missing.
     pub fn choose(&self, mut candidates: Vec<RelayCandidate>, now: Instant) -> Vec<RelayCandidate> {
         let missing = self.missing();
         candidates.retain(|c| {
@@ -237,20 +256,21 @@ impl RelaySet {
             .filter_map(|h| host(&h.address))
             .collect();
         let mut chosen = Vec::new();
-        // Two passes: new hosts first, then whoever is left.
-        for pass_new_hosts in [true, false] {
+        // Trusted relays on new hosts, trusted ones anywhere, then the distrusted alike.
+        for (trusted, new_hosts) in [(true, true), (true, false), (false, true), (false, false)] {
             for candidate in &candidates {
                 if chosen.len() >= missing {
                     return chosen;
                 }
-                if chosen
-                    .iter()
-                    .any(|c: &RelayCandidate| c.peer == candidate.peer)
+                if self.is_distrusted(&candidate.peer, now) == trusted
+                    || chosen
+                        .iter()
+                        .any(|c: &RelayCandidate| c.peer == candidate.peer)
                 {
                     continue;
                 }
                 let host = host(&candidate.address);
-                if pass_new_hosts && host.as_ref().is_some_and(|h| hosts.contains(h)) {
+                if new_hosts && host.as_ref().is_some_and(|h| hosts.contains(h)) {
                     continue;
                 }
                 hosts.extend(host);
@@ -258,6 +278,29 @@ impl RelaySet {
             }
         }
         chosen
+    }
+
+    /// A peer could not dial us through `peer`'s relay: asked only last for
+    /// [`RELAY_DISTRUST`]. Returns the listener of the reservation to give up, if held.
+    pub fn distrust(&mut self, peer: PeerId, now: Instant) -> Option<ListenerId> {
+        self.distrusted.insert(peer, now + RELAY_DISTRUST);
+        self.listener_of(&peer)
+    }
+
+    fn is_distrusted(&self, peer: &PeerId, now: Instant) -> bool {
+        self.distrusted.get(peer).is_some_and(|&until| now < until)
+    }
+
+    /// Relays distrusted now.
+    pub fn distrusted_relays(&self, now: Instant) -> Vec<PeerId> {
+        let mut peers: Vec<PeerId> = self
+            .distrusted
+            .iter()
+            .filter(|(_, &until)| now < until)
+            .map(|(peer, _)| *peer)
+            .collect();
+        peers.sort();
+        peers
     }
 
     /// Reservations wanted and neither held nor asked for.
@@ -523,6 +566,54 @@ mod tests {
         set.requested(second.peer, second.address.clone(), listener);
         assert_eq!(set.release_all(), vec![listener]);
         assert!(!set.holds(&second.peer));
+    }
+
+    #[test]
+    fn a_relay_that_did_not_carry_a_dial_back_is_given_up_and_asked_last() {
+        let now = Instant::now();
+        let mut set = RelaySet::new(1);
+        let liar = candidate("10.0.0.2", Some(1));
+        let honest = candidate("10.0.0.3", Some(30));
+        let listener = ListenerId::next();
+        set.requested(liar.peer, liar.address.clone(), listener);
+        set.reserved(&liar.peer);
+        assert_eq!(set.distrust(liar.peer, now), Some(listener));
+        assert_eq!(set.distrusted_relays(now), vec![liar.peer]);
+        assert_eq!(set.listener_closed(listener, now), Some(liar.peer));
+        // Past its backoff, the faster liar still comes after the honest relay...
+        let later = now + RELAY_BACKOFF;
+        assert_eq!(
+            set.choose(vec![liar.clone(), honest.clone()], later),
+            vec![honest.clone()]
+        );
+        // ...is taken when nothing else is left...
+        assert_eq!(set.choose(vec![liar.clone()], later), vec![liar.clone()]);
+        // ...and is trusted again after RELAY_DISTRUST.
+        let forgiven = now + RELAY_DISTRUST;
+        assert!(set.distrusted_relays(forgiven).is_empty());
+        assert_eq!(
+            set.choose(vec![liar.clone(), honest.clone()], forgiven),
+            vec![liar.clone()]
+        );
+        // Distrusting a relay we do not hold gives up nothing.
+        assert_eq!(set.distrust(honest.peer, now), None);
+    }
+
+    #[test]
+    fn the_relay_of_a_relayed_address_is_the_peer_before_the_circuit() {
+        let relay: PeerId = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+            .parse()
+            .unwrap();
+        let us = PeerId::random();
+        let through = addr(&format!(
+            "/ip4/10.0.0.2/tcp/4001/p2p/{relay}/p2p-circuit/p2p/{us}"
+        ));
+        assert_eq!(relay_of(&through), Some(relay));
+        assert_eq!(
+            relay_of(&addr(&format!("/ip4/10.0.0.2/tcp/4001/p2p/{relay}"))),
+            None
+        );
+        assert_eq!(relay_of(&addr("/ip4/10.0.0.2/tcp/4001/p2p-circuit")), None);
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub struct NatArgs {
     /// No AutoNAT, relays or hole punching at all.
     #[arg(long)]
     pub no_nat_traversal: bool,
+    /// Testnet adversary kit: a relay that grants reservations and then refuses every
+    /// circuit (the nodes it holds look reachable through it and are not).
+    #[arg(long, hide = true)]
+    pub adversary_blackhole_relay: bool,
 }
 
 /// Most relays worth holding: each is a connection kept open and a reservation renewed.
@@ -80,7 +84,11 @@ impl NatArgs {
             );
         }
         let limits = RelayLimits {
-            max_circuits: self.relay_max_circuits,
+            max_circuits: if self.adversary_blackhole_relay {
+                0
+            } else {
+                self.relay_max_circuits
+            },
             max_reservations: self.relay_max_reservations,
             max_circuit_bytes: self.relay_circuit_kib * 1024,
             max_circuit_duration: Duration::from_secs(self.relay_circuit_secs),
@@ -94,7 +102,8 @@ impl NatArgs {
                 Reachability::Private => ReachabilityMode::Private,
             },
             relays: self.relays,
-            relay_server: (!self.no_relay_server).then_some(limits),
+            relay_server: (!self.no_relay_server || self.adversary_blackhole_relay)
+                .then_some(limits),
         })
     }
 }
@@ -148,6 +157,9 @@ mod tests {
             (64 * 1024, 30, 3)
         );
         assert_eq!(config(&["--no-relay-server"]).unwrap().relay_server, None);
+        // The adversary kit's relay takes reservations and no circuit.
+        let blackhole = config(&["--adversary-blackhole-relay"]).unwrap();
+        assert_eq!(blackhole.relay_server.unwrap().max_circuits, 0);
     }
 
     #[test]

@@ -473,6 +473,70 @@ fn behind_symmetric_nats_relays_carry_jobs_and_a_relay_killed_mid_stream_costs_n
     assert_eq!(again, reference);
 }
 
+/// A relay that grants reservations and refuses every circuit (the adversary kit's
+/// `--adversary-blackhole-relay`, here the public provider) would leave a NATed provider
+/// advertising an address nobody can reach it at. AutoNAT tests the provider's relayed
+/// addresses; the one through the liar fails, so the provider gives that relay up,
+/// distrusts it, advertises only the honest relays, and a NATed buyer reaches it.
+#[test]
+fn a_relay_that_carries_no_circuit_is_found_out_and_given_up() {
+    let Some(lab) = Lab::up(
+        "symmetric",
+        2,
+        1,
+        3,
+        &["--provider-args", "--adversary-blackhole-relay --relays 3"],
+    ) else {
+        return;
+    };
+    let liar = lab.public("provider").remove(0);
+    let liar_id = liar["peer_id"].as_str().unwrap().to_owned();
+    let provider = lab.natted("provider").remove(0);
+    let id = provider["peer_id"].as_str().unwrap().to_owned();
+    let gateway = lab.natted("gateway").remove(0);
+    // It asked all three relays (--relays 3), and keeps the two that carry circuits.
+    wait_until(
+        90,
+        "the NATed provider to give up the blackhole relay",
+        || {
+            let view = reachability(&provider);
+            let relays = view["relays"].as_array().cloned().unwrap_or_default();
+            view["distrusted_relays"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|r| r == liar_id.as_str()))
+                && relays.len() == 2
+                && relays
+                    .iter()
+                    .all(|r| !r.as_str().unwrap().contains(&liar_id))
+        },
+    );
+    wait_until(
+        30,
+        "the provider's advert to drop the liar's circuit",
+        || {
+            get(&gateway, "/v1/network/providers")
+                .as_array()
+                .unwrap_or(&vec![])
+                .iter()
+                .any(|p| {
+                    let addresses = p["addresses"].as_array().cloned().unwrap_or_default();
+                    p["peer_id"] == id.as_str()
+                        && addresses
+                            .iter()
+                            .any(|a| a.as_str().unwrap().contains("/p2p-circuit"))
+                        && addresses
+                            .iter()
+                            .all(|a| !a.as_str().unwrap().contains(&liar_id))
+                })
+        },
+    );
+    // The liar also served jobs directly: it goes, leaving the NATed provider.
+    lab.kill(&liar);
+    let (text, served) = chat(&lab, &gateway, 12);
+    assert_eq!(served, id, "served by another provider");
+    assert!(text.starts_with("Once upon a time"), "{text}");
+}
+
 /// A relay bounds what it carries: with circuits capped at 16 KiB (both directions), a
 /// long relayed job is cut mid-stream by the relay, which says why, and the gateway
 /// reports the broken stream instead of waiting on it. (The default, 4 MiB, carried the

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use libp2p::core::transport::ListenerId;
 use libp2p::multiaddr::Protocol;
+use libp2p::swarm::ConnectionId;
 use libp2p::{autonat, dcutr, relay, Multiaddr, PeerId, StreamProtocol};
 
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
@@ -15,7 +16,8 @@ use rand::seq::SliceRandom;
 
 use super::EventLoop;
 use crate::reachability::{
-    is_relayed, NatConfig, NatStatus, Reachability, ReachabilityMode, RelayCandidate, RelaySet,
+    is_relayed, relay_of, NatConfig, NatStatus, Reachability, ReachabilityMode, RelayCandidate,
+    RelaySet,
 };
 use crate::{MeshEvent, NatView};
 
@@ -35,6 +37,8 @@ pub(super) struct NatState {
     /// Connected peers whose identify lists the relay hop protocol, with the first
     /// direct address they listen on (their own).
     pub hop_capable: HashMap<PeerId, Option<Multiaddr>>,
+    /// Peers connected only through relays, with the direct address they listen on.
+    pub direct_addrs: HashMap<PeerId, Multiaddr>,
     /// Peers holding a reservation on our relay server.
     pub relay_clients: HashSet<PeerId>,
     pub view: Arc<RwLock<NatView>>,
@@ -67,6 +71,7 @@ impl NatState {
             reachability: Reachability::new(config.mode),
             relays: RelaySet::new(if config.enabled { config.relays } else { 0 }),
             hop_capable: HashMap::new(),
+            direct_addrs: HashMap::new(),
             relay_clients: HashSet::new(),
             view,
             hole_punches: 0,
@@ -98,6 +103,16 @@ impl EventLoop {
     pub(super) fn on_new_listen_addr(&mut self, address: &Multiaddr) {
         if is_relayed(address) {
             self.emit(MeshEvent::AddressesChanged);
+            if self.nat.config.enabled {
+                // Have AutoNAT dial us through the relay: the reservation alone proves
+                // nothing (see `candidates`). Without our own id at the end, as peers
+                // report what they observe.
+                let mut candidate = address.clone();
+                if matches!(candidate.iter().last(), Some(Protocol::P2p(_))) {
+                    candidate.pop();
+                }
+                self.swarm.behaviour_mut().candidates.propose(candidate);
+            }
         }
         if self.nat.config.enabled
             && self.nat.config.mode == ReachabilityMode::Public
@@ -129,6 +144,10 @@ impl EventLoop {
     }
 
     pub(super) fn on_autonat(&mut self, event: autonat::v2::client::Event) {
+        if is_relayed(&event.tested_addr) {
+            self.on_relayed_probe(&event);
+            return;
+        }
         match event.result {
             Ok(()) => {
                 tracing::debug!(address = %event.tested_addr, server = %event.server, "AutoNAT: reachable");
@@ -137,6 +156,33 @@ impl EventLoop {
                 let counted = self.nat.reachability.probe_failed(&event.tested_addr);
                 tracing::debug!(address = %event.tested_addr, server = %event.server, %err, counted, "AutoNAT: not reachable");
                 self.apply_reachability();
+            }
+        }
+    }
+
+    /// AutoNAT tested one of our relayed addresses: a peer that could not dial us through
+    /// a relay we hold a reservation on makes us give that relay up and ask another. The
+    /// relay itself counts as a tester too: an honest one refuses to test a circuit
+    /// through itself (the vendored AutoNAT server), so its failure is its own claim.
+    fn on_relayed_probe(&mut self, event: &autonat::v2::client::Event) {
+        let address = &event.tested_addr;
+        let Some(relay) = relay_of(address) else {
+            return;
+        };
+        match &event.result {
+            Ok(()) => {
+                tracing::debug!(%relay, server = %event.server, "a peer dialled us through our relay");
+            }
+            Err(err) if self.nat.relays.holds(&relay) => {
+                tracing::warn!(%relay, server = %event.server, %err, "a peer could not dial us through our relay: giving it up");
+                if let Some(listener) = self.nat.relays.distrust(relay, Instant::now()) {
+                    // Its ListenerClosed event backs it off and asks another.
+                    self.swarm.remove_listener(listener);
+                }
+                self.publish_nat_view();
+            }
+            Err(err) => {
+                tracing::debug!(%relay, server = %event.server, %err, "a relayed probe failed through a relay we no longer hold");
             }
         }
     }
@@ -201,14 +247,30 @@ impl EventLoop {
         self.publish_nat_view();
     }
 
-    /// Identify told us which protocols `peer` speaks and where it listens: is it a
-    /// relay we could use?
+    /// Identify told us (over `connection`) which protocols `peer` speaks and where it
+    /// listens: is it a relay we could use? Only a direct connection can tell: a relay
+    /// serves no hop over a relayed connection, so identify there never lists it — and
+    /// once a relay reached us through another relay, that answer struck it from the
+    /// candidates (the spare relay a node needed when its relay died).
     pub(super) fn note_relay_offer(
         &mut self,
         peer: PeerId,
+        connection: ConnectionId,
         protocols: &[StreamProtocol],
         listening: &[Multiaddr],
     ) {
+        let relayed = self
+            .connections
+            .get(&peer)
+            .and_then(|open| open.get(&connection))
+            .is_none_or(|(address, _)| is_relayed(address));
+        if relayed {
+            // Where to dial it directly when looking for a relay.
+            if let Some(own) = listening.iter().find(|a| !is_relayed(a)) {
+                self.nat.direct_addrs.insert(peer, own.clone());
+            }
+            return;
+        }
         if protocols.contains(&relay::HOP_PROTOCOL_NAME) {
             let own = listening.iter().find(|a| !is_relayed(a)).cloned();
             if self.nat.hop_capable.insert(peer, own).is_none() {
@@ -271,9 +333,9 @@ impl EventLoop {
         }
     }
 
-    /// Short of relays with none to ask among connected peers: dial a few known peers
-    /// we are not connected to (their identify says whether they relay), at most every
-    /// [`RELAY_SEARCH_EVERY`]. The peer manager alone dials only below its target, and a
+    /// Short of relays with none to ask among connected peers: dial a few peers reached
+    /// only through relays, or known and not connected (identify over the new direct
+    /// connection says whether they relay), at most every [`RELAY_SEARCH_EVERY`]. The peer manager alone dials only below its target, and a
     /// node at its target whose relay died would otherwise wait for churn.
     fn look_for_relays(&mut self) {
         let recently = self
@@ -284,15 +346,37 @@ impl EventLoop {
             return;
         }
         self.nat.last_relay_search = Some(Instant::now());
+        // Peers we reach only through a relay first, at the direct address their
+        // identify gave: identify over a relayed connection cannot say whether they
+        // relay, over a direct one it can.
+        let mut relayed_only: Vec<(PeerId, Option<Multiaddr>)> = self
+            .connections
+            .iter()
+            .filter(|(peer, open)| {
+                open.values().all(|(address, _)| is_relayed(address))
+                    && !self.dialing.contains(peer)
+            })
+            .filter_map(|(peer, _)| Some((*peer, Some(self.nat.direct_addrs.get(peer)?.clone()))))
+            .collect();
+        relayed_only.shuffle(&mut rand::rng());
         let mut known = self.dial_candidates();
         known.shuffle(&mut rand::rng());
-        for (peer, address) in known.into_iter().take(RELAY_SEARCH_DIALS) {
-            tracing::debug!(%peer, "dialling a known peer to look for a relay");
+        for (peer, address) in relayed_only
+            .into_iter()
+            .chain(known)
+            .take(RELAY_SEARCH_DIALS)
+        {
+            tracing::debug!(%peer, ?address, "dialling a peer directly to look for a relay");
             let opts = match address {
-                Some(address) => DialOpts::peer_id(peer).addresses(vec![address]).build(),
+                Some(address) => DialOpts::peer_id(peer)
+                    .addresses(vec![address])
+                    .condition(PeerCondition::Always)
+                    .build(),
                 None => DialOpts::peer_id(peer).build(),
             };
-            self.dial_new(peer, opts);
+            if self.swarm.dial(opts).is_ok() {
+                self.dialing.start(peer, Instant::now());
+            }
         }
     }
 
@@ -439,6 +523,7 @@ impl EventLoop {
         self.set_punching(peer, false);
         self.nat.deferred_close.remove(&peer);
         self.nat.hop_capable.remove(&peer);
+        self.nat.direct_addrs.remove(&peer);
         self.nat.relay_clients.remove(&peer);
         if let Some(listener) = self.nat.relays.listener_of(&peer) {
             // Its ListenerClosed event backs the relay off and finds another.
@@ -459,6 +544,13 @@ impl EventLoop {
                 .nat
                 .relays
                 .reserved_relays()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            distrusted_relays: self
+                .nat
+                .relays
+                .distrusted_relays(Instant::now())
                 .iter()
                 .map(ToString::to_string)
                 .collect(),

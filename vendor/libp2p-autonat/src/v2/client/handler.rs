@@ -1,0 +1,2 @@
+pub(crate) mod dial_back;
+pub(crate) mod dial_request;

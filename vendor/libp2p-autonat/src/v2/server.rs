@@ -1,0 +1,4 @@
+mod behaviour;
+mod handler;
+
+pub use behaviour::{Behaviour, Event};
