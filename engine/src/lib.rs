@@ -10,6 +10,7 @@
 
 mod batch;
 pub mod catalog;
+mod fair;
 mod gemma3;
 mod generate;
 mod prefix;

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::batch::{Batch, Counters, KvStats};
 pub use crate::batch::{DEFAULT_KV_MEMORY_BYTES, DEFAULT_MAX_BATCH};
+use crate::fair::{FairQueue, PartyKey};
 use crate::{
     BatchCapacity, EngineError, EngineEvent, GenerateRequest, Generation, LoadedModel,
     ReplayAnswer, ReplayRequest, Replayed, TokenEngine, EVENT_BUFFER,
@@ -68,6 +69,19 @@ enum Submission {
         request: ReplayRequest,
         answer: oneshot::Sender<Result<Replayed, EngineError>>,
     },
+}
+
+/// The party verification replays wait as (no buyer's salt is all ones: it is a hash).
+const REPLAY_PARTY: PartyKey = [0xff; 32];
+
+impl Submission {
+    /// Whom the work is for: a job's buyer (its prefix salt), or the verifier.
+    fn party(&self) -> PartyKey {
+        match self {
+            Submission::Generate { request, .. } => request.prefix_salt,
+            Submission::Replay { .. } => REPLAY_PARTY,
+        }
+    }
 }
 
 impl Engine {
@@ -227,7 +241,12 @@ impl TokenEngine for Engine {
         }
         let (events, receiver) = mpsc::channel(EVENT_BUFFER);
         let committed = committed_tokens_of(&request);
-        self.queued.fetch_add(1, Ordering::SeqCst);
+        // The engine thread takes submissions off the channel into its fair queue at
+        // once: the count of waiting jobs, not the channel, is what is bounded.
+        if self.queued.fetch_add(1, Ordering::SeqCst) >= self.queue_capacity {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(EngineError::Busy(self.queue_capacity));
+        }
         self.committed_tokens.fetch_add(committed, Ordering::SeqCst);
         let refused = match self
             .requests
@@ -258,7 +277,10 @@ impl TokenEngine for Engine {
             return Err(EngineError::UnknownModel(request.model));
         }
         let (answer, receiver) = oneshot::channel();
-        self.queued.fetch_add(1, Ordering::SeqCst);
+        if self.queued.fetch_add(1, Ordering::SeqCst) >= self.queue_capacity {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(EngineError::Busy(self.queue_capacity));
+        }
         match self
             .requests
             .try_send(Submission::Replay { request, answer })
@@ -286,18 +308,20 @@ fn work_loop(
     max_batch: usize,
 ) {
     batch.prepare(&models);
+    // Everything submitted waits here, fairly across buyers, until the batch has room.
+    let mut waiting: FairQueue<Submission> = FairQueue::default();
     loop {
+        while let Ok(work) = inbox.try_recv() {
+            waiting.push(work.party(), work);
+        }
         while batch.len() < max_batch {
-            let work = if batch.is_empty() {
-                match inbox.blocking_recv() {
+            let work = match waiting.pop() {
+                Some(work) => work,
+                None if batch.is_empty() => match inbox.blocking_recv() {
                     Some(work) => work,
                     None => return, // Every handle dropped.
-                }
-            } else {
-                match inbox.try_recv() {
-                    Ok(work) => work,
-                    Err(_) => break, // Nothing waiting (or closing): run the batch.
-                }
+                },
+                None => break, // Nothing waiting: run the batch.
             };
             queued.fetch_sub(1, Ordering::SeqCst);
             match work {

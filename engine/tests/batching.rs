@@ -457,3 +457,61 @@ fn a_job_larger_than_the_kv_budget_is_refused_with_the_reason() {
     assert!(matches!(err, EngineError::OverCapacity(_)), "{err:?}");
     assert!(err.to_string().contains("KV budget"), "{err}");
 }
+
+/// Admission is fair across buyers (a job's prefix salt is its buyer): a buyer's burst
+/// of six jobs holds another buyer's single job back by at most one of them, not by
+/// the whole burst. One job at a time, so the order of first tokens is the order of
+/// admission; every job still gets its solo tokens.
+#[test]
+fn a_second_buyer_waits_for_a_turn_not_for_the_first_buyers_burst() {
+    let path = support::default_model_path();
+    let mut model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    let request = |buyer: u8, text: &str| GenerateRequest {
+        prefix_salt: [buyer; 32],
+        ..greedy_request(&model, user(text), 4)
+    };
+    let mut jobs: Vec<(&str, GenerateRequest)> = (0..6)
+        .map(|i| ("burst", request(1, &format!("Count to {}.", i + 3))))
+        .collect();
+    jobs.push(("single", request(2, "Name a colour.")));
+    let requests: Vec<GenerateRequest> = jobs.iter().map(|(_, r)| r.clone()).collect();
+    let solo = solo_runs(&mut model, &requests);
+    let settings = BatchSettings {
+        max_batch: 1,
+        ..BatchSettings::default()
+    };
+    let engine = Engine::spawn_with(vec![model], 16, settings);
+    let receivers: Vec<_> = jobs
+        .iter()
+        .map(|(_, r)| engine.submit(r.clone()).unwrap())
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let served = runtime.block_on(futures::future::join_all(receivers.into_iter().map(
+        |mut events| async move {
+            let (mut first, mut tokens) = (None, Vec::new());
+            while let Some(event) = events.recv().await {
+                match event {
+                    EngineEvent::Token(token) => {
+                        first.get_or_insert_with(std::time::Instant::now);
+                        tokens.push(token.token_id);
+                    }
+                    EngineEvent::Failed(err) => panic!("{err}"),
+                    _ => {}
+                }
+            }
+            (first.expect("no token"), tokens)
+        },
+    )));
+    for (i, ((_, tokens), (alone, ..))) in served.iter().zip(&solo).enumerate() {
+        assert_eq!(tokens, alone, "job {i}");
+    }
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| served[i].0);
+    let single_at = order.iter().position(|&i| jobs[i].0 == "single").unwrap();
+    // The burst's first job started alone; its second was waiting before the single
+    // job came, so it goes first; then it is the single job's turn (FIFO: last).
+    assert!(single_at <= 2, "admitted in the order {order:?}");
+}
