@@ -30,6 +30,9 @@ use sharemesh_protocol::ReplayGuard;
 pub(super) struct PeerPolicy {
     pub target_peers: usize,
     pub nat: NatConfig,
+    /// Whether this node answers Kademlia queries whatever its reachability (providers);
+    /// a light client does while it relays (see `apply_reachability`).
+    pub kad_server: bool,
 }
 
 /// State the event loop keeps current for the handle to read without a command.
@@ -86,7 +89,11 @@ impl EventLoop {
         peers: PeerPolicy,
         metrics: Option<crate::metrics::MeshMetrics>,
     ) -> Self {
-        let PeerPolicy { target_peers, nat } = peers;
+        let PeerPolicy {
+            target_peers,
+            nat,
+            kad_server,
+        } = peers;
         let SharedViews {
             book,
             listen_addrs,
@@ -112,7 +119,7 @@ impl EventLoop {
             rtt: HashMap::new(),
             agents: HashMap::new(),
             connections: HashMap::new(),
-            nat: NatState::new(nat, nat_view, punching, held),
+            nat: NatState::new(nat, nat_view, punching, held, kad_server),
             pending_providers: HashMap::new(),
             reports: ReplayGuard::new(4096),
             metrics,

@@ -617,6 +617,7 @@ fn start(secret: [u8; 32], config: &MeshConfig) -> Result<(MeshHandle, event_loo
         event_loop::PeerPolicy {
             target_peers: config.target_peers,
             nat: config.nat,
+            kad_server: config.kad_server,
         },
         config
             .metrics

@@ -131,6 +131,23 @@ pub fn relay_of(address: &Multiaddr) -> Option<PeerId> {
     None
 }
 
+/// Most addresses the peer manager dials one peer at.
+pub const MESH_DIAL_ADDRESSES: usize = 4;
+
+/// The addresses the peer manager dials a peer at, from those it knows: direct ones only
+/// (a relayed connection for the mesh's sake holds a relay's circuit), each once, at
+/// most [`MESH_DIAL_ADDRESSES`], in the order known.
+pub fn mesh_dial_addresses(known: Vec<Multiaddr>) -> Vec<Multiaddr> {
+    let mut direct: Vec<Multiaddr> = Vec::new();
+    for address in known {
+        if !is_relayed(&address) && !direct.contains(&address) {
+            direct.push(address);
+        }
+    }
+    direct.truncate(MESH_DIAL_ADDRESSES);
+    direct
+}
+
 /// Whether `address` goes through a relay.
 pub fn is_relayed(address: &Multiaddr) -> bool {
     address.iter().any(|p| p == Protocol::P2pCircuit)
@@ -614,6 +631,30 @@ mod tests {
             None
         );
         assert_eq!(relay_of(&addr("/ip4/10.0.0.2/tcp/4001/p2p-circuit")), None);
+    }
+
+    #[test]
+    fn the_peer_manager_dials_direct_addresses_only() {
+        let relayed = addr("/ip4/10.0.0.2/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit");
+        let direct = addr("/ip4/10.0.0.3/tcp/4001");
+        let memory = addr("/memory/77");
+        assert_eq!(
+            mesh_dial_addresses(vec![
+                relayed.clone(),
+                direct.clone(),
+                direct.clone(),
+                memory.clone()
+            ]),
+            vec![direct.clone(), memory]
+        );
+        assert!(mesh_dial_addresses(vec![relayed]).is_empty());
+        let many: Vec<Multiaddr> = (0..9)
+            .map(|i| addr(&format!("/ip4/10.1.0.{i}/tcp/4001")))
+            .collect();
+        assert_eq!(
+            mesh_dial_addresses(many.clone()),
+            many[..MESH_DIAL_ADDRESSES]
+        );
     }
 
     #[test]

@@ -57,6 +57,10 @@ pub(super) struct NatState {
     /// wait for theirs to end.
     pub held: crate::HeldPaths,
     pub deferred_close: HashSet<PeerId>,
+    /// Kademlia server mode unless behind NAT (providers).
+    pub kad_server: bool,
+    /// The Kademlia mode set last (`None`: the configured one).
+    pub kad_serving: Option<bool>,
 }
 
 impl NatState {
@@ -65,6 +69,7 @@ impl NatState {
         view: Arc<RwLock<NatView>>,
         punching: crate::Punching,
         held: crate::HeldPaths,
+        kad_server: bool,
     ) -> Self {
         NatState {
             config,
@@ -83,6 +88,8 @@ impl NatState {
             punching,
             held,
             deferred_close: HashSet::new(),
+            kad_server,
+            kad_serving: None,
         }
     }
 }
@@ -238,6 +245,7 @@ impl EventLoop {
                 self.nat.serving = serve;
             }
         }
+        self.set_kad_mode(status);
         if status == NatStatus::Public {
             for listener in self.nat.relays.release_all() {
                 self.swarm.remove_listener(listener);
@@ -245,6 +253,31 @@ impl EventLoop {
         }
         self.keep_relays();
         self.publish_nat_view();
+    }
+
+    /// Kademlia server mode follows reachability where the node is not a plain light
+    /// client: a node behind NAT answers no queries (reaching it costs a relay circuit
+    /// per query, and walks would open relayed connections to it for nothing), and a
+    /// light client (gateway) answers while it relays, so that NATed nodes' walks find
+    /// it. Providers answer otherwise (on loopback no address is ever confirmed).
+    fn set_kad_mode(&mut self, status: NatStatus) {
+        if !self.nat.config.enabled {
+            return;
+        }
+        let server = match status {
+            NatStatus::Public => true,
+            NatStatus::Private => false,
+            NatStatus::Unknown => self.nat.kad_server,
+        };
+        if self.nat.kad_serving != Some(server) {
+            tracing::debug!(server, ?status, "Kademlia mode");
+            self.nat.kad_serving = Some(server);
+            self.swarm.behaviour_mut().kad.set_mode(Some(if server {
+                libp2p::kad::Mode::Server
+            } else {
+                libp2p::kad::Mode::Client
+            }));
+        }
     }
 
     /// Identify told us (over `connection`) which protocols `peer` speaks and where it
@@ -349,31 +382,34 @@ impl EventLoop {
         // Peers we reach only through a relay first, at the direct address their
         // identify gave: identify over a relayed connection cannot say whether they
         // relay, over a direct one it can.
-        let mut relayed_only: Vec<(PeerId, Option<Multiaddr>)> = self
+        let mut relayed_only: Vec<(PeerId, Vec<Multiaddr>)> = self
             .connections
             .iter()
             .filter(|(peer, open)| {
                 open.values().all(|(address, _)| is_relayed(address))
                     && !self.dialing.contains(peer)
             })
-            .filter_map(|(peer, _)| Some((*peer, Some(self.nat.direct_addrs.get(peer)?.clone()))))
+            .filter_map(|(peer, _)| Some((*peer, vec![self.nat.direct_addrs.get(peer)?.clone()])))
             .collect();
         relayed_only.shuffle(&mut rand::rng());
         let mut known = self.dial_candidates();
         known.shuffle(&mut rand::rng());
-        for (peer, address) in relayed_only
+        // And a Kademlia walk: it finds peers we never heard of (public ones relay, and
+        // answer Kademlia while they do).
+        self.swarm
+            .behaviour_mut()
+            .kad
+            .get_closest_peers(PeerId::random());
+        for (peer, addresses) in relayed_only
             .into_iter()
             .chain(known)
             .take(RELAY_SEARCH_DIALS)
         {
-            tracing::debug!(%peer, ?address, "dialling a peer directly to look for a relay");
-            let opts = match address {
-                Some(address) => DialOpts::peer_id(peer)
-                    .addresses(vec![address])
-                    .condition(PeerCondition::Always)
-                    .build(),
-                None => DialOpts::peer_id(peer).build(),
-            };
+            tracing::debug!(%peer, ?addresses, "dialling a peer directly to look for a relay");
+            let opts = DialOpts::peer_id(peer)
+                .addresses(addresses)
+                .condition(PeerCondition::Always)
+                .build();
             if self.swarm.dial(opts).is_ok() {
                 self.dialing.start(peer, Instant::now());
             }

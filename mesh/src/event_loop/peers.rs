@@ -102,15 +102,11 @@ impl EventLoop {
         let mut candidates = self.dial_candidates();
         candidates.shuffle(&mut rand::rng());
         let known = candidates.len();
-        for (peer, address) in candidates {
+        for (peer, addresses) in candidates {
             if self.dial_budget() == 0 {
                 break;
             }
-            let opts = match address {
-                Some(address) => DialOpts::peer_id(peer).addresses(vec![address]).build(),
-                None => DialOpts::peer_id(peer).build(),
-            };
-            self.dial_new(peer, opts);
+            self.dial_new(peer, DialOpts::peer_id(peer).addresses(addresses).build());
         }
         let walked_recently = self
             .last_walk
@@ -131,18 +127,23 @@ impl EventLoop {
         }
     }
 
-    /// Known peers that are neither connected nor being dialled: the address book's
-    /// (with the address we reached them at) and the Kademlia routing table's.
-    pub(super) fn dial_candidates(&mut self) -> Vec<(PeerId, Option<Multiaddr>)> {
-        let mut candidates: HashMap<PeerId, Option<Multiaddr>> = HashMap::new();
+    /// Known peers that are neither connected nor being dialled, with their direct
+    /// addresses: the address book's (where we reached them) and the Kademlia routing
+    /// table's. A peer known only at relayed addresses is left out: a connection kept
+    /// for the mesh's sake would hold one of its relay's few circuits (SPEC §8), and a
+    /// NATed peer dials out to the mesh itself; job streams still reach it through its
+    /// relays (`dial_advertised`).
+    pub(super) fn dial_candidates(&mut self) -> Vec<(PeerId, Vec<Multiaddr>)> {
+        let mut candidates: HashMap<PeerId, Vec<Multiaddr>> = HashMap::new();
         for address in self.address_book.addresses() {
             if let (Some(peer), _) = crate::split_peer(&address) {
-                candidates.insert(peer, Some(address));
+                candidates.entry(peer).or_default().push(address);
             }
         }
         for bucket in self.swarm.behaviour_mut().kad.kbuckets() {
             for entry in bucket.iter() {
-                candidates.entry(*entry.node.key.preimage()).or_insert(None);
+                let known = candidates.entry(*entry.node.key.preimage()).or_default();
+                known.extend(entry.node.value.iter().cloned());
             }
         }
         candidates
@@ -151,6 +152,10 @@ impl EventLoop {
                 peer != self.swarm.local_peer_id()
                     && !self.swarm.is_connected(peer)
                     && !self.dialing.contains(peer)
+            })
+            .filter_map(|(peer, known)| {
+                let direct = crate::reachability::mesh_dial_addresses(known);
+                (!direct.is_empty()).then_some((peer, direct))
             })
             .collect()
     }
