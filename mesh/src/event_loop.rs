@@ -3,6 +3,7 @@
 mod gossip;
 mod nat;
 mod peers;
+mod relays;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};

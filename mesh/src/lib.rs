@@ -14,6 +14,7 @@ pub mod orderbook;
 mod paths;
 mod peer_targets;
 pub mod reachability;
+mod relay_set;
 mod swarm;
 
 use std::collections::HashMap;
