@@ -9,9 +9,6 @@ use libp2p::{Multiaddr, PeerId};
 use serde::Serialize;
 
 use crate::behaviour::{RelayLimits, TraversalConfig};
-pub use crate::relay_set::{
-    RelayCandidate, RelaySet, RELAY_BACKOFF, RELAY_BACKOFF_MAX, RELAY_DISTRUST,
-};
 
 /// How a node learns whether it is reachable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

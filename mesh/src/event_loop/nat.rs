@@ -15,8 +15,9 @@ use rand::seq::SliceRandom;
 
 use super::EventLoop;
 use crate::reachability::{
-    is_relayed, relay_of, NatConfig, NatStatus, Reachability, ReachabilityMode, RelaySet,
+    is_relayed, relay_of, NatConfig, NatStatus, Reachability, ReachabilityMode,
 };
+use crate::relay_set::RelaySet;
 use crate::{MeshEvent, NatView};
 
 /// How often a node that dialled nobody dials peers to reach an AutoNAT server.

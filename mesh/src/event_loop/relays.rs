@@ -11,7 +11,8 @@ use libp2p::{relay, Multiaddr, PeerId, StreamProtocol};
 use rand::seq::SliceRandom;
 
 use super::EventLoop;
-use crate::reachability::{is_relayed, NatStatus, RelayCandidate};
+use crate::reachability::{is_relayed, NatStatus};
+use crate::relay_set::RelayCandidate;
 
 /// How often a node short of relays dials known peers to find more.
 const RELAY_SEARCH_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
