@@ -8,8 +8,8 @@ use std::path::Path;
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{quantized_llama, quantized_qwen2};
+use sharemesh_kernels::blocks::BlockType;
 use sharemesh_kernels::llama::{self, LlamaConfig, RawFormat, RawTensor};
-use sharemesh_kernels::quant::Format;
 use sharemesh_kernels::KernelError;
 
 use super::gemma3::Gemma3;
@@ -141,8 +141,8 @@ impl Weights {
                 path.display()
             ))
         };
-        if architecture == "llama" && device.is_cpu() && kernels_enabled() {
-            match load_kernels(&ct, reader, path) {
+        if matches!(architecture, "llama" | "qwen2") && device.is_cpu() && kernels_enabled() {
+            match load_kernels(&ct, reader, architecture, path) {
                 Ok(model) => {
                     let cached = Vec::new();
                     return Ok(Weights::Kernels(Box::new(KernelModel { model, cached })));
@@ -290,30 +290,41 @@ fn kernels_enabled() -> bool {
     std::env::var("SHAREMESH_KERNELS").map_or(true, |v| v != "candle")
 }
 
+/// llama or qwen2 (llama with q/k/v biases and NEOX rotary pairs) on the kernels.
 fn load_kernels<R: Read + Seek>(
     ct: &gguf_file::Content,
     reader: &mut R,
+    architecture: &str,
     path: &Path,
 ) -> Result<llama::Llama, EngineError> {
     let number = |key: &str| -> Result<f64, EngineError> {
         let value = ct
             .metadata
-            .get(&format!("llama.{key}"))
-            .ok_or_else(|| EngineError::BadModel(format!("GGUF metadata lacks `llama.{key}`")))?;
+            .get(&format!("{architecture}.{key}"))
+            .ok_or_else(|| {
+                EngineError::BadModel(format!("GGUF metadata lacks `{architecture}.{key}`"))
+            })?;
         value
             .to_u32()
             .map(f64::from)
             .or_else(|_| value.to_f32().map(f64::from))
             .or_else(|_| value.to_u64().map(|v| v as f64))
-            .map_err(|e| EngineError::BadModel(format!("`llama.{key}`: {e}")))
+            .map_err(|e| EngineError::BadModel(format!("`{architecture}.{key}`: {e}")))
     };
+    let (hidden, heads) = (
+        number("embedding_length")? as usize,
+        number("attention.head_count")? as usize,
+    );
     let config = LlamaConfig {
-        hidden: number("embedding_length")? as usize,
+        neox_rope: architecture == "qwen2",
+        hidden,
         feed_forward: number("feed_forward_length")? as usize,
         layers: number("block_count")? as usize,
-        heads: number("attention.head_count")? as usize,
+        heads,
         kv_heads: number("attention.head_count_kv")? as usize,
-        rope_dimensions: number("rope.dimension_count")? as usize,
+        // qwen2 files often leave it out: the whole head rotates.
+        rope_dimensions: number("rope.dimension_count")
+            .map_or(hidden / heads.max(1), |dims| dims as usize),
         rope_base: number("rope.freq_base").unwrap_or(10_000.0) as f32,
         norm_eps: number("attention.layer_norm_rms_epsilon")? as f32,
         context: number("context_length")? as usize,
@@ -326,8 +337,14 @@ fn load_kernels<R: Read + Seek>(
         let format = match info.ggml_dtype {
             GgmlDType::F32 => RawFormat::F32,
             GgmlDType::F16 => RawFormat::F16,
-            GgmlDType::Q4_1 => RawFormat::Quantized(Format::Q4_1),
-            GgmlDType::Q8_0 => RawFormat::Quantized(Format::Q8_0),
+            GgmlDType::Q4_0 => RawFormat::Quantized(BlockType::Q4_0),
+            GgmlDType::Q4_1 => RawFormat::Quantized(BlockType::Q4_1),
+            GgmlDType::Q5_0 => RawFormat::Quantized(BlockType::Q5_0),
+            GgmlDType::Q5_1 => RawFormat::Quantized(BlockType::Q5_1),
+            GgmlDType::Q8_0 => RawFormat::Quantized(BlockType::Q8_0),
+            GgmlDType::Q4K => RawFormat::Quantized(BlockType::Q4_K),
+            GgmlDType::Q5K => RawFormat::Quantized(BlockType::Q5_K),
+            GgmlDType::Q6K => RawFormat::Quantized(BlockType::Q6_K),
             other => RawFormat::Other(format!("{other:?}")),
         };
         if let RawFormat::Other(kind) = format {
@@ -364,6 +381,19 @@ fn load_kernels<R: Read + Seek>(
 /// file of the same network and vocabulary, for `provide --adversary substitute:PATH`
 /// and the tests that show verification catches any file swap.
 pub fn requantize_to_q8_0(src: &Path, dst: &Path) -> Result<(), EngineError> {
+    requantize(src, dst, 7, |_, _| GgmlDType::Q8_0)
+}
+
+/// Writes `src` to `dst` with each matrix (a 2-D tensor) requantized to the block type
+/// `choose(name, dims)` picks (dims outermost first; the last must be a multiple of
+/// the type's block) and `general.file_type` set to `file_type`; vectors are kept.
+/// Tests use it to make files of block types no catalog model has.
+pub fn requantize(
+    src: &Path,
+    dst: &Path,
+    file_type: u32,
+    mut choose: impl FnMut(&str, &[usize]) -> GgmlDType,
+) -> Result<(), EngineError> {
     let io = |e: std::io::Error| EngineError::Io(e.to_string());
     let bad = |e: candle_core::Error| EngineError::BadModel(e.to_string());
     let mut reader = BufReader::new(File::open(src).map_err(io)?);
@@ -374,15 +404,17 @@ pub fn requantize_to_q8_0(src: &Path, dst: &Path) -> Result<(), EngineError> {
             .tensor(&mut reader, name, &Device::Cpu)
             .map_err(bad)?;
         let requantized = if tensor.shape().dims().len() == 2 {
+            let block_type = choose(name, tensor.shape().dims());
             let values = tensor.dequantize(&Device::Cpu).map_err(bad)?;
-            candle_core::quantized::QTensor::quantize(&values, GgmlDType::Q8_0).map_err(bad)?
+            candle_core::quantized::QTensor::quantize(&values, block_type)
+                .map_err(|e| EngineError::BadModel(format!("{name} as {block_type:?}: {e}")))?
         } else {
             tensor
         };
         tensors.push((name.clone(), requantized));
     }
     let mut metadata = content.metadata.clone();
-    metadata.insert("general.file_type".into(), gguf_file::Value::U32(7));
+    metadata.insert("general.file_type".into(), gguf_file::Value::U32(file_type));
     let metadata: Vec<(&str, &gguf_file::Value)> =
         metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let tensors: Vec<(&str, &candle_core::quantized::QTensor)> =

@@ -4,9 +4,10 @@
 //! same bytes. `cargo run --release -p sharemesh-kernels --example decode_stream [ISA] [MATRICES]`
 use std::time::Instant;
 
+use sharemesh_kernels::blocks::BlockType;
 use sharemesh_kernels::dot::Isa;
 use sharemesh_kernels::matmul::matmul;
-use sharemesh_kernels::quant::{quantize_rows, Format, Matrix};
+use sharemesh_kernels::quant::{quantize_rows, Matrix};
 
 fn main() {
     let only = std::env::args().nth(1);
@@ -30,7 +31,7 @@ fn main() {
                 block[1] = 0x20;
                 block[3] = 0x20;
             }
-            Matrix::new("bench", Format::Q4_1, rows, cols, data).expect("well-formed")
+            Matrix::new("bench", BlockType::Q4_1, rows, cols, data).expect("well-formed")
         })
         .collect();
     let gguf_bytes = (count * rows * cols / 32 * 20) as f64;

@@ -3,12 +3,15 @@
 //!
 //! For block `b` (32 elements) the integer products are summed exactly into eight
 //! lanes of four consecutive elements, `s_l`. Even and odd blocks accumulate into two
-//! separate sets of eight lanes: `acc[l] = fma(s_l as f32, d_w[b] * d_a[b], acc[l])`,
-//! one fused multiply-add (`f32::mul_add`: exact in software where the CPU lacks FMA). A Q4_1 row also needs `Σ m_w[b]·s_a[b]`: its
-//! terms accumulate in eight lanes by block index modulo 8 (`off[l] += m·s`, over the
-//! zero-padded [`padded`] length). The lanes combine as `(even[l] + odd[l]) + off[l]`
-//! (Q8_0: `even[l] + odd[l]`) and reduce by [`hsum8`]'s fixed tree. Two chains hide the
-//! add latency, and an AVX-512 register holds an even and an odd block side by side.
+//! separate sets of eight lanes: `acc[l] = fma(s_l as f32, d_w[b, l] * d_a[b], acc[l])`,
+//! one fused multiply-add (`f32::mul_add`: exact in software where the CPU lacks FMA),
+//! where `d_w[b, l]` is the block's weight scale (Q6_K: lanes 0–3 take the first
+//! half's, 4–7 the second's). A row with minimums (Q4_1, Q5_1) also needs
+//! `Σ m_w[b]·s_a[b]`: its terms accumulate in eight lanes by block index modulo 8
+//! (`off[l] += m·s`, over the zero-padded [`padded`] length). The lanes combine as
+//! `(even[l] + odd[l]) + off[l]` (signed formats: `even[l] + odd[l]`) and reduce by
+//! [`hsum8`]'s fixed tree. Two chains hide the add latency, and an AVX-512 register
+//! holds an even and an odd block side by side.
 
 #![allow(unsafe_code)] // SIMD intrinsics only, in `avx2`/`avx512`, behind runtime detection.
 
@@ -113,7 +116,8 @@ impl Isa {
         let blocks = activations.cols / BLOCK;
         for w in &weights {
             assert!(w.quants.len() >= blocks * format.packed_bytes());
-            assert!(w.scales.len() >= blocks && w.mins.len() == padded(blocks));
+            assert!(w.scales.len() >= blocks * format.scales_per_block());
+            assert!(w.mins.len() == padded(blocks));
         }
         assert!(activations.quants.len() >= rows * activations.cols);
         assert!(activations.scales.len() >= rows * blocks);
@@ -166,7 +170,7 @@ const PREFETCH_TILES: usize = 8;
 
 /// Prefetches, while blocks `b` and `b + 1` of `weights` compute, the same bytes of the
 /// rows `PREFETCH_TILES` tiles further on (a matrix's rows are contiguous); at `b == 0`
-/// also those rows' scales and (Q4_1: Q8_0 never reads them) minimums. Only hints: an
+/// also those rows' scales and (where the format has them) minimums. Only hints: an
 /// address past the matrix fetches nothing useful and never faults.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)] // in the inner loop: a call here cost 14% of decoding
@@ -184,7 +188,7 @@ fn prefetch_ahead<const W: usize>(weights: &[WeightRow<'_>; W], format: Format, 
             hint(ahead(w.quants).wrapping_add(b * packed));
         }
         if b == 0 {
-            let mins: &[f32] = if format == Format::Q4_1 { w.mins } else { &[] };
+            let mins: &[f32] = if format.has_min() { w.mins } else { &[] };
             for side in [bytes_of(w.scales), bytes_of(mins)] {
                 for line in (0..side.len()).step_by(64) {
                     hint(ahead(side).wrapping_add(line));
@@ -205,25 +209,28 @@ fn bytes_of(values: &[f32]) -> &[u8] {
 pub fn scalar_dot(format: Format, weights: WeightRow<'_>, activations: ActivationRow<'_>) -> f32 {
     let mut chains = [[0f32; 8]; 2];
     let packed = format.packed_bytes();
+    let per_block = format.scales_per_block();
     for b in 0..activations.scales.len() {
         let quants = &weights.quants[b * packed..][..packed];
         let a = &activations.quants[b * BLOCK..][..BLOCK];
-        let scale = weights.scales[b] * activations.scales[b];
         for (lane, acc) in chains[b % 2].iter_mut().enumerate() {
             let mut sum = 0i32;
             for (e, &activation) in a.iter().enumerate().skip(lane * 4).take(4) {
                 let weight = match format {
                     Format::Q4_1 => i32::from(nibble(quants, e)),
-                    Format::Q8_0 => i32::from(quants[e] as i8),
+                    Format::Q5_1 => i32::from(quants[e]),
+                    Format::Q8_0 | Format::Q6_K => i32::from(quants[e] as i8),
                 };
                 sum += weight * i32::from(activation);
             }
+            let scale =
+                weights.scales[b * per_block + lane * per_block / 8] * activations.scales[b];
             *acc = (sum as f32).mul_add(scale, *acc);
         }
     }
     let [even, odd] = chains;
     let mut total: [f32; 8] = std::array::from_fn(|l| even[l] + odd[l]);
-    if format == Format::Q4_1 {
+    if format.has_min() {
         let mut off = [0f32; 8];
         for (m, s) in weights
             .mins
@@ -256,7 +263,7 @@ mod tests {
         );
         // 576 = 18 blocks (even count), 1568 = 49 blocks (odd): both chain endings.
         for cols in [576, 1568] {
-            for format in [Format::Q4_1, Format::Q8_0] {
+            for format in Format::ALL {
                 let matrix = random_matrix(format, 9, cols, 7);
                 let acts = quantize_rows(&random_values(7 * cols, 8), cols);
                 let reference: Vec<f32> = (0..9)
@@ -298,7 +305,7 @@ mod tests {
 
     #[test]
     fn dots_approximate_the_float_product() {
-        for format in [Format::Q4_1, Format::Q8_0] {
+        for format in Format::ALL {
             let matrix = random_matrix(format, 8, 576, 3);
             let values = random_values(576, 4);
             let acts = quantize_rows(&values, 576);

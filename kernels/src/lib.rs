@@ -20,6 +20,7 @@
 /// verifiers replay jobs of a profile bit for bit (SPEC.md §12).
 pub const ARITHMETIC_VERSION: &str = "1";
 
+pub mod blocks;
 pub mod dense;
 pub mod dot;
 pub mod llama;

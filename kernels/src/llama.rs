@@ -1,5 +1,6 @@
-//! The llama-family forward pass (SmolLM2 and other GGUF `llama` models) on the
-//! quantized kernels, with an f32 KV cache.
+//! The llama-family forward pass (SmolLM2 and other GGUF `llama` models, and `qwen2`:
+//! llama with q/k/v biases and the NEOX rotary layout) on the quantized kernels, with
+//! an f32 KV cache.
 //!
 //! Batch invariant: every step is per row (norms, activation quantization, each matmul
 //! element, rotary embedding, residuals) or per (row, head) with the attention length
@@ -8,14 +9,21 @@
 
 use std::sync::Arc;
 
+use crate::blocks::BlockType;
 use crate::dot::Isa;
 use crate::ops::rms_norm;
-use crate::quant::{Format, Matrix};
+use crate::quant::Matrix;
 use crate::KernelError;
 
-/// Hyper-parameters, from the GGUF's `llama.*` metadata.
+/// Hyper-parameters, from the GGUF's `llama.*` (or `qwen2.*`) metadata.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaConfig {
+    /// Rotary pairs are (i, i + half) within a head (qwen2's NEOX layout) rather than
+    /// (2i, 2i + 1) (GGUF llama, whose converter interleaved the q/k rows). The loader
+    /// puts NEOX q/k rows (and biases) in the interleaved order, which rotates the same
+    /// pairs and leaves every q·k product's terms as they were, only summed in another
+    /// order.
+    pub neox_rope: bool,
     pub hidden: usize,
     pub feed_forward: usize,
     pub layers: usize,
@@ -55,7 +63,7 @@ impl LlamaConfig {
 pub enum RawFormat {
     F32,
     F16,
-    Quantized(Format),
+    Quantized(BlockType),
     Other(String),
 }
 
@@ -67,8 +75,19 @@ pub struct RawTensor {
     pub bytes: Vec<u8>,
 }
 
+/// qwen2's biases of the q, k and v projections.
+struct QkvBias {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+/// A tensor by name from the file: `Ok(None)` when the file lacks it.
+pub type Fetched = Result<Option<RawTensor>, KernelError>;
+
 struct Layer {
     attention_norm: Vec<f32>,
+    bias: Option<QkvBias>,
     wq: Matrix,
     wk: Matrix,
     wv: Matrix,
@@ -127,7 +146,7 @@ fn vector(name: &str, raw: RawTensor, len: usize) -> Result<Vec<f32>, KernelErro
 }
 
 fn matrix(name: &str, raw: RawTensor, rows: usize, cols: usize) -> Result<Matrix, KernelError> {
-    let RawFormat::Quantized(format) = raw.format else {
+    let RawFormat::Quantized(block_type) = raw.format else {
         return Err(KernelError::UnsupportedFormat {
             name: name.to_owned(),
             format: format!("{:?}", raw.format),
@@ -139,7 +158,7 @@ fn matrix(name: &str, raw: RawTensor, rows: usize, cols: usize) -> Result<Matrix
             problem: format!("shape {:?}, expected [{rows}, {cols}]", raw.dims),
         });
     }
-    Matrix::new(name, format, rows, cols, raw.bytes)
+    Matrix::new(name, block_type, rows, cols, raw.bytes)
 }
 
 impl Llama {
@@ -148,10 +167,10 @@ impl Llama {
     pub fn load(
         config: LlamaConfig,
         threads: usize,
-        mut tensor: impl FnMut(&str) -> Result<Option<RawTensor>, KernelError>,
+        mut tensor: impl FnMut(&str) -> Fetched,
     ) -> Result<Self, KernelError> {
         config.validate()?;
-        let mut required = |name: &str| {
+        let required = |tensor: &mut dyn FnMut(&str) -> Fetched, name: &str| {
             tensor(name)?.ok_or_else(|| KernelError::BadTensor {
                 name: name.to_owned(),
                 problem: "missing from the file".into(),
@@ -159,16 +178,16 @@ impl Llama {
         };
         let (hidden, ffn) = (config.hidden, config.feed_forward);
         let kv_width = config.kv_heads * config.head_dim();
-        let raw_embeddings = required("token_embd.weight")?;
+        let raw_embeddings = required(&mut tensor, "token_embd.weight")?;
         let vocab = raw_embeddings.dims.first().copied().unwrap_or(0);
         let embeddings = matrix("token_embd.weight", raw_embeddings, vocab, hidden)?;
         let mut layers = Vec::with_capacity(config.layers);
         for i in 0..config.layers {
             let mut m = |part: &str, rows, cols| {
                 let name = format!("blk.{i}.{part}.weight");
-                matrix(&name, required(&name)?, rows, cols)
+                matrix(&name, required(&mut tensor, &name)?, rows, cols)
             };
-            let (wq, wk, wv, wo) = (
+            let (mut wq, mut wk, wv, wo) = (
                 m("attn_q", hidden, hidden)?,
                 m("attn_k", kv_width, hidden)?,
                 m("attn_v", kv_width, hidden)?,
@@ -179,13 +198,39 @@ impl Llama {
                 m("ffn_up", ffn, hidden)?,
                 m("ffn_down", hidden, ffn)?,
             );
+            let mut bias = match tensor(&format!("blk.{i}.attn_q.bias"))? {
+                None => None,
+                Some(q) => {
+                    let mut b = |part: &str, len| {
+                        let name = format!("blk.{i}.{part}.bias");
+                        vector(&name, required(&mut tensor, &name)?, len)
+                    };
+                    Some(QkvBias {
+                        q: vector(&format!("blk.{i}.attn_q.bias"), q, hidden)?,
+                        k: b("attn_k", kv_width)?,
+                        v: b("attn_v", kv_width)?,
+                    })
+                }
+            };
+            if config.neox_rope {
+                let head_dim = config.head_dim();
+                let q_order = interleaved_order(config.heads, head_dim);
+                let k_order = interleaved_order(config.kv_heads, head_dim);
+                wq = wq.with_rows_from(&q_order);
+                wk = wk.with_rows_from(&k_order);
+                if let Some(bias) = bias.as_mut() {
+                    bias.q = q_order.iter().map(|&from| bias.q[from]).collect();
+                    bias.k = k_order.iter().map(|&from| bias.k[from]).collect();
+                }
+            }
             let mut v = |part: &str| {
                 let name = format!("blk.{i}.{part}.weight");
-                vector(&name, required(&name)?, hidden)
+                vector(&name, required(&mut tensor, &name)?, hidden)
             };
             let (attention_norm, ffn_norm) = (v("attn_norm")?, v("ffn_norm")?);
             layers.push(Layer {
                 attention_norm,
+                bias,
                 wq,
                 wk,
                 wv,
@@ -198,7 +243,7 @@ impl Llama {
         }
         let output_norm = vector(
             "output_norm.weight",
-            required("output_norm.weight")?,
+            required(&mut tensor, "output_norm.weight")?,
             hidden,
         )?;
         let output = match tensor("output.weight")? {
@@ -292,6 +337,18 @@ impl Llama {
     }
 }
 
+/// For `heads` heads of `head_dim` rows in NEOX order (pair k: rows k and k + half),
+/// the row each interleaved row (pair k: rows 2k and 2k + 1) comes from.
+fn interleaved_order(heads: usize, head_dim: usize) -> Vec<usize> {
+    let half = head_dim / 2;
+    (0..heads * head_dim)
+        .map(|row| {
+            let (head, within) = (row / head_dim, row % head_dim);
+            head * head_dim + (within % 2) * half + within / 2
+        })
+        .collect()
+}
+
 /// cos and sin of every rotary pair's angle at each of `positions`.
 fn rope_angles(c: &LlamaConfig, positions: &[usize]) -> Vec<(Vec<f32>, Vec<f32>)> {
     let dims = c.rope_dimensions;
@@ -315,6 +372,13 @@ fn norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let width = weight.len();
     for (row, out_row) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
         rms_norm(row, weight, eps, out_row);
+    }
+}
+
+/// Adds `bias` to every row of `x` (rows of `bias.len()`).
+fn add_to_rows(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        add(row, bias);
     }
 }
 

@@ -88,7 +88,7 @@ mod tests {
 
     #[test]
     fn a_batch_gives_the_same_bits_as_rows_one_at_a_time_on_any_pool() {
-        for format in [Format::Q4_1, Format::Q8_0] {
+        for format in Format::ALL {
             batch_equals_singles(format);
         }
     }

@@ -1,51 +1,17 @@
-//! GGUF block formats, activation quantization and the integer dot products.
+//! Weight matrices in the kernels' layouts, and activation quantization.
 //!
 //! Activations are quantized per block of 32 to i8 with an f32 scale (and the scaled
-//! sum a Q4_1 offset needs), as llama.cpp does, but keeping the scale in f32.
+//! sum a minimum multiplies), as llama.cpp does, but keeping the scale in f32.
 //!
 //! The dot products themselves, and the arithmetic they fix, are in [`crate::dot`].
 
-use half::f16;
+pub use crate::blocks::{Format, BLOCK};
 
+use crate::blocks::{self, BlockType, KernelBlock};
 use crate::KernelError;
 
-/// Weights per quantization block.
-pub const BLOCK: usize = 32;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// 4-bit with per-block scale and minimum: w = d·q + m, q ∈ 0..16. 20 bytes per block.
-    Q4_1,
-    /// 8-bit with per-block scale: w = d·q, q ∈ -128..128. 34 bytes per block.
-    Q8_0,
-}
-
-impl Format {
-    pub fn block_bytes(self) -> usize {
-        match self {
-            Format::Q4_1 => 20,
-            Format::Q8_0 => 34,
-        }
-    }
-
-    /// Bytes of quants per block once scale and minimum are split off.
-    pub fn packed_bytes(self) -> usize {
-        match self {
-            Format::Q4_1 => 16,
-            Format::Q8_0 => 32,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Q4_1 => "Q4_1",
-            Format::Q8_0 => "Q8_0",
-        }
-    }
-}
-
 /// A quantized weight matrix, row-major: `rows` outputs of `cols` inputs each, held
-/// as packed quants (16 bytes per Q4_1 block, 32 per Q8_0 block) with the block
+/// as packed quants (16 bytes per Q4_1 block, 32 for the others) with the block
 /// scales and minimums widened to f32 once, at load.
 #[derive(Clone, Debug)]
 pub struct Matrix {
@@ -58,9 +24,10 @@ pub struct Matrix {
 }
 
 impl Matrix {
+    /// A matrix from the file's bytes of `block_type` (see [`crate::blocks`]).
     pub fn new(
         name: &str,
-        format: Format,
+        block_type: BlockType,
         rows: usize,
         cols: usize,
         data: Vec<u8>,
@@ -69,57 +36,70 @@ impl Matrix {
             name: name.to_owned(),
             problem,
         };
-        if cols == 0 || !cols.is_multiple_of(BLOCK) {
+        let per_block = block_type.elements();
+        if cols == 0 || !cols.is_multiple_of(per_block) {
             return Err(bad(format!(
-                "row length {cols} is not a positive multiple of {BLOCK}"
+                "row length {cols} is not a positive multiple of {per_block} ({} blocks)",
+                block_type.name()
             )));
         }
-        let blocks = rows * (cols / BLOCK);
-        let expected = blocks * format.block_bytes();
-        if data.len() != expected {
+        let expected = rows
+            .checked_mul(cols / per_block)
+            .and_then(|blocks| blocks.checked_mul(block_type.bytes()));
+        if Some(data.len()) != expected {
             return Err(bad(format!(
-                "{} bytes for a {rows}x{cols} {} matrix, expected {expected}",
+                "{} bytes for a {rows}x{cols} {} matrix, expected {}",
                 data.len(),
-                format.name()
+                block_type.name(),
+                expected.map_or_else(|| "more than memory holds".into(), |e| e.to_string())
             )));
         }
-        let mut quants = Vec::with_capacity(blocks * format.packed_bytes());
-        let mut scales = Vec::with_capacity(blocks);
+        let format = block_type.kernel_format();
+        let blocks = rows * (cols / BLOCK);
         let per_row = cols / BLOCK;
-        let mut mins = Vec::with_capacity(rows * padded(per_row));
-        for (index, block) in data.chunks_exact(format.block_bytes()).enumerate() {
-            scales.push(f16::from_le_bytes([block[0], block[1]]).to_f32());
-            match format {
-                Format::Q4_1 => {
-                    mins.push(f16::from_le_bytes([block[2], block[3]]).to_f32());
-                    quants.extend_from_slice(&block[4..20]);
-                }
-                Format::Q8_0 => {
-                    mins.push(0.0);
-                    quants.extend_from_slice(&block[2..34]);
-                }
-            }
-            if index % per_row == per_row - 1 {
-                mins.resize(mins.len() + padded(per_row) - per_row, 0.0);
-            }
-        }
-        Ok(Self {
+        let mut matrix = Self {
             format,
             rows,
             cols,
-            quants,
-            scales,
-            mins,
-        })
+            quants: Vec::with_capacity(blocks * format.packed_bytes()),
+            scales: Vec::with_capacity(blocks * format.scales_per_block()),
+            mins: Vec::with_capacity(rows * padded(per_row)),
+        };
+        let mut in_row = 0;
+        for raw in data.chunks_exact(block_type.bytes()) {
+            blocks::decode(block_type, raw, &mut |block| {
+                matrix.push(block);
+                in_row += 1;
+                if in_row == per_row {
+                    let mins = &mut matrix.mins;
+                    mins.resize(mins.len() + padded(per_row) - per_row, 0.0);
+                    in_row = 0;
+                }
+            });
+        }
+        Ok(matrix)
+    }
+
+    fn push(&mut self, block: KernelBlock) {
+        match self.format {
+            Format::Q4_1 => self
+                .quants
+                .extend((0..16).map(|j| block.quants[j] | (block.quants[j + 16] << 4))),
+            _ => self.quants.extend_from_slice(&block.quants),
+        }
+        self.scales
+            .extend_from_slice(&block.scales[..self.format.scales_per_block()]);
+        self.mins.push(block.min);
     }
 
     /// One row's packed quants, scales and minimums.
     pub fn row(&self, row: usize) -> WeightRow<'_> {
         let blocks = self.cols / BLOCK;
         let packed = blocks * self.format.packed_bytes();
+        let scales = blocks * self.format.scales_per_block();
         WeightRow {
             quants: &self.quants[row * packed..][..packed],
-            scales: &self.scales[row * blocks..][..blocks],
+            scales: &self.scales[row * scales..][..scales],
             mins: &self.mins[row * padded(blocks)..][..padded(blocks)],
         }
     }
@@ -127,17 +107,47 @@ impl Matrix {
     /// Writes row `row` as f32 into `out` (`cols` long).
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
         let weights = self.row(row);
-        let packed = self.format.packed_bytes();
+        let (packed, per_block) = (self.format.packed_bytes(), self.format.scales_per_block());
         for (b, chunk) in out.chunks_exact_mut(BLOCK).enumerate() {
             let quants = &weights.quants[b * packed..][..packed];
-            let (scale, min) = (weights.scales[b], weights.mins[b]);
+            let min = weights.mins[b];
             for (e, value) in chunk.iter_mut().enumerate() {
+                let scale = weights.scales[b * per_block + e * per_block / BLOCK];
                 *value = match self.format {
                     Format::Q4_1 => scale * f32::from(nibble(quants, e)) + min,
-                    Format::Q8_0 => scale * f32::from(quants[e] as i8),
+                    Format::Q5_1 => scale * f32::from(quants[e]) + min,
+                    Format::Q8_0 | Format::Q6_K => scale * f32::from(quants[e] as i8),
                 };
             }
         }
+    }
+
+    /// The matrix whose row `i` is this one's row `order[i]` (`order` a permutation of
+    /// the rows: the loader reorders qwen2's q/k rows).
+    pub fn with_rows_from(&self, order: &[usize]) -> Matrix {
+        debug_assert_eq!(order.len(), self.rows);
+        let blocks = self.cols / BLOCK;
+        let mut out = Matrix {
+            format: self.format,
+            rows: self.rows,
+            cols: self.cols,
+            quants: Vec::with_capacity(self.quants.len()),
+            scales: Vec::with_capacity(self.scales.len()),
+            mins: Vec::with_capacity(self.mins.len()),
+        };
+        for &from in order {
+            let row = self.row(from);
+            out.quants.extend_from_slice(row.quants);
+            out.scales.extend_from_slice(row.scales);
+            out.mins.extend_from_slice(row.mins);
+        }
+        debug_assert_eq!(out.mins.len(), self.rows * padded(blocks));
+        out
+    }
+
+    /// Bytes the matrix holds in memory.
+    pub fn memory_bytes(&self) -> usize {
+        self.quants.len() + 4 * (self.scales.len() + self.mins.len())
     }
 }
 
@@ -241,23 +251,39 @@ pub(crate) mod tests_support {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    /// A random matrix in `format` with plausible scales.
+    /// A random matrix in the kernels' `format` with plausible scales, built block by
+    /// block (so any block count, odd ones too, in every format).
     pub(crate) fn random_matrix(format: Format, rows: usize, cols: usize, seed: u64) -> Matrix {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let mut data = Vec::new();
-        for _ in 0..rows * cols / BLOCK {
-            let d = f16::from_f32(rng.random_range(0.001f32..0.05));
-            data.extend_from_slice(&d.to_le_bytes());
-            match format {
-                Format::Q4_1 => {
-                    let m = f16::from_f32(rng.random_range(-0.4f32..0.0));
-                    data.extend_from_slice(&m.to_le_bytes());
-                    data.extend((0..16).map(|_| rng.random::<u8>()));
-                }
-                Format::Q8_0 => data.extend((0..32).map(|_| rng.random::<u8>())),
+        let per_row = cols / BLOCK;
+        let mut matrix = Matrix {
+            format,
+            rows,
+            cols,
+            quants: Vec::new(),
+            scales: Vec::new(),
+            mins: Vec::new(),
+        };
+        for _ in 0..rows {
+            for _ in 0..per_row {
+                let range = format.quant_range();
+                let d = rng.random_range(0.001f32..0.05);
+                let block = KernelBlock {
+                    quants: std::array::from_fn(|_| rng.random_range(range.clone()) as u8),
+                    scales: [d, d * rng.random_range(0.5f32..2.0)],
+                    min: if format.has_min() {
+                        rng.random_range(-0.4f32..0.0)
+                    } else {
+                        0.0
+                    },
+                };
+                matrix.push(block);
             }
+            matrix
+                .mins
+                .resize(matrix.mins.len() + padded(per_row) - per_row, 0.0);
         }
-        Matrix::new("test", format, rows, cols, data).expect("well-formed")
+        matrix
     }
 
     pub(crate) fn random_values(len: usize, seed: u64) -> Vec<f32> {
@@ -270,6 +296,8 @@ pub(crate) mod tests_support {
 mod tests {
     use super::tests_support::random_values;
     use super::*;
+    use crate::blocks::tests::{llama_cpp_dequantize, random_block};
+    use crate::blocks::SUPER_BLOCK;
 
     #[test]
     fn quantization_round_trips_within_half_a_step() {
@@ -286,11 +314,46 @@ mod tests {
     }
 
     #[test]
+    fn matrices_of_every_block_type_dequantize_to_llama_cpps_values() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let (rows, cols) = (3, 2 * SUPER_BLOCK);
+        for block_type in BlockType::ALL {
+            let raws: Vec<Vec<u8>> = (0..rows * cols / block_type.elements())
+                .map(|_| random_block(block_type, &mut rng))
+                .collect();
+            let matrix =
+                Matrix::new("test", block_type, rows, cols, raws.concat()).expect("well-formed");
+            assert_eq!(matrix.format, block_type.kernel_format());
+            let want: Vec<f32> = raws
+                .iter()
+                .flat_map(|raw| llama_cpp_dequantize(block_type, raw))
+                .collect();
+            let mut row = vec![0f32; cols];
+            for r in 0..rows {
+                matrix.dequantize_row(r, &mut row);
+                for (e, (got, want)) in row.iter().zip(&want[r * cols..]).enumerate() {
+                    assert!(
+                        got == want,
+                        "{block_type:?} row {r} element {e}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+        let err = Matrix::new("blk.0.ffn_down.weight", BlockType::Q6_K, 2, 576, vec![])
+            .expect_err("576 is not a multiple of 256");
+        assert!(
+            err.to_string().contains("multiple of 256 (Q6_K blocks)"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn malformed_matrices_are_rejected_with_the_reason() {
-        let err = Matrix::new("blk.0.attn_q.weight", Format::Q4_1, 2, 33, vec![0; 40])
+        let err = Matrix::new("blk.0.attn_q.weight", BlockType::Q4_1, 2, 33, vec![0; 40])
             .expect_err("33 is not a multiple of 32");
         assert!(err.to_string().contains("multiple of 32"), "{err}");
-        let err = Matrix::new("blk.0.attn_q.weight", Format::Q4_1, 2, 32, vec![0; 39])
+        let err = Matrix::new("blk.0.attn_q.weight", BlockType::Q4_1, 2, 32, vec![0; 39])
             .expect_err("short data");
         assert!(err.to_string().contains("expected 40"), "{err}");
     }

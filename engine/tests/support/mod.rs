@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+pub mod qwen2;
+
 /// The catalog models' ids (header and tensor digests, `sharemesh_protocol::model_header`).
 pub const DEFAULT_MODEL_ID: &str =
     "56e91e8d496e43a1f0d001a01e27c9f2b2aa26afc2ed61f68f5efa2cfca7aa11";
@@ -101,4 +103,93 @@ pub fn serve_fingerprinted(
         })
         .unwrap();
     (generation.token_ids, fingerprints)
+}
+
+/// A candle model's greedy path of `steps` tokens after `tokens` (`forward(input,
+/// position)`: the logits after the fed tokens): the whole sequence, and the logits
+/// before each new token.
+pub fn candle_greedy(
+    tokens: &[u32],
+    steps: usize,
+    mut forward: impl FnMut(&candle_core::Tensor, usize) -> candle_core::Result<candle_core::Tensor>,
+) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let mut tokens = tokens.to_vec();
+    let mut all = Vec::new();
+    for step in 0..steps {
+        let fed = if step == 0 { 0 } else { tokens.len() - 1 };
+        let input = candle_core::Tensor::new(&tokens[fed..], &candle_core::Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let logits: Vec<f32> = forward(&input, fed)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        tokens.push(argmax(&logits) as u32);
+        all.push(logits);
+    }
+    (tokens, all)
+}
+
+/// Teacher-forced logits along `tokens` before each of its last `steps` tokens:
+/// `model` scores each prefix in one batched prefill, and the middle one also token by
+/// token, which must give the same bits (`model` is on the batch-invariant kernels).
+pub fn kernel_logits_along(
+    model: &mut sharemesh_engine::LoadedModel,
+    tokens: &[u32],
+    steps: usize,
+) -> Vec<Vec<f32>> {
+    let start = tokens.len() - steps;
+    (0..steps)
+        .map(|step| {
+            let prefix = &tokens[..start + step];
+            let logits = model.logits_after(prefix, prefix.len()).unwrap();
+            if step == steps / 2 {
+                let one_by_one = model.logits_after(prefix, 1).unwrap();
+                assert!(
+                    logits
+                        .iter()
+                        .zip(&one_by_one)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "prefill and one-token decode give different logits"
+                );
+            }
+            logits
+        })
+        .collect()
+}
+
+pub fn argmax(logits: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, value) in logits.iter().enumerate() {
+        if *value > logits[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// ‖ours − reference‖ / ‖reference‖ averaged over steps, and on how many steps the
+/// argmaxes agree.
+pub fn compare_logits(ours: &[Vec<f32>], reference: &[Vec<f32>]) -> (f64, usize) {
+    let mut total = 0f64;
+    let mut agree = 0;
+    for (ours, reference) in ours.iter().zip(reference) {
+        let norm = reference
+            .iter()
+            .map(|v| f64::from(*v).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        let distance = ours
+            .iter()
+            .zip(reference)
+            .map(|(a, b)| f64::from(a - b).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        total += distance / norm;
+        agree += usize::from(argmax(ours) == argmax(reference));
+    }
+    (total / ours.len().max(1) as f64, agree)
 }

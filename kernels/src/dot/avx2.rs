@@ -39,7 +39,8 @@ pub(super) unsafe fn offset_lanes(mins: &[f32], sums: &[f32]) -> __m256 {
     acc
 }
 
-/// `(even + odd) + offset lanes` for Q4_1, `even + odd` for Q8_0, reduced.
+/// `(even + odd) + offset lanes` for formats with minimums, `even + odd` for signed
+/// ones, reduced.
 ///
 /// # Safety
 /// AVX2 and FMA; the activation row exists.
@@ -54,7 +55,7 @@ pub(super) unsafe fn finish(
     odd: __m256,
 ) -> f32 {
     let mut total = _mm256_add_ps(even, odd);
-    if format == Format::Q4_1 {
+    if format.has_min() {
         let width = weights.mins.len();
         let sums = &activations.sums[row * width..][..width];
         // SAFETY: equal, padded lengths.
@@ -63,8 +64,8 @@ pub(super) unsafe fn finish(
     hsum8(total)
 }
 
-/// Weight block `b` of `row`: the unsigned operand for maddubs and, for Q8_0, the raw
-/// signed bytes whose signs move onto the activations.
+/// Weight block `b` of `row`: the unsigned operand for maddubs and, for signed formats,
+/// the raw signed bytes whose signs move onto the activations.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn weight_block(format: Format, row: &WeightRow<'_>, b: usize) -> (__m256i, __m256i) {
@@ -77,10 +78,34 @@ unsafe fn weight_block(format: Format, row: &WeightRow<'_>, b: usize) -> (__m256
             let high = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
             (_mm256_set_m128i(high, low), _mm256_setzero_si256())
         }
-        Format::Q8_0 => {
+        Format::Q5_1 => {
+            // SAFETY: the caller checked 32 bytes per block.
+            let raw = unsafe { _mm256_loadu_si256(row.quants.as_ptr().add(b * BLOCK).cast()) };
+            (raw, _mm256_setzero_si256())
+        }
+        Format::Q8_0 | Format::Q6_K => {
             // SAFETY: the caller checked 32 bytes per block.
             let raw = unsafe { _mm256_loadu_si256(row.quants.as_ptr().add(b * BLOCK).cast()) };
             (_mm256_sign_epi8(raw, raw), raw)
+        }
+    }
+}
+
+/// Block `b`'s weight scale for each of the eight lanes (Q6_K: lanes 0–3 the first
+/// half's, 4–7 the second's).
+///
+/// # Safety
+/// AVX2; the row has block `b`'s scales.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn weight_scales(format: Format, row: &WeightRow<'_>, b: usize) -> __m256 {
+    // SAFETY: the caller checked `scales_per_block` scales per block.
+    unsafe {
+        if format == Format::Q6_K {
+            let first = _mm_set1_ps(*row.scales.get_unchecked(2 * b));
+            _mm256_set_m128(_mm_set1_ps(*row.scales.get_unchecked(2 * b + 1)), first)
+        } else {
+            _mm256_set1_ps(*row.scales.get_unchecked(b))
         }
     }
 }
@@ -103,7 +128,7 @@ pub(super) unsafe fn accumulate<const W: usize, const A: usize>(
     for i in 0..W {
         // SAFETY: block `b` of every row was checked by the caller.
         (unsigned[i], signs[i]) = unsafe { weight_block(format, &weights[i], b) };
-        weight_scale[i] = _mm256_set1_ps(unsafe { *weights[i].scales.get_unchecked(b) });
+        weight_scale[i] = unsafe { weight_scales(format, &weights[i], b) };
     }
     for j in 0..A {
         let row = first + j;
@@ -121,9 +146,10 @@ pub(super) unsafe fn accumulate<const W: usize, const A: usize>(
             )
         };
         for i in 0..W {
-            let operand = match format {
-                Format::Q4_1 => quants,
-                Format::Q8_0 => _mm256_sign_epi8(quants, signs[i]),
+            let operand = if format.is_signed() {
+                _mm256_sign_epi8(quants, signs[i])
+            } else {
+                quants
             };
             let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned[i], operand), ones);
             let scale = _mm256_mul_ps(weight_scale[i], scale);

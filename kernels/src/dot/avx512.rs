@@ -22,7 +22,8 @@ fn halves(low: f32, high: f32) -> __m512 {
     ))
 }
 
-/// Weight blocks `b` and `b + 1` of `row`: unsigned operand and (Q8_0) sign mask.
+/// Weight blocks `b` and `b + 1` of `row`: unsigned operand and (signed formats) sign
+/// mask.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn weight_pair(format: Format, row: &WeightRow<'_>, b: usize) -> (__m512i, __mmask64) {
@@ -37,10 +38,35 @@ unsafe fn weight_pair(format: Format, row: &WeightRow<'_>, b: usize) -> (__m512i
             let joined = _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
             (_mm512_shuffle_i64x2(joined, joined, 0b11_01_10_00), 0)
         }
-        Format::Q8_0 => {
+        Format::Q5_1 => {
+            // SAFETY: the caller checked 32 bytes per block; blocks b and b+1 are adjacent.
+            let raw = unsafe { _mm512_loadu_si512(row.quants.as_ptr().add(b * BLOCK).cast()) };
+            (raw, 0)
+        }
+        Format::Q8_0 | Format::Q6_K => {
             // SAFETY: the caller checked 32 bytes per block; blocks b and b+1 are adjacent.
             let raw = unsafe { _mm512_loadu_si512(row.quants.as_ptr().add(b * BLOCK).cast()) };
             (_mm512_abs_epi8(raw), _mm512_movepi8_mask(raw))
+        }
+    }
+}
+
+/// The weight scales of blocks `b` and `b + 1` from `scales` (the row's): one per
+/// 256-bit half, or (Q6_K) one per four lanes, each half's own.
+///
+/// # Safety
+/// AVX-512 F; `scales` holds blocks `b` and `b + 1`'s scales.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn pair_scales(format: Format, scales: *const f32, b: usize) -> __m512 {
+    // SAFETY: the caller's promise.
+    unsafe {
+        if format == Format::Q6_K {
+            let four = _mm512_castps128_ps512(_mm_loadu_ps(scales.add(2 * b)));
+            let spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+            _mm512_permutexvar_ps(spread, four)
+        } else {
+            halves(*scales.add(b), *scales.add(b + 1))
         }
     }
 }
@@ -62,8 +88,8 @@ unsafe fn accumulate_pair<const W: usize, const A: usize>(
     for i in 0..W {
         // SAFETY: blocks b and b+1 of every row were checked by the caller.
         (unsigned[i], negative[i]) = unsafe { weight_pair(format, &weights[i], b) };
-        let scales = weights[i].scales;
-        weight_scale[i] = halves(scales[b], scales[b + 1]);
+        // SAFETY: as above, for the scales.
+        weight_scale[i] = unsafe { pair_scales(format, weights[i].scales.as_ptr(), b) };
     }
     for j in 0..A {
         let row = first + j;
@@ -80,11 +106,10 @@ unsafe fn accumulate_pair<const W: usize, const A: usize>(
         let scales = &activations.scales[row * blocks + b..][..2];
         let scale = halves(scales[0], scales[1]);
         for i in 0..W {
-            let operand = match format {
-                Format::Q4_1 => quants,
-                Format::Q8_0 => {
-                    _mm512_mask_sub_epi8(quants, negative[i], _mm512_setzero_si512(), quants)
-                }
+            let operand = if format.is_signed() {
+                _mm512_mask_sub_epi8(quants, negative[i], _mm512_setzero_si512(), quants)
+            } else {
+                quants
             };
             let lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), unsigned[i], operand);
             let scale = _mm512_mul_ps(weight_scale[i], scale);
@@ -168,16 +193,16 @@ unsafe fn nibbles_pair(quants: *const u8) -> __m512i {
 
 /// One activation row against `W` weight rows (decoding, and the rows a 4-row tile
 /// leaves over): the arithmetic of [`tile`] with `A = 1`, with every pointer hoisted
-/// out of the loop and the format fixed at compile time.
+/// out of the loop and the format (`Format::ALL[F]`) fixed at compile time.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn single_row<const Q4: bool, const W: usize>(
+unsafe fn single_row<const F: usize, const W: usize>(
     weights: &[WeightRow<'_>; W],
     activations: &QuantizedRows,
     row: usize,
     out: &mut [f32],
 ) {
-    let format = if Q4 { Format::Q4_1 } else { Format::Q8_0 };
+    let format = Format::ALL[F];
     let blocks = activations.cols / BLOCK;
     let rows = activations.rows();
     let packed = format.packed_bytes();
@@ -198,18 +223,23 @@ unsafe fn single_row<const Q4: bool, const W: usize>(
             )
         };
         for i in 0..W {
-            let (unsigned, operand) = if Q4 {
-                (unsafe { nibbles_pair(quants[i].add(b * packed)) }, operand)
-            } else {
-                let raw = unsafe { _mm512_loadu_si512(quants[i].add(b * packed).cast()) };
-                let negative = _mm512_movepi8_mask(raw);
-                (
-                    _mm512_abs_epi8(raw),
-                    _mm512_mask_sub_epi8(operand, negative, _mm512_setzero_si512(), operand),
-                )
+            let (unsigned, operand) = match format {
+                Format::Q4_1 => (unsafe { nibbles_pair(quants[i].add(b * packed)) }, operand),
+                Format::Q5_1 => (
+                    unsafe { _mm512_loadu_si512(quants[i].add(b * packed).cast()) },
+                    operand,
+                ),
+                Format::Q8_0 | Format::Q6_K => {
+                    let raw = unsafe { _mm512_loadu_si512(quants[i].add(b * packed).cast()) };
+                    let negative = _mm512_movepi8_mask(raw);
+                    (
+                        _mm512_abs_epi8(raw),
+                        _mm512_mask_sub_epi8(operand, negative, _mm512_setzero_si512(), operand),
+                    )
+                }
             };
             let lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), unsigned, operand);
-            let weight_scale = unsafe { halves(*scales[i].add(b), *scales[i].add(b + 1)) };
+            let weight_scale = unsafe { pair_scales(format, scales[i], b) };
             let scale = _mm512_mul_ps(weight_scale, act_scale);
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), scale, acc[i]);
         }
@@ -237,8 +267,10 @@ pub(super) unsafe fn dot_rows<const W: usize>(
         unsafe {
             match (tiled, format) {
                 (true, _) => tile::<W, 4>(format, &weights, activations, r, out),
-                (false, Format::Q4_1) => single_row::<true, W>(&weights, activations, r, out),
-                (false, Format::Q8_0) => single_row::<false, W>(&weights, activations, r, out),
+                (false, Format::Q4_1) => single_row::<0, W>(&weights, activations, r, out),
+                (false, Format::Q5_1) => single_row::<1, W>(&weights, activations, r, out),
+                (false, Format::Q8_0) => single_row::<2, W>(&weights, activations, r, out),
+                (false, Format::Q6_K) => single_row::<3, W>(&weights, activations, r, out),
             }
         }
     });

@@ -11,7 +11,7 @@
 use rayon::prelude::*;
 
 use super::kv::{KvPool, SequenceCache};
-use super::{add, norm_rows, rope_angles, Llama};
+use super::{add, add_to_rows, norm_rows, rope_angles, Llama};
 use crate::matmul::matmul;
 use crate::ops::{attend, rope_interleaved, swiglu};
 use crate::quant::quantize_rows;
@@ -140,6 +140,11 @@ impl Llama {
             matmul(isa, &layer.wq, &acts, &mut q);
             matmul(isa, &layer.wk, &acts, &mut k);
             matmul(isa, &layer.wv, &acts, &mut v);
+            if let Some(bias) = &layer.bias {
+                add_to_rows(&mut q, &bias.q);
+                add_to_rows(&mut k, &bias.k);
+                add_to_rows(&mut v, &bias.v);
+            }
             for (i, (q_row, k_row)) in q
                 .chunks_exact_mut(hidden)
                 .zip(k.chunks_exact_mut(kv_width))

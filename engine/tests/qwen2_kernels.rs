@@ -1,0 +1,89 @@
+#![allow(clippy::unwrap_used)]
+//! qwen2 on the batch-invariant kernels (its own file: `tests/qwen2.rs` switches the
+//! process to candle with `SHAREMESH_KERNELS`). The qwen2 file is written from
+//! SmolLM2's weights (`support::qwen2`): with zero biases it is the llama network in
+//! qwen2's NEOX layout, which the loader must turn back into llama's bits; with
+//! biases, candle's qwen2 on the same weights dequantized is the reference.
+
+mod support;
+
+use std::fs::File;
+use std::io::BufReader;
+
+use candle_core::quantized::{gguf_file, GgmlDType};
+use candle_core::Device;
+use candle_transformers::models::quantized_qwen2;
+use sharemesh_engine::LoadedModel;
+use sharemesh_protocol::{ChatMessage, ModelId, Prompt, Role};
+
+fn chat(text: &str) -> Prompt {
+    Prompt::Chat(vec![ChatMessage {
+        role: Role::User,
+        content: text.into(),
+    }])
+}
+
+#[test]
+fn qwen2_runs_on_the_kernels_with_llamas_bits_and_candles_biases() {
+    sharemesh_engine::set_threads(1);
+    let id: ModelId = support::DEFAULT_MODEL_ID.parse().unwrap();
+    let llama_path = support::default_model_path();
+    let dir = tempfile::tempdir().unwrap();
+
+    // Zero biases: the same network, so the same logits, bit for bit.
+    let plain_path = dir.path().join("smollm2-as-qwen2.gguf");
+    support::qwen2::write_qwen2_from_llama(&llama_path, &plain_path, |_| 0.0);
+    let mut qwen2 = LoadedModel::load(&plain_path, id, "smollm2-as-qwen2", Device::Cpu).unwrap();
+    assert_eq!(qwen2.descriptor.architecture, "qwen2");
+    assert_eq!(qwen2.backend(), "cpu/sharemesh-kernels");
+    assert!(qwen2.batch_invariant());
+    let mut llama = LoadedModel::load(&llama_path, id, "smollm2", Device::Cpu).unwrap();
+    let france = chat("What is the capital of France? Answer in one word.");
+    let tokens = llama.prompt_tokens(&france).unwrap();
+    let ours = qwen2.logits_after(&tokens, tokens.len()).unwrap();
+    let reference = llama.logits_after(&tokens, tokens.len()).unwrap();
+    assert!(
+        ours.iter()
+            .zip(&reference)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "qwen2 in NEOX layout with zero biases must give llama's bits"
+    );
+
+    // Biases of a size that moves the answer: candle's qwen2 computes the same logits
+    // up to activation rounding.
+    let biased_path = dir.path().join("smollm2-as-qwen2-biased.gguf");
+    let bias = |i: usize| ((i * 37 % 101) as f32 / 101.0 - 0.5) * 0.8;
+    support::qwen2::write_qwen2_from_llama(&llama_path, &biased_path, bias);
+    let mut biased = LoadedModel::load(&biased_path, id, "biased", Device::Cpu).unwrap();
+    assert_eq!(biased.backend(), "cpu/sharemesh-kernels");
+    let moved = biased.logits_after(&tokens, tokens.len()).unwrap();
+    let shift = moved
+        .iter()
+        .zip(&reference)
+        .map(|(a, b)| f64::from((a - b).abs()))
+        .fold(0.0, f64::max);
+    assert!(shift > 0.1, "the biases changed the logits by only {shift}");
+    // The reference: candle's qwen2 on the same weights dequantized (F32 matrices),
+    // with float activations.
+    let f32_path = dir.path().join("smollm2-as-qwen2-biased-f32.gguf");
+    sharemesh_engine::weights::requantize(&biased_path, &f32_path, 0, |_, _| GgmlDType::F32)
+        .unwrap();
+    let mut reader = BufReader::new(File::open(&f32_path).unwrap());
+    let content = gguf_file::Content::read(&mut reader).unwrap();
+    let mut reference =
+        quantized_qwen2::ModelWeights::from_gguf(content, &mut reader, &Device::Cpu).unwrap();
+    let steps = 12;
+    let (path_tokens, want) =
+        support::candle_greedy(&tokens, steps, |input, at| reference.forward(input, at));
+    let ours = support::kernel_logits_along(&mut biased, &path_tokens, steps);
+    let (distance, agree) = support::compare_logits(&ours, &want);
+    eprintln!("qwen2 on the kernels, {steps} greedy steps of the float reference: within {distance:.4} on average, argmax {agree}/{steps}");
+    assert!(
+        distance < 0.05,
+        "logits differ from the float reference by {distance:.4}"
+    );
+    assert!(
+        agree >= steps - 1,
+        "argmax agreed on {agree} of {steps} steps"
+    );
+}
