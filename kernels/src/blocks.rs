@@ -21,8 +21,9 @@ pub enum Format {
     /// 4-bit unsigned quants, two per byte, with a scale and a minimum per block:
     /// w = d·q + m, q ∈ 0..16 (from Q4_0, Q4_1, Q4_K).
     Q4_1,
-    /// 5-bit unsigned quants, one per byte, with a scale and a minimum per block
-    /// (from Q5_0, Q5_1, Q5_K).
+    /// 5-bit unsigned quants (Q4_1's nibbles, and the fifth bits as a u32 per block
+    /// after the row's nibbles), with a scale and a minimum per block (from Q5_0,
+    /// Q5_1, Q5_K).
     Q5_1,
     /// 8-bit signed quants with a scale per block: w = d·q, q ∈ -128..128.
     Q8_0,
@@ -39,7 +40,8 @@ impl Format {
     pub fn packed_bytes(self) -> usize {
         match self {
             Format::Q4_1 => 16,
-            Format::Q5_1 | Format::Q8_0 | Format::Q6_K => 32,
+            Format::Q5_1 => 20,
+            Format::Q8_0 | Format::Q6_K => 32,
         }
     }
 

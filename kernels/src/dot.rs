@@ -15,7 +15,9 @@
 
 #![allow(unsafe_code)] // SIMD intrinsics only, in `avx2`/`avx512`, behind runtime detection.
 
-use crate::quant::{hsum8, nibble, padded, ActivationRow, Format, QuantizedRows, WeightRow, BLOCK};
+use crate::quant::{
+    hsum8, padded, quant_of, ActivationRow, Format, QuantizedRows, WeightRow, BLOCK,
+};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -175,7 +177,12 @@ const PREFETCH_TILES: usize = 8;
 #[cfg(target_arch = "x86_64")]
 #[inline(always)] // in the inner loop: a call here cost 14% of decoding
 fn prefetch_ahead<const W: usize>(weights: &[WeightRow<'_>; W], format: Format, b: usize) {
-    let packed = format.packed_bytes();
+    // Q5_1: nibbles at 16 bytes per block, then the row's fifth bits (4 per block).
+    let stride = if format == Format::Q5_1 {
+        16
+    } else {
+        format.packed_bytes()
+    };
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
     let hint = |address: *const u8| {
         // SAFETY: prefetch only hints the cache; it reads nothing the program sees and
@@ -184,8 +191,12 @@ fn prefetch_ahead<const W: usize>(weights: &[WeightRow<'_>; W], format: Format, 
     };
     for w in weights {
         let ahead = |row: &[u8]| row.as_ptr().wrapping_add(PREFETCH_TILES * W * row.len());
-        if (b * packed).is_multiple_of(64) {
-            hint(ahead(w.quants).wrapping_add(b * packed));
+        if (b * stride).is_multiple_of(64) {
+            hint(ahead(w.quants).wrapping_add(b * stride));
+        }
+        if format == Format::Q5_1 && (b * 4).is_multiple_of(64) {
+            let blocks = w.quants.len() / 20;
+            hint(ahead(w.quants).wrapping_add(blocks * 16 + b * 4));
         }
         if b == 0 {
             let mins: &[f32] = if format.has_min() { w.mins } else { &[] };
@@ -208,20 +219,14 @@ fn bytes_of(values: &[f32]) -> &[u8] {
 /// The reference arithmetic (module docs), one element at a time.
 pub fn scalar_dot(format: Format, weights: WeightRow<'_>, activations: ActivationRow<'_>) -> f32 {
     let mut chains = [[0f32; 8]; 2];
-    let packed = format.packed_bytes();
     let per_block = format.scales_per_block();
-    for b in 0..activations.scales.len() {
-        let quants = &weights.quants[b * packed..][..packed];
+    let blocks = activations.scales.len();
+    for b in 0..blocks {
         let a = &activations.quants[b * BLOCK..][..BLOCK];
         for (lane, acc) in chains[b % 2].iter_mut().enumerate() {
             let mut sum = 0i32;
             for (e, &activation) in a.iter().enumerate().skip(lane * 4).take(4) {
-                let weight = match format {
-                    Format::Q4_1 => i32::from(nibble(quants, e)),
-                    Format::Q5_1 => i32::from(quants[e]),
-                    Format::Q8_0 | Format::Q6_K => i32::from(quants[e] as i8),
-                };
-                sum += weight * i32::from(activation);
+                sum += quant_of(format, weights.quants, blocks, b, e) * i32::from(activation);
             }
             let scale =
                 weights.scales[b * per_block + lane * per_block / 8] * activations.scales[b];

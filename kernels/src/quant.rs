@@ -65,31 +65,16 @@ impl Matrix {
             scales: Vec::with_capacity(blocks * format.scales_per_block()),
             mins: Vec::with_capacity(rows * padded(per_row)),
         };
-        let mut in_row = 0;
+        let mut row = RowBuilder::default();
         for raw in data.chunks_exact(block_type.bytes()) {
             blocks::decode(block_type, raw, &mut |block| {
-                matrix.push(block);
-                in_row += 1;
-                if in_row == per_row {
-                    let mins = &mut matrix.mins;
-                    mins.resize(mins.len() + padded(per_row) - per_row, 0.0);
-                    in_row = 0;
+                row.push(&mut matrix, block);
+                if row.blocks == per_row {
+                    row.finish(&mut matrix);
                 }
             });
         }
         Ok(matrix)
-    }
-
-    fn push(&mut self, block: KernelBlock) {
-        match self.format {
-            Format::Q4_1 => self
-                .quants
-                .extend((0..16).map(|j| block.quants[j] | (block.quants[j + 16] << 4))),
-            _ => self.quants.extend_from_slice(&block.quants),
-        }
-        self.scales
-            .extend_from_slice(&block.scales[..self.format.scales_per_block()]);
-        self.mins.push(block.min);
     }
 
     /// One row's packed quants, scales and minimums.
@@ -107,16 +92,16 @@ impl Matrix {
     /// Writes row `row` as f32 into `out` (`cols` long).
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
         let weights = self.row(row);
-        let (packed, per_block) = (self.format.packed_bytes(), self.format.scales_per_block());
+        let (blocks, per_block) = (self.cols / BLOCK, self.format.scales_per_block());
         for (b, chunk) in out.chunks_exact_mut(BLOCK).enumerate() {
-            let quants = &weights.quants[b * packed..][..packed];
             let min = weights.mins[b];
             for (e, value) in chunk.iter_mut().enumerate() {
                 let scale = weights.scales[b * per_block + e * per_block / BLOCK];
-                *value = match self.format {
-                    Format::Q4_1 => scale * f32::from(nibble(quants, e)) + min,
-                    Format::Q5_1 => scale * f32::from(quants[e]) + min,
-                    Format::Q8_0 | Format::Q6_K => scale * f32::from(quants[e] as i8),
+                let quant = quant_of(self.format, weights.quants, blocks, b, e) as f32;
+                *value = if self.format.has_min() {
+                    scale * quant + min
+                } else {
+                    scale * quant
                 };
             }
         }
@@ -148,6 +133,63 @@ impl Matrix {
     /// Bytes the matrix holds in memory.
     pub fn memory_bytes(&self) -> usize {
         self.quants.len() + 4 * (self.scales.len() + self.mins.len())
+    }
+}
+
+/// Builds a matrix row by row from kernel blocks: a Q5_1 row keeps its fifth bits
+/// after all its nibbles (see [`quant_of`]).
+#[derive(Default)]
+struct RowBuilder {
+    blocks: usize,
+    fifth_bits: Vec<u8>,
+}
+
+impl RowBuilder {
+    fn push(&mut self, matrix: &mut Matrix, block: KernelBlock) {
+        let q = block.quants;
+        let nibbles = (0..16).map(|j| (q[j] & 0x0F) | (q[j + 16] << 4));
+        match matrix.format {
+            Format::Q4_1 => matrix.quants.extend(nibbles),
+            Format::Q5_1 => {
+                matrix.quants.extend(nibbles);
+                let bits = (0..BLOCK).fold(0u32, |bits, e| {
+                    bits | (u32::from(block.quants[e] >> 4) << e)
+                });
+                self.fifth_bits.extend_from_slice(&bits.to_le_bytes());
+            }
+            Format::Q8_0 | Format::Q6_K => matrix.quants.extend_from_slice(&block.quants),
+        }
+        let scales = &block.scales[..matrix.format.scales_per_block()];
+        matrix.scales.extend_from_slice(scales);
+        matrix.mins.push(block.min);
+        self.blocks += 1;
+    }
+
+    fn finish(&mut self, matrix: &mut Matrix) {
+        matrix.quants.append(&mut self.fifth_bits);
+        let mins = &mut matrix.mins;
+        mins.resize(mins.len() + padded(self.blocks) - self.blocks, 0.0);
+        self.blocks = 0;
+    }
+}
+
+/// Element `e` of block `b` of a row's quants (`blocks` blocks), as the integer it
+/// stands for. Q4_1 and Q5_1 keep 16 bytes of nibbles per block, elements 0..16 in the
+/// low nibbles and 16..32 in the high ones (GGML's order); Q5_1 rows then hold each
+/// block's fifth bits as a little-endian u32 (bit `e` for element `e`), all after the
+/// row's nibbles, so two blocks' bits are one u64 for AVX-512. Q8_0 and Q6_K: one
+/// signed byte per element.
+#[inline]
+pub(crate) fn quant_of(format: Format, quants: &[u8], blocks: usize, b: usize, e: usize) -> i32 {
+    match format {
+        Format::Q4_1 => i32::from(nibble(&quants[b * 16..], e)),
+        Format::Q5_1 => {
+            let at = blocks * 16 + b * 4;
+            let bits =
+                u32::from_le_bytes([quants[at], quants[at + 1], quants[at + 2], quants[at + 3]]);
+            i32::from(nibble(&quants[b * 16..], e)) | (((bits >> e) & 1) as i32) << 4
+        }
+        Format::Q8_0 | Format::Q6_K => i32::from(quants[b * BLOCK + e] as i8),
     }
 }
 
@@ -264,6 +306,7 @@ pub(crate) mod tests_support {
             scales: Vec::new(),
             mins: Vec::new(),
         };
+        let mut builder = RowBuilder::default();
         for _ in 0..rows {
             for _ in 0..per_row {
                 let range = format.quant_range();
@@ -277,11 +320,9 @@ pub(crate) mod tests_support {
                         0.0
                     },
                 };
-                matrix.push(block);
+                builder.push(&mut matrix, block);
             }
-            matrix
-                .mins
-                .resize(matrix.mins.len() + padded(per_row) - per_row, 0.0);
+            builder.finish(&mut matrix);
         }
         matrix
     }

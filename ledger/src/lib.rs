@@ -168,22 +168,38 @@ fn key(receipt: &Receipt) -> Vec<u8> {
     key
 }
 
-impl Ledger {
-    /// Opens (or creates) the ledger in `dir`, with a small cache.
-    pub fn open(dir: &Path) -> Result<Self, LedgerError> {
-        let db = sled::Config::new()
+/// How long [`Ledger::open`] waits for a lock this process may still hold: a dropped
+/// sled database keeps its file lock until its flusher thread wakes and exits (up to
+/// its 500 ms flush interval), so reopening at once in the same process could fail.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
+
+fn open_db(dir: &Path) -> Result<sled::Db, LedgerError> {
+    let started = std::time::Instant::now();
+    loop {
+        match sled::Config::new()
             .path(dir)
             .cache_capacity(8 * 1024 * 1024)
             .open()
-            .map_err(|e| match e {
-                sled::Error::Io(io)
-                    if io.kind() == std::io::ErrorKind::WouldBlock
-                        || io.to_string().contains("lock") =>
-                {
-                    LedgerError::Locked(dir.display().to_string())
+        {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(io))
+                if io.kind() == std::io::ErrorKind::WouldBlock
+                    || io.to_string().contains("lock") =>
+            {
+                if started.elapsed() >= LOCK_WAIT {
+                    return Err(LedgerError::Locked(dir.display().to_string()));
                 }
-                other => LedgerError::Storage(other),
-            })?;
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            Err(other) => return Err(LedgerError::Storage(other)),
+        }
+    }
+}
+
+impl Ledger {
+    /// Opens (or creates) the ledger in `dir`, with a small cache.
+    pub fn open(dir: &Path) -> Result<Self, LedgerError> {
+        let db = open_db(dir)?;
         let receipts = db.open_tree("receipts")?;
         let jobs = db.open_tree("jobs")?;
         let ledger = Self {

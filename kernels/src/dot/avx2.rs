@@ -64,11 +64,16 @@ pub(super) unsafe fn finish(
     hsum8(total)
 }
 
-/// Weight block `b` of `row`: the unsigned operand for maddubs and, for signed formats,
-/// the raw signed bytes whose signs move onto the activations.
+/// Weight block `b` of `row` (of `blocks`): the unsigned operand for maddubs and, for
+/// signed formats, the raw signed bytes whose signs move onto the activations.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn weight_block(format: Format, row: &WeightRow<'_>, b: usize) -> (__m256i, __m256i) {
+unsafe fn weight_block(
+    format: Format,
+    row: &WeightRow<'_>,
+    blocks: usize,
+    b: usize,
+) -> (__m256i, __m256i) {
     match format {
         Format::Q4_1 => {
             // SAFETY: the caller checked 16 bytes per block.
@@ -79,9 +84,24 @@ unsafe fn weight_block(format: Format, row: &WeightRow<'_>, b: usize) -> (__m256
             (_mm256_set_m128i(high, low), _mm256_setzero_si256())
         }
         Format::Q5_1 => {
-            // SAFETY: the caller checked 32 bytes per block.
-            let raw = unsafe { _mm256_loadu_si256(row.quants.as_ptr().add(b * BLOCK).cast()) };
-            (raw, _mm256_setzero_si256())
+            // SAFETY: the caller checked 20 bytes per block: 16 of nibbles at b·16, and
+            // the fifth bits after the row's nibbles.
+            let (packed, bits) = unsafe {
+                (
+                    _mm_loadu_si128(row.quants.as_ptr().add(b * 16).cast()),
+                    std::ptr::read_unaligned(
+                        row.quants.as_ptr().add(blocks * 16 + b * 4).cast::<u32>(),
+                    ),
+                )
+            };
+            let mask = _mm_set1_epi8(0x0F);
+            let low = _mm_and_si128(packed, mask);
+            let high = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
+            let nibbles = _mm256_set_m128i(high, low);
+            (
+                _mm256_or_si256(nibbles, fifth_bits(u32::from_le(bits))),
+                _mm256_setzero_si256(),
+            )
         }
         Format::Q8_0 | Format::Q6_K => {
             // SAFETY: the caller checked 32 bytes per block.
@@ -89,6 +109,25 @@ unsafe fn weight_block(format: Format, row: &WeightRow<'_>, b: usize) -> (__m256
             (_mm256_sign_epi8(raw, raw), raw)
         }
     }
+}
+
+/// 16 in byte `e` where bit `e` of `bits` is set, else 0.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn fifth_bits(bits: u32) -> __m256i {
+    let repeated = _mm256_set1_epi32(bits as i32);
+    // Byte e takes byte e / 8 of `bits` (each 128-bit lane holds all four)…
+    let spread = _mm256_shuffle_epi8(
+        repeated,
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+            3, 3, 3,
+        ),
+    );
+    // …and keeps bit e % 8 of it.
+    let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
 /// Block `b`'s weight scale for each of the eight lanes (Q6_K: lanes 0–3 the first
@@ -127,7 +166,7 @@ pub(super) unsafe fn accumulate<const W: usize, const A: usize>(
     let mut weight_scale = [_mm256_setzero_ps(); W];
     for i in 0..W {
         // SAFETY: block `b` of every row was checked by the caller.
-        (unsigned[i], signs[i]) = unsafe { weight_block(format, &weights[i], b) };
+        (unsigned[i], signs[i]) = unsafe { weight_block(format, &weights[i], blocks, b) };
         weight_scale[i] = unsafe { weight_scales(format, &weights[i], b) };
     }
     for j in 0..A {

@@ -22,11 +22,16 @@ fn halves(low: f32, high: f32) -> __m512 {
     ))
 }
 
-/// Weight blocks `b` and `b + 1` of `row`: unsigned operand and (signed formats) sign
-/// mask.
+/// Weight blocks `b` and `b + 1` of `row` (of `blocks`): unsigned operand and (signed
+/// formats) sign mask.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn weight_pair(format: Format, row: &WeightRow<'_>, b: usize) -> (__m512i, __mmask64) {
+unsafe fn weight_pair(
+    format: Format,
+    row: &WeightRow<'_>,
+    blocks: usize,
+    b: usize,
+) -> (__m512i, __mmask64) {
     match format {
         Format::Q4_1 => {
             // SAFETY: the caller checked 16 bytes per block; blocks b and b+1 are adjacent.
@@ -39,9 +44,8 @@ unsafe fn weight_pair(format: Format, row: &WeightRow<'_>, b: usize) -> (__m512i
             (_mm512_shuffle_i64x2(joined, joined, 0b11_01_10_00), 0)
         }
         Format::Q5_1 => {
-            // SAFETY: the caller checked 32 bytes per block; blocks b and b+1 are adjacent.
-            let raw = unsafe { _mm512_loadu_si512(row.quants.as_ptr().add(b * BLOCK).cast()) };
-            (raw, 0)
+            // SAFETY: the caller checked 20 bytes per block (see `quant_of`).
+            unsafe { (q5_pair(row.quants.as_ptr(), blocks, b), 0) }
         }
         Format::Q8_0 | Format::Q6_K => {
             // SAFETY: the caller checked 32 bytes per block; blocks b and b+1 are adjacent.
@@ -87,7 +91,7 @@ unsafe fn accumulate_pair<const W: usize, const A: usize>(
     let mut weight_scale = [_mm512_setzero_ps(); W];
     for i in 0..W {
         // SAFETY: blocks b and b+1 of every row were checked by the caller.
-        (unsigned[i], negative[i]) = unsafe { weight_pair(format, &weights[i], b) };
+        (unsigned[i], negative[i]) = unsafe { weight_pair(format, &weights[i], blocks, b) };
         // SAFETY: as above, for the scales.
         weight_scale[i] = unsafe { pair_scales(format, weights[i].scales.as_ptr(), b) };
     }
@@ -191,6 +195,26 @@ unsafe fn nibbles_pair(quants: *const u8) -> __m512i {
     _mm512_and_si512(_mm512_srlv_epi16(doubled, shifts), _mm512_set1_epi8(0x0F))
 }
 
+/// Q5_1 blocks `b` and `b + 1` of a row whose quants start at `quants` (`blocks`
+/// blocks): Q4_1's nibbles with 16 added where the row's fifth bits (two blocks' are
+/// one little-endian u64) are set.
+///
+/// # Safety
+/// The row holds `blocks` Q5_1 blocks and `b + 1 < blocks`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn q5_pair(quants: *const u8, blocks: usize, b: usize) -> __m512i {
+    // SAFETY: the caller's promise: nibbles at b·16 (32 bytes for both blocks), bits at
+    // blocks·16 + b·4 (8 bytes).
+    unsafe {
+        let nibbles = nibbles_pair(quants.add(b * 16));
+        let bits = u64::from_le(std::ptr::read_unaligned(
+            quants.add(blocks * 16 + b * 4).cast::<u64>(),
+        ));
+        _mm512_mask_add_epi8(nibbles, bits, nibbles, _mm512_set1_epi8(16))
+    }
+}
+
 /// One activation row against `W` weight rows (decoding, and the rows a 4-row tile
 /// leaves over): the arithmetic of [`tile`] with `A = 1`, with every pointer hoisted
 /// out of the loop and the format (`Format::ALL[F]`) fixed at compile time.
@@ -225,10 +249,7 @@ unsafe fn single_row<const F: usize, const W: usize>(
         for i in 0..W {
             let (unsigned, operand) = match format {
                 Format::Q4_1 => (unsafe { nibbles_pair(quants[i].add(b * packed)) }, operand),
-                Format::Q5_1 => (
-                    unsafe { _mm512_loadu_si512(quants[i].add(b * packed).cast()) },
-                    operand,
-                ),
+                Format::Q5_1 => (unsafe { q5_pair(quants[i], blocks, b) }, operand),
                 Format::Q8_0 | Format::Q6_K => {
                     let raw = unsafe { _mm512_loadu_si512(quants[i].add(b * packed).cast()) };
                     let negative = _mm512_movepi8_mask(raw);
