@@ -106,6 +106,8 @@ pub use kv::{KvBlock, KvPool, SequenceCache, BLOCK_POSITIONS};
 
 pub struct Llama {
     config: LlamaConfig,
+    /// Each rotary pair's angle per position ([`rope_thetas`]).
+    rope_thetas: Vec<f32>,
     embeddings: Matrix,
     layers: Vec<Layer>,
     output_norm: Vec<f32>,
@@ -246,6 +248,15 @@ impl Llama {
             required(&mut tensor, "output_norm.weight")?,
             hidden,
         )?;
+        let rope_factors = match tensor("rope_freqs.weight")? {
+            Some(raw) => Some(vector(
+                "rope_freqs.weight",
+                raw,
+                config.rope_dimensions / 2,
+            )?),
+            None => None,
+        };
+        let rope_thetas = rope_thetas(&config, rope_factors.as_deref());
         let output = match tensor("output.weight")? {
             Some(raw) => Some(matrix("output.weight", raw, vocab, hidden)?),
             None => None,
@@ -264,6 +275,7 @@ impl Llama {
             )
             .new_sequence(),
             config,
+            rope_thetas,
             embeddings,
             layers,
             output_norm,
@@ -349,13 +361,23 @@ fn interleaved_order(heads: usize, head_dim: usize) -> Vec<usize> {
         .collect()
 }
 
-/// cos and sin of every rotary pair's angle at each of `positions`.
-fn rope_angles(c: &LlamaConfig, positions: &[usize]) -> Vec<(Vec<f32>, Vec<f32>)> {
+/// Each rotary pair's angle per position: `base^(−2i/d)`, divided by the file's
+/// `rope_freqs.weight` factor for pair `i` where it has one (Llama 3.1+ files scale
+/// long wavelengths so, as llama.cpp's `freq_factors`).
+fn rope_thetas(c: &LlamaConfig, factors: Option<&[f32]>) -> Vec<f32> {
     let dims = c.rope_dimensions;
-    let thetas: Vec<f32> = (0..dims)
+    (0..dims)
         .step_by(2)
-        .map(|i| 1f32 / c.rope_base.powf(i as f32 / dims as f32))
-        .collect();
+        .enumerate()
+        .map(|(pair, i)| {
+            let theta = 1f32 / c.rope_base.powf(i as f32 / dims as f32);
+            factors.map_or(theta, |f| theta / f[pair])
+        })
+        .collect()
+}
+
+/// cos and sin of every rotary pair's angle at each of `positions`.
+fn rope_angles(thetas: &[f32], positions: &[usize]) -> Vec<(Vec<f32>, Vec<f32>)> {
     positions
         .iter()
         .map(|&p| {
@@ -385,5 +407,51 @@ fn add_to_rows(x: &mut [f32], bias: &[f32]) {
 fn add(x: &mut [f32], delta: &[f32]) {
     for (a, b) in x.iter_mut().zip(delta) {
         *a += b;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> LlamaConfig {
+        LlamaConfig {
+            neox_rope: false,
+            hidden: 64,
+            feed_forward: 128,
+            layers: 1,
+            heads: 4,
+            kv_heads: 2,
+            rope_dimensions: 16,
+            rope_base: 500_000.0,
+            norm_eps: 1e-5,
+            context: 128,
+        }
+    }
+
+    #[test]
+    fn rope_frequency_factors_divide_each_pairs_angle() {
+        let c = config();
+        let plain = rope_thetas(&c, None);
+        assert_eq!(plain.len(), 8);
+        for (i, theta) in plain.iter().enumerate() {
+            let want = 1f32 / 500_000f32.powf((2 * i) as f32 / 16.0);
+            assert_eq!(theta.to_bits(), want.to_bits(), "pair {i}");
+        }
+        let factors: Vec<f32> = (0..8).map(|i| if i < 4 { 1.0 } else { 8.0 }).collect();
+        let scaled = rope_thetas(&c, Some(&factors));
+        for i in 0..8 {
+            assert_eq!(scaled[i], plain[i] / factors[i], "pair {i}");
+        }
+        // A factor of one changes no bit: files without long-context scaling are as before.
+        assert_eq!(rope_thetas(&c, Some(&[1.0; 8])), plain);
+    }
+
+    #[test]
+    fn qwen2_rows_go_back_to_interleaved_pairs() {
+        // Head of 8: NEOX pairs (k, k + 4); interleaved pairs (2k, 2k + 1).
+        let order = interleaved_order(2, 8);
+        assert_eq!(order[..8], [0, 4, 1, 5, 2, 6, 3, 7]);
+        assert_eq!(order[8..], [8, 12, 9, 13, 10, 14, 11, 15]);
     }
 }

@@ -119,7 +119,7 @@ impl Llama {
             .flat_map(|(e, entry)| (0..entry.tokens.len()).map(move |i| (e, entry.position + i)))
             .unzip();
         let n = row_entry.len();
-        let angles = rope_angles(c, &row_position);
+        let angles = rope_angles(&self.rope_thetas, &row_position);
 
         let mut x = vec![0f32; n * hidden];
         let tokens = batch.iter().flat_map(|entry| entry.tokens.iter());
