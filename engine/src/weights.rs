@@ -322,9 +322,16 @@ fn load_kernels<R: Read + Seek>(
         layers: number("block_count")? as usize,
         heads,
         kv_heads: number("attention.head_count_kv")? as usize,
-        // qwen2 files often leave it out: the whole head rotates.
-        rope_dimensions: number("rope.dimension_count")
-            .map_or(hidden / heads.max(1), |dims| dims as usize),
+        // qwen2 files often leave it out: the whole head rotates. A value that is
+        // there but not a number is still an error.
+        rope_dimensions: if ct
+            .metadata
+            .contains_key(&format!("{architecture}.rope.dimension_count"))
+        {
+            number("rope.dimension_count")? as usize
+        } else {
+            hidden / heads.max(1)
+        },
         rope_base: number("rope.freq_base").unwrap_or(10_000.0) as f32,
         norm_eps: number("attention.layer_norm_rms_epsilon")? as f32,
         context: number("context_length")? as usize,

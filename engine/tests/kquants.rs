@@ -148,25 +148,15 @@ fn a_k_quant_llama_file_runs_on_the_kernels_as_candle_computes_it() {
     let steps = 12;
     let prompt_tokens = model.prompt_tokens(&prompt).unwrap();
     let mut reference = candle_on(&f32_path);
-    let (path_tokens, want) = support::candle_greedy(&prompt_tokens, steps, |input, at| {
+    let (path_tokens, want) = support::candle_steps(&prompt_tokens, steps, None, |input, at| {
         reference.forward(input, at)
     });
     let ours = support::kernel_logits_along(&mut model, &path_tokens, steps);
     let mut quantized = candle_on(&path);
-    let mut theirs = Vec::new();
-    for step in 0..steps {
-        let fed = if step == 0 {
-            0
-        } else {
-            prompt_tokens.len() + step - 1
-        };
-        let input = Tensor::new(&path_tokens[fed..prompt_tokens.len() + step], &Device::Cpu)
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
-        let logits = quantized.forward(&input, fed).unwrap();
-        theirs.push(logits.squeeze(0).unwrap().to_vec1::<f32>().unwrap());
-    }
+    let (_, theirs) =
+        support::candle_steps(&prompt_tokens, steps, Some(&path_tokens), |input, at| {
+            quantized.forward(input, at)
+        });
     let (ours_distance, ours_agree) = support::compare_logits(&ours, &want);
     let (candle_distance, candle_agree) = support::compare_logits(&theirs, &want);
     eprintln!(

@@ -73,8 +73,9 @@ fn qwen2_runs_on_the_kernels_with_llamas_bits_and_candles_biases() {
     let mut reference =
         quantized_qwen2::ModelWeights::from_gguf(content, &mut reader, &Device::Cpu).unwrap();
     let steps = 12;
-    let (path_tokens, want) =
-        support::candle_greedy(&tokens, steps, |input, at| reference.forward(input, at));
+    let (path_tokens, want) = support::candle_steps(&tokens, steps, None, |input, at| {
+        reference.forward(input, at)
+    });
     let ours = support::kernel_logits_along(&mut biased, &path_tokens, steps);
     let (distance, agree) = support::compare_logits(&ours, &want);
     eprintln!("qwen2 on the kernels, {steps} greedy steps of the float reference: within {distance:.4} on average, argmax {agree}/{steps}");

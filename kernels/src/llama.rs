@@ -200,17 +200,24 @@ impl Llama {
                 m("ffn_up", ffn, hidden)?,
                 m("ffn_down", hidden, ffn)?,
             );
-            let mut bias = match tensor(&format!("blk.{i}.attn_q.bias"))? {
-                None => None,
-                Some(q) => {
-                    let mut b = |part: &str, len| {
-                        let name = format!("blk.{i}.{part}.bias");
-                        vector(&name, required(&mut tensor, &name)?, len)
-                    };
-                    Some(QkvBias {
-                        q: vector(&format!("blk.{i}.attn_q.bias"), q, hidden)?,
-                        k: b("attn_k", kv_width)?,
-                        v: b("attn_v", kv_width)?,
+            // None or all three (a file with some would otherwise run without them).
+            let mut b = |part: &str, len| {
+                let name = format!("blk.{i}.{part}.bias");
+                tensor(&name)?
+                    .map(|raw| vector(&name, raw, len))
+                    .transpose()
+            };
+            let mut bias = match (
+                b("attn_q", hidden)?,
+                b("attn_k", kv_width)?,
+                b("attn_v", kv_width)?,
+            ) {
+                (None, None, None) => None,
+                (Some(q), Some(k), Some(v)) => Some(QkvBias { q, k, v }),
+                _ => {
+                    return Err(KernelError::BadTensor {
+                        name: format!("blk.{i}.attn_q/k/v.bias"),
+                        problem: "some of the q, k and v biases are missing".into(),
                     })
                 }
             };
@@ -445,6 +452,52 @@ mod tests {
         }
         // A factor of one changes no bit: files without long-context scaling are as before.
         assert_eq!(rope_thetas(&c, Some(&[1.0; 8])), plain);
+    }
+
+    /// A tiny all-zero model's tensors (Q8_0 matrices, F32 vectors), with the q/k/v
+    /// biases `biases` names.
+    fn tiny_tensor(name: &str, biases: &[&str]) -> Fetched {
+        let c = config();
+        let kv = c.kv_heads * c.head_dim();
+        let quantized = |rows: usize, cols: usize| RawTensor {
+            format: RawFormat::Quantized(BlockType::Q8_0),
+            dims: vec![rows, cols],
+            bytes: vec![0; rows * cols / 32 * 34],
+        };
+        let floats = |len: usize| RawTensor {
+            format: RawFormat::F32,
+            dims: vec![len],
+            bytes: vec![0; len * 4],
+        };
+        let part = name.split('.').nth(2).unwrap_or("");
+        Ok(Some(match (name, part) {
+            ("token_embd.weight", _) => quantized(32, c.hidden),
+            ("output_norm.weight", _) | (_, "attn_norm" | "ffn_norm") => floats(c.hidden),
+            (_, "attn_q" | "attn_output") if name.ends_with(".weight") => {
+                quantized(c.hidden, c.hidden)
+            }
+            (_, "attn_k" | "attn_v") if name.ends_with(".weight") => quantized(kv, c.hidden),
+            (_, "ffn_gate" | "ffn_up") => quantized(c.feed_forward, c.hidden),
+            (_, "ffn_down") => quantized(c.hidden, c.feed_forward),
+            (_, "attn_q") if biases.contains(&"q") => floats(c.hidden),
+            (_, "attn_k") if biases.contains(&"k") => floats(kv),
+            (_, "attn_v") if biases.contains(&"v") => floats(kv),
+            _ => return Ok(None),
+        }))
+    }
+
+    #[test]
+    fn q_k_v_biases_come_all_three_or_not_at_all() {
+        for (biases, loads) in [(&[][..], true), (&["q", "k", "v"][..], true)] {
+            let model = Llama::load(config(), 1, |name| tiny_tensor(name, biases));
+            assert_eq!(model.is_ok(), loads, "{biases:?}");
+        }
+        for biases in [&["q"][..], &["k", "v"][..], &["q", "v"][..]] {
+            let Err(err) = Llama::load(config(), 1, |name| tiny_tensor(name, biases)) else {
+                panic!("{biases:?} loaded");
+            };
+            assert!(err.to_string().contains("biases are missing"), "{err}");
+        }
     }
 
     #[test]

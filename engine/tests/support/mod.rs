@@ -105,12 +105,14 @@ pub fn serve_fingerprinted(
     (generation.token_ids, fingerprints)
 }
 
-/// A candle model's greedy path of `steps` tokens after `tokens` (`forward(input,
-/// position)`: the logits after the fed tokens): the whole sequence, and the logits
-/// before each new token.
-pub fn candle_greedy(
+/// `steps` decoding steps of a candle model after `tokens` (`forward(input, position)`:
+/// the logits after the fed tokens), each fed the token `path` has next (teacher
+/// forcing) or, without a path, its own argmax (greedy): the whole sequence, and the
+/// logits before each new token.
+pub fn candle_steps(
     tokens: &[u32],
     steps: usize,
+    path: Option<&[u32]>,
     mut forward: impl FnMut(&candle_core::Tensor, usize) -> candle_core::Result<candle_core::Tensor>,
 ) -> (Vec<u32>, Vec<Vec<f32>>) {
     let mut tokens = tokens.to_vec();
@@ -127,7 +129,8 @@ pub fn candle_greedy(
             .unwrap()
             .to_vec1()
             .unwrap();
-        tokens.push(argmax(&logits) as u32);
+        let next = path.map_or(argmax(&logits) as u32, |path| path[tokens.len()]);
+        tokens.push(next);
         all.push(logits);
     }
     (tokens, all)
