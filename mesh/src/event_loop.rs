@@ -227,11 +227,7 @@ impl EventLoop {
                     .connected_peers()
                     .map(|peer| PeerInfo {
                         peer_id: peer.to_string(),
-                        addresses: self
-                            .connections
-                            .get(peer)
-                            .map(|c| c.values().map(|(a, _)| a.to_string()).collect())
-                            .unwrap_or_default(),
+                        addresses: self.addresses_in_stream_order(peer),
                         relayed: self.connections.get(peer).is_some_and(|c| {
                             c.values().all(|(a, _)| super::reachability::is_relayed(a))
                         }),

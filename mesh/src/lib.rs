@@ -178,7 +178,8 @@ pub enum MeshEvent {
 #[derive(Clone, Debug, Serialize)]
 pub struct PeerInfo {
     pub peer_id: String,
-    /// The remote address of every open connection to the peer.
+    /// The remote address of every open connection to the peer, in the order a new job
+    /// stream picks them: direct first, then the oldest (the first carries the next).
     pub addresses: Vec<String>,
     /// Every open connection goes through a relay (none is direct yet).
     pub relayed: bool,
@@ -368,8 +369,8 @@ impl MeshHandle {
 
     /// Marks a long stream to `peer` (a job) as running: until the hold drops, a direct
     /// connection from hole punching leaves the relayed one open, so a stream that
-    /// started on it runs to its end (new streams still prefer neither: libp2p-stream
-    /// picks any connection).
+    /// started on it runs to its end (new streams open on the direct one: the vendored
+    /// libp2p-stream prefers direct connections).
     pub fn hold_path(&self, peer: PeerId) -> PathHold {
         if let Ok(mut held) = self.held.lock() {
             *held.entry(peer).or_insert(0) += 1;

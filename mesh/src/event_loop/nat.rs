@@ -300,8 +300,22 @@ impl EventLoop {
         self.publish_nat_view();
     }
 
+    /// The remote address of each connection to `peer`, in the order a new job stream
+    /// picks them (the vendored libp2p-stream's `Shared::sender`): direct before
+    /// relayed, then the oldest first. The first one carries the peer's next stream.
+    pub(super) fn addresses_in_stream_order(&self, peer: &PeerId) -> Vec<String> {
+        let mut open: Vec<_> = self
+            .connections
+            .get(peer)
+            .map(|c| c.iter().collect())
+            .unwrap_or_default();
+        open.sort_by_key(|(id, (address, _))| (is_relayed(address), **id));
+        open.into_iter().map(|(_, (a, _))| a.to_string()).collect()
+    }
+
     /// A direct connection to `peer` opened (at `address`): its relayed connections
-    /// close, so that token streams run direct (libp2p-stream picks any connection) —
+    /// close, so that no relay carries traffic a direct path can (new streams already
+    /// open on the direct one) —
     /// once no job stream to the peer is open, since one may run on them.
     pub(super) fn prefer_direct(&mut self, peer: PeerId, address: &Multiaddr) {
         if is_relayed(address) {

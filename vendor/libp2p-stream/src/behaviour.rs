@@ -96,8 +96,20 @@ impl NetworkBehaviour for Behaviour {
             FromSwarm::ConnectionEstablished(ConnectionEstablished {
                 peer_id,
                 connection_id,
+                endpoint,
                 ..
-            }) => Shared::lock(&self.shared).on_connection_established(connection_id, peer_id),
+            }) => {
+                // sharemesh: whether the connection runs through a relay, so that
+                // streams prefer direct ones (`Shared::sender`).
+                let address = match endpoint {
+                    libp2p_core::ConnectedPoint::Dialer { address, .. } => address,
+                    libp2p_core::ConnectedPoint::Listener { local_addr, .. } => local_addr,
+                };
+                let relayed = address
+                    .iter()
+                    .any(|p| p == libp2p_core::multiaddr::Protocol::P2pCircuit);
+                Shared::lock(&self.shared).on_connection_established(connection_id, peer_id, relayed)
+            }
             FromSwarm::ConnectionClosed(ConnectionClosed { connection_id, .. }) => {
                 Shared::lock(&self.shared).on_connection_closed(connection_id)
             }

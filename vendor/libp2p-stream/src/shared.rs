@@ -1,5 +1,5 @@
 use std::{
-    collections::{HashMap, hash_map::Entry},
+    collections::{HashMap, HashSet, hash_map::Entry},
     io,
     sync::{Arc, Mutex, MutexGuard},
 };
@@ -7,7 +7,6 @@ use std::{
 use futures::channel::mpsc;
 use libp2p_identity::PeerId;
 use libp2p_swarm::{ConnectionId, Stream, StreamProtocol};
-use rand::seq::IteratorRandom as _;
 
 use crate::{AlreadyRegistered, IncomingStreams, handler::NewStream};
 
@@ -23,6 +22,8 @@ pub(crate) struct Shared {
     supported_inbound_protocols: HashMap<StreamProtocol, mpsc::Sender<(PeerId, Stream)>>,
 
     connections: HashMap<ConnectionId, PeerId>,
+    // sharemesh: the connections that run through a relay.
+    relayed: HashSet<ConnectionId>,
     senders: HashMap<ConnectionId, mpsc::Sender<NewStream>>,
 
     /// Tracks channel pairs for a peer whilst we are dialing them.
@@ -46,6 +47,7 @@ impl Shared {
         Self {
             dial_sender,
             connections: Default::default(),
+            relayed: Default::default(),
             senders: Default::default(),
             pending_channels: Default::default(),
             supported_inbound_protocols: Default::default(),
@@ -105,12 +107,21 @@ impl Shared {
         }
     }
 
-    pub(crate) fn on_connection_established(&mut self, conn: ConnectionId, peer: PeerId) {
+    pub(crate) fn on_connection_established(
+        &mut self,
+        conn: ConnectionId,
+        peer: PeerId,
+        relayed: bool,
+    ) {
         self.connections.insert(conn, peer);
+        if relayed {
+            self.relayed.insert(conn);
+        }
     }
 
     pub(crate) fn on_connection_closed(&mut self, conn: ConnectionId) {
         self.connections.remove(&conn);
+        self.relayed.remove(&conn);
     }
 
     pub(crate) fn on_dial_failure(&mut self, peer: PeerId, reason: String) {
@@ -133,7 +144,11 @@ impl Shared {
             .connections
             .iter()
             .filter_map(|(c, p)| (p == &peer).then_some(c))
-            .choose(&mut rand::rng())
+            // sharemesh: a direct connection before a relayed one, then the oldest
+            // (upstream: any, at random). Streams then leave relays as soon as a hole
+            // punch opened a direct path, and which connection carries a stream is
+            // known (the mesh lists connections in this order).
+            .min_by_key(|c| (self.relayed.contains(c), **c))
             .and_then(|c| self.senders.get(c));
 
         match maybe_sender {
