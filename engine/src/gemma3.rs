@@ -1,4 +1,6 @@
-//! Gemma 3 on candle's quantized matmuls, written to match llama.cpp's graph.
+//! Gemma 3 on candle's tensors, written to match llama.cpp's graph: the backend where
+//! the batch-invariant kernels (`sharemesh_kernels::llama`, the CPU default, the same
+//! graph) do not run — CUDA, and `SHAREMESH_KERNELS=candle`.
 //!
 //! candle 0.11.1 ships `quantized_gemma3`, but its feed-forward gates with SiLU where
 //! Gemma 3 uses GELU (tanh approximation), so its tokens leave llama.cpp's from the
@@ -23,8 +25,8 @@
 //! rows, most of the model) stays Q8_0 on the CPU and is multiplied block by block with
 //! f32 activations (`sharemesh_kernels::dense`), which keeps that precision at a quarter of
 //! the memory. The price is still memory (~670 MB resident for this 253 MB file) and
-//! speed (~7 tok/s on one core: decoding streams ~0.6 GB per token); batch-invariant
-//! K-quant kernels would remove both.
+//! speed (~7–10 tok/s on one core: decoding streams ~0.6 GB per token), which the
+//! kernels' Gemma removes.
 
 use candle_core::quantized::{ggml_file, gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, IndexOp, Module, Result, Tensor};

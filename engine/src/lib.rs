@@ -4,7 +4,7 @@
 //! one-job-at-a-time loop later without changing them.
 //!
 //! Exact resume: a resumed job continues bit for bit as the uninterrupted run. On
-//! sharemesh's batch-invariant kernels (llama on CPU) the delivered tokens are simply
+//! sharemesh's batch-invariant kernels (llama, qwen2, gemma3 on CPU) the delivered tokens are simply
 //! prefilled with the prompt; on candle's backends they are replayed through the
 //! one-token decode path, so the KV cache matches what decoding built (SPEC.md §7).
 
@@ -225,7 +225,7 @@ impl LoadedModel {
         match &mut self.weights {
             Weights::Kernels(m) => m.drop_last_layers(count),
             _ => Err(EngineError::Unsupported(
-                "dropping layers needs the sharemesh kernels (llama on CPU)".into(),
+                "dropping layers needs the sharemesh kernels (on CPU)".into(),
             )),
         }
     }

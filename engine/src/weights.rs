@@ -9,7 +9,7 @@ use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{quantized_llama, quantized_qwen2};
 use sharemesh_kernels::blocks::BlockType;
-use sharemesh_kernels::llama::{self, LlamaConfig, RawFormat, RawTensor};
+use sharemesh_kernels::llama::{self, Gemma, LlamaConfig, RawFormat, RawTensor};
 use sharemesh_kernels::KernelError;
 
 use super::gemma3::Gemma3;
@@ -17,11 +17,13 @@ use super::EngineError;
 
 /// Loaded weights for one architecture, with the KV cache of the job in progress.
 pub enum Weights {
-    /// sharemesh's own batch-invariant kernels (llama on CPU; see `sharemesh-kernels`).
+    /// sharemesh's own batch-invariant kernels (llama, qwen2 and gemma3 on CPU; see
+    /// `sharemesh-kernels`).
     Kernels(Box<KernelModel>),
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
-    /// Our own Gemma 3 graph on candle's matmuls (candle's has the wrong activation).
+    /// Our own Gemma 3 graph on candle's tensors (candle's has the wrong activation),
+    /// where the kernels do not run (CUDA, `SHAREMESH_KERNELS=candle`).
     Gemma3(Box<Gemma3>),
 }
 
@@ -141,7 +143,10 @@ impl Weights {
                 path.display()
             ))
         };
-        if matches!(architecture, "llama" | "qwen2") && device.is_cpu() && kernels_enabled() {
+        if matches!(architecture, "llama" | "qwen2" | "gemma3")
+            && device.is_cpu()
+            && kernels_enabled()
+        {
             match load_kernels(&ct, reader, architecture, path) {
                 Ok(model) => {
                     let cached = Vec::new();
@@ -290,52 +295,20 @@ fn kernels_enabled() -> bool {
     std::env::var("SHAREMESH_KERNELS").map_or(true, |v| v != "candle")
 }
 
-/// llama or qwen2 (llama with q/k/v biases and NEOX rotary pairs) on the kernels.
+/// Gemma 3's layer pattern and local rotary base, which its GGUF leaves out (llama.cpp
+/// fixes them for the architecture too).
+const GEMMA3_GLOBAL_EVERY: usize = 6;
+const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
+
+/// llama, qwen2 (llama with q/k/v biases and NEOX rotary pairs) or gemma3 on the
+/// kernels.
 fn load_kernels<R: Read + Seek>(
     ct: &gguf_file::Content,
     reader: &mut R,
     architecture: &str,
     path: &Path,
 ) -> Result<llama::Llama, EngineError> {
-    let number = |key: &str| -> Result<f64, EngineError> {
-        let value = ct
-            .metadata
-            .get(&format!("{architecture}.{key}"))
-            .ok_or_else(|| {
-                EngineError::BadModel(format!("GGUF metadata lacks `{architecture}.{key}`"))
-            })?;
-        value
-            .to_u32()
-            .map(f64::from)
-            .or_else(|_| value.to_f32().map(f64::from))
-            .or_else(|_| value.to_u64().map(|v| v as f64))
-            .map_err(|e| EngineError::BadModel(format!("`{architecture}.{key}`: {e}")))
-    };
-    let (hidden, heads) = (
-        number("embedding_length")? as usize,
-        number("attention.head_count")? as usize,
-    );
-    let config = LlamaConfig {
-        neox_rope: architecture == "qwen2",
-        hidden,
-        feed_forward: number("feed_forward_length")? as usize,
-        layers: number("block_count")? as usize,
-        heads,
-        kv_heads: number("attention.head_count_kv")? as usize,
-        // qwen2 files often leave it out: the whole head rotates. A value that is
-        // there but not a number is still an error.
-        rope_dimensions: if ct
-            .metadata
-            .contains_key(&format!("{architecture}.rope.dimension_count"))
-        {
-            number("rope.dimension_count")? as usize
-        } else {
-            hidden / heads.max(1)
-        },
-        rope_base: number("rope.freq_base").unwrap_or(10_000.0) as f32,
-        norm_eps: number("attention.layer_norm_rms_epsilon")? as f32,
-        context: number("context_length")? as usize,
-    };
+    let config = kernel_config(ct, architecture)?;
     let threads = candle_core::utils::get_num_threads();
     let model = llama::Llama::load(config, threads, |name| {
         let Some(info) = ct.tensor_infos.get(name) else {
@@ -380,6 +353,70 @@ fn load_kernels<R: Read + Seek>(
             "{}: {other}; the file may be truncated or corrupt",
             path.display()
         )),
+    })
+}
+
+/// The kernels' hyper-parameters from the file's `{architecture}.*` metadata.
+fn kernel_config(ct: &gguf_file::Content, architecture: &str) -> Result<LlamaConfig, EngineError> {
+    let number = |key: &str| -> Result<f64, EngineError> {
+        let value = ct
+            .metadata
+            .get(&format!("{architecture}.{key}"))
+            .ok_or_else(|| {
+                EngineError::BadModel(format!("GGUF metadata lacks `{architecture}.{key}`"))
+            })?;
+        value
+            .to_u32()
+            .map(f64::from)
+            .or_else(|_| value.to_f32().map(f64::from))
+            .or_else(|_| value.to_u64().map(|v| v as f64))
+            .map_err(|e| EngineError::BadModel(format!("`{architecture}.{key}`: {e}")))
+    };
+    // Keys some files leave out; one that is there but not a number is an error.
+    let optional = |key: &str| -> Result<Option<f64>, EngineError> {
+        match ct.metadata.contains_key(&format!("{architecture}.{key}")) {
+            true => number(key).map(Some),
+            false => Ok(None),
+        }
+    };
+    let (hidden, heads) = (
+        number("embedding_length")? as usize,
+        number("attention.head_count")? as usize,
+    );
+    let head_dim = optional("attention.key_length")?.map_or(hidden / heads.max(1), |d| d as usize);
+    let gemma = match architecture {
+        "gemma3" => {
+            let scaling = ct
+                .metadata
+                .get("gemma3.rope.scaling.type")
+                .and_then(|v| v.to_string().ok());
+            if scaling.is_some_and(|kind| kind != "none") {
+                return Err(EngineError::Unsupported(format!(
+                    "gemma3 rope scaling {scaling:?} on the sharemesh kernels"
+                )));
+            }
+            Some(Gemma {
+                sliding_window: number("attention.sliding_window")? as usize,
+                global_every: GEMMA3_GLOBAL_EVERY,
+                local_rope_base: GEMMA3_LOCAL_ROPE_BASE,
+            })
+        }
+        _ => None,
+    };
+    Ok(LlamaConfig {
+        neox_rope: architecture != "llama",
+        hidden,
+        feed_forward: number("feed_forward_length")? as usize,
+        layers: number("block_count")? as usize,
+        heads,
+        kv_heads: number("attention.head_count_kv")? as usize,
+        head_dim,
+        // qwen2 and gemma3 files often leave it out: the whole head rotates.
+        rope_dimensions: optional("rope.dimension_count")?.map_or(head_dim, |d| d as usize),
+        rope_base: optional("rope.freq_base")?.unwrap_or(10_000.0) as f32,
+        norm_eps: number("attention.layer_norm_rms_epsilon")? as f32,
+        context: number("context_length")? as usize,
+        gemma,
     })
 }
 

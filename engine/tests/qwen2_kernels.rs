@@ -43,9 +43,7 @@ fn qwen2_runs_on_the_kernels_with_llamas_bits_and_candles_biases() {
     let ours = qwen2.logits_after(&tokens, tokens.len()).unwrap();
     let reference = llama.logits_after(&tokens, tokens.len()).unwrap();
     assert!(
-        ours.iter()
-            .zip(&reference)
-            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        support::same_bits(&ours, &reference),
         "qwen2 in NEOX layout with zero biases must give llama's bits"
     );
 

@@ -10,8 +10,9 @@
 //! bit for bit as the uninterrupted run would (SPEC.md §7).
 //!
 //! [`dense`] is the exception: f32 matrix–vector products for graphs that keep
-//! activations in float (Gemma 3 on candle tensors), deterministic but not part of the
-//! batch-invariant path.
+//! activations in float (the engine's Gemma 3 graph on candle tensors, its fallback
+//! where these kernels do not run), deterministic but not part of the batch-invariant
+//! path.
 //!
 //! No I/O: callers hand in tensor bytes already read from the file.
 

@@ -1,9 +1,9 @@
-//! The llama-family forward pass (SmolLM2 and other GGUF `llama` models, and `qwen2`:
-//! llama with q/k/v biases and the NEOX rotary layout) on the quantized kernels, with
-//! an f32 KV cache.
+//! The llama-family forward pass on the quantized kernels, with an f32 KV cache:
+//! GGUF `llama` models (SmolLM2 and others), `qwen2` (llama with q/k/v biases and the
+//! NEOX rotary layout) and `gemma3` (llama.cpp's graph: see [`Gemma`]).
 //!
 //! Batch invariant: every step is per row (norms, activation quantization, each matmul
-//! element, rotary embedding, residuals) or per (row, head) with the attention length
+//! element, rotary embedding, residuals) or per (row, head) with the attended positions
 //! set by the row's absolute position, so prefilling tokens together gives the same
 //! bits, logits and cache as feeding them one at a time.
 
@@ -15,44 +15,78 @@ use crate::ops::rms_norm;
 use crate::quant::Matrix;
 use crate::KernelError;
 
-/// Hyper-parameters, from the GGUF's `llama.*` (or `qwen2.*`) metadata.
+/// Hyper-parameters, from the GGUF's `llama.*` (or `qwen2.*`, `gemma3.*`) metadata.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaConfig {
-    /// Rotary pairs are (i, i + half) within a head (qwen2's NEOX layout) rather than
-    /// (2i, 2i + 1) (GGUF llama, whose converter interleaved the q/k rows). The loader
-    /// puts NEOX q/k rows (and biases) in the interleaved order, which rotates the same
-    /// pairs and leaves every q·k product's terms as they were, only summed in another
-    /// order.
+    /// Rotary pairs are (i, i + half) within a head (qwen2's and Gemma's NEOX layout)
+    /// rather than (2i, 2i + 1) (GGUF llama, whose converter interleaved the q/k rows).
+    /// The loader puts NEOX q/k rows (and biases, and q/k norms) in the interleaved
+    /// order, which rotates the same pairs and leaves every q·k product's terms as they
+    /// were, only summed in another order.
     pub neox_rope: bool,
     pub hidden: usize,
     pub feed_forward: usize,
     pub layers: usize,
     pub heads: usize,
     pub kv_heads: usize,
+    /// Width of one attention head: `hidden / heads` for llama and qwen2; Gemma 3's
+    /// `attention.key_length` (256 for the 640-wide 270M).
+    pub head_dim: usize,
     pub rope_dimensions: usize,
+    /// The rotary base (Gemma 3: of its global layers).
     pub rope_base: f32,
     pub norm_eps: f32,
     pub context: usize,
+    /// Gemma 3's graph instead of llama's.
+    pub gemma: Option<Gemma>,
+}
+
+/// What Gemma 3 does differently from llama (llama.cpp's `gemma3` graph): embeddings
+/// scaled by √hidden; RMS norms of each head's query and key before the rotation; GELU
+/// (tanh) where llama has SiLU; RMS norms of the attention's and the feed-forward's
+/// output before each residual add; and all but every `global_every`-th layer see only
+/// the last `sliding_window` positions, rotated with base `local_rope_base`. Its stored
+/// norm weights already include Gemma's `+1`, so every norm is a plain RMS norm.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gemma {
+    pub sliding_window: usize,
+    pub global_every: usize,
+    pub local_rope_base: f32,
 }
 
 impl LlamaConfig {
-    pub fn head_dim(&self) -> usize {
-        self.hidden / self.heads.max(1)
+    /// Width of all query heads together.
+    pub fn q_width(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Width of one position's keys (or values): KV heads × head dimension.
+    pub fn kv_width(&self) -> usize {
+        self.kv_heads * self.head_dim
     }
 
     fn validate(&self) -> Result<(), KernelError> {
         let bad = |m: &str| Err(KernelError::BadConfig(m.to_owned()));
-        if self.heads == 0 || self.kv_heads == 0 || !self.hidden.is_multiple_of(self.heads) {
-            return bad("head counts must be positive and divide the embedding length");
+        if self.heads == 0 || self.kv_heads == 0 || self.hidden == 0 {
+            return bad("head counts and the embedding length must be positive");
         }
         if !self.heads.is_multiple_of(self.kv_heads) {
             return bad("attention heads must be a multiple of the KV heads");
         }
-        if self.rope_dimensions != self.head_dim() || !self.head_dim().is_multiple_of(2) {
-            return bad("rotary dimensions must equal the (even) head dimension");
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
+            return bad("the head dimension must be positive and even");
+        }
+        if self.rope_dimensions != self.head_dim {
+            return bad("rotary dimensions must equal the head dimension");
         }
         if self.context == 0 || self.layers == 0 {
             return bad("context length and block count must be positive");
+        }
+        if self
+            .gemma
+            .is_some_and(|g| g.sliding_window == 0 || g.global_every == 0)
+        {
+            return bad("the sliding window and the global layer period must be positive");
         }
         Ok(())
     }
@@ -82,8 +116,14 @@ struct QkvBias {
     v: Vec<f32>,
 }
 
-/// A tensor by name from the file: `Ok(None)` when the file lacks it.
-pub type Fetched = Result<Option<RawTensor>, KernelError>;
+/// Gemma 3's norms of one layer: of each query and key head (head dimension long), and
+/// of the attention's and feed-forward's outputs.
+struct GemmaNorms {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    post_attention: Vec<f32>,
+    post_ffn: Vec<f32>,
+}
 
 struct Layer {
     attention_norm: Vec<f32>,
@@ -96,19 +136,29 @@ struct Layer {
     gate: Matrix,
     up: Matrix,
     down: Matrix,
+    gemma: Option<GemmaNorms>,
+    /// `Some(w)`: each query sees only the last `w` positions (its own included).
+    window: Option<usize>,
+    /// Which of the model's rotary tables this layer uses (Gemma's local layers: 1).
+    rope_table: usize,
 }
 
 mod batch;
 mod kv;
+mod load;
 
 pub use batch::BatchEntry;
 pub use kv::{KvBlock, KvPool, SequenceCache, BLOCK_POSITIONS};
+pub use load::Fetched;
 
 pub struct Llama {
     config: LlamaConfig,
-    /// Each rotary pair's angle per position ([`rope_thetas`]).
-    rope_thetas: Vec<f32>,
+    /// Each rotary pair's angle per position ([`rope_thetas`]), per table: the global
+    /// one first, then Gemma's local one.
+    rope_tables: Vec<Vec<f32>>,
     embeddings: Matrix,
+    /// Gemma: √hidden, applied to each embedding row.
+    embedding_scale: Option<f32>,
     layers: Vec<Layer>,
     output_norm: Vec<f32>,
     /// `None`: the output projection is tied to the embeddings.
@@ -119,179 +169,7 @@ pub struct Llama {
     pool: Arc<rayon::ThreadPool>,
 }
 
-fn vector(name: &str, raw: RawTensor, len: usize) -> Result<Vec<f32>, KernelError> {
-    let values: Vec<f32> = match raw.format {
-        RawFormat::F32 => raw
-            .bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        RawFormat::F16 => raw
-            .bytes
-            .chunks_exact(2)
-            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        other => {
-            return Err(KernelError::UnsupportedFormat {
-                name: name.to_owned(),
-                format: format!("{other:?}"),
-            })
-        }
-    };
-    if values.len() != len {
-        return Err(KernelError::BadTensor {
-            name: name.to_owned(),
-            problem: format!("{} values, expected {len}", values.len()),
-        });
-    }
-    Ok(values)
-}
-
-fn matrix(name: &str, raw: RawTensor, rows: usize, cols: usize) -> Result<Matrix, KernelError> {
-    let RawFormat::Quantized(block_type) = raw.format else {
-        return Err(KernelError::UnsupportedFormat {
-            name: name.to_owned(),
-            format: format!("{:?}", raw.format),
-        });
-    };
-    if raw.dims != [rows, cols] {
-        return Err(KernelError::BadTensor {
-            name: name.to_owned(),
-            problem: format!("shape {:?}, expected [{rows}, {cols}]", raw.dims),
-        });
-    }
-    Matrix::new(name, block_type, rows, cols, raw.bytes)
-}
-
 impl Llama {
-    /// Builds the model from `tensor(name)` (`Ok(None)` when the file lacks it).
-    /// `threads` sizes the pool every forward pass runs on.
-    pub fn load(
-        config: LlamaConfig,
-        threads: usize,
-        mut tensor: impl FnMut(&str) -> Fetched,
-    ) -> Result<Self, KernelError> {
-        config.validate()?;
-        let required = |tensor: &mut dyn FnMut(&str) -> Fetched, name: &str| {
-            tensor(name)?.ok_or_else(|| KernelError::BadTensor {
-                name: name.to_owned(),
-                problem: "missing from the file".into(),
-            })
-        };
-        let (hidden, ffn) = (config.hidden, config.feed_forward);
-        let kv_width = config.kv_heads * config.head_dim();
-        let raw_embeddings = required(&mut tensor, "token_embd.weight")?;
-        let vocab = raw_embeddings.dims.first().copied().unwrap_or(0);
-        let embeddings = matrix("token_embd.weight", raw_embeddings, vocab, hidden)?;
-        let mut layers = Vec::with_capacity(config.layers);
-        for i in 0..config.layers {
-            let mut m = |part: &str, rows, cols| {
-                let name = format!("blk.{i}.{part}.weight");
-                matrix(&name, required(&mut tensor, &name)?, rows, cols)
-            };
-            let (mut wq, mut wk, wv, wo) = (
-                m("attn_q", hidden, hidden)?,
-                m("attn_k", kv_width, hidden)?,
-                m("attn_v", kv_width, hidden)?,
-                m("attn_output", hidden, hidden)?,
-            );
-            let (gate, up, down) = (
-                m("ffn_gate", ffn, hidden)?,
-                m("ffn_up", ffn, hidden)?,
-                m("ffn_down", hidden, ffn)?,
-            );
-            // None or all three (a file with some would otherwise run without them).
-            let mut b = |part: &str, len| {
-                let name = format!("blk.{i}.{part}.bias");
-                tensor(&name)?
-                    .map(|raw| vector(&name, raw, len))
-                    .transpose()
-            };
-            let mut bias = match (
-                b("attn_q", hidden)?,
-                b("attn_k", kv_width)?,
-                b("attn_v", kv_width)?,
-            ) {
-                (None, None, None) => None,
-                (Some(q), Some(k), Some(v)) => Some(QkvBias { q, k, v }),
-                _ => {
-                    return Err(KernelError::BadTensor {
-                        name: format!("blk.{i}.attn_q/k/v.bias"),
-                        problem: "some of the q, k and v biases are missing".into(),
-                    })
-                }
-            };
-            if config.neox_rope {
-                let head_dim = config.head_dim();
-                let q_order = interleaved_order(config.heads, head_dim);
-                let k_order = interleaved_order(config.kv_heads, head_dim);
-                wq = wq.with_rows_from(&q_order);
-                wk = wk.with_rows_from(&k_order);
-                if let Some(bias) = bias.as_mut() {
-                    bias.q = q_order.iter().map(|&from| bias.q[from]).collect();
-                    bias.k = k_order.iter().map(|&from| bias.k[from]).collect();
-                }
-            }
-            let mut v = |part: &str| {
-                let name = format!("blk.{i}.{part}.weight");
-                vector(&name, required(&mut tensor, &name)?, hidden)
-            };
-            let (attention_norm, ffn_norm) = (v("attn_norm")?, v("ffn_norm")?);
-            layers.push(Layer {
-                attention_norm,
-                bias,
-                wq,
-                wk,
-                wv,
-                wo,
-                ffn_norm,
-                gate,
-                up,
-                down,
-            });
-        }
-        let output_norm = vector(
-            "output_norm.weight",
-            required(&mut tensor, "output_norm.weight")?,
-            hidden,
-        )?;
-        let rope_factors = match tensor("rope_freqs.weight")? {
-            Some(raw) => Some(vector(
-                "rope_freqs.weight",
-                raw,
-                config.rope_dimensions / 2,
-            )?),
-            None => None,
-        };
-        let rope_thetas = rope_thetas(&config, rope_factors.as_deref());
-        let output = match tensor("output.weight")? {
-            Some(raw) => Some(matrix("output.weight", raw, vocab, hidden)?),
-            None => None,
-        };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.max(1))
-            .thread_name(|i| format!("sharemesh-kernel-{i}"))
-            .build()
-            .map_err(|e| KernelError::ThreadPool(e.to_string()))?;
-        let pool = Arc::new(pool);
-        Ok(Self {
-            cache: KvPool::new(
-                config.layers,
-                config.kv_heads * config.head_dim(),
-                usize::MAX,
-            )
-            .new_sequence(),
-            config,
-            rope_thetas,
-            embeddings,
-            layers,
-            output_norm,
-            output,
-            isa: Isa::detect(),
-            pool,
-        })
-    }
-
     /// Testnet adversary kit only: drops the last `count` layers, so the model runs
     /// cheaper and answers worse under its honest name (a verifier must catch it).
     pub fn drop_last_layers(&mut self, count: usize) -> Result<(), KernelError> {
@@ -356,28 +234,15 @@ impl Llama {
     }
 }
 
-/// For `heads` heads of `head_dim` rows in NEOX order (pair k: rows k and k + half),
-/// the row each interleaved row (pair k: rows 2k and 2k + 1) comes from.
-fn interleaved_order(heads: usize, head_dim: usize) -> Vec<usize> {
-    let half = head_dim / 2;
-    (0..heads * head_dim)
-        .map(|row| {
-            let (head, within) = (row / head_dim, row % head_dim);
-            head * head_dim + (within % 2) * half + within / 2
-        })
-        .collect()
-}
-
 /// Each rotary pair's angle per position: `base^(−2i/d)`, divided by the file's
 /// `rope_freqs.weight` factor for pair `i` where it has one (Llama 3.1+ files scale
 /// long wavelengths so, as llama.cpp's `freq_factors`).
-fn rope_thetas(c: &LlamaConfig, factors: Option<&[f32]>) -> Vec<f32> {
-    let dims = c.rope_dimensions;
+fn rope_thetas(base: f32, dims: usize, factors: Option<&[f32]>) -> Vec<f32> {
     (0..dims)
         .step_by(2)
         .enumerate()
         .map(|(pair, i)| {
-            let theta = 1f32 / c.rope_base.powf(i as f32 / dims as f32);
+            let theta = 1f32 / base.powf(i as f32 / dims as f32);
             factors.map_or(theta, |f| theta / f[pair])
         })
         .collect()
@@ -418,10 +283,10 @@ fn add(x: &mut [f32], delta: &[f32]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn config() -> LlamaConfig {
+    pub(super) fn config() -> LlamaConfig {
         LlamaConfig {
             neox_rope: false,
             hidden: 64,
@@ -429,82 +294,29 @@ mod tests {
             layers: 1,
             heads: 4,
             kv_heads: 2,
+            head_dim: 16,
             rope_dimensions: 16,
             rope_base: 500_000.0,
             norm_eps: 1e-5,
             context: 128,
+            gemma: None,
         }
     }
 
     #[test]
     fn rope_frequency_factors_divide_each_pairs_angle() {
-        let c = config();
-        let plain = rope_thetas(&c, None);
+        let plain = rope_thetas(500_000.0, 16, None);
         assert_eq!(plain.len(), 8);
         for (i, theta) in plain.iter().enumerate() {
             let want = 1f32 / 500_000f32.powf((2 * i) as f32 / 16.0);
             assert_eq!(theta.to_bits(), want.to_bits(), "pair {i}");
         }
         let factors: Vec<f32> = (0..8).map(|i| if i < 4 { 1.0 } else { 8.0 }).collect();
-        let scaled = rope_thetas(&c, Some(&factors));
+        let scaled = rope_thetas(500_000.0, 16, Some(&factors));
         for i in 0..8 {
             assert_eq!(scaled[i], plain[i] / factors[i], "pair {i}");
         }
         // A factor of one changes no bit: files without long-context scaling are as before.
-        assert_eq!(rope_thetas(&c, Some(&[1.0; 8])), plain);
-    }
-
-    /// A tiny all-zero model's tensors (Q8_0 matrices, F32 vectors), with the q/k/v
-    /// biases `biases` names.
-    fn tiny_tensor(name: &str, biases: &[&str]) -> Fetched {
-        let c = config();
-        let kv = c.kv_heads * c.head_dim();
-        let quantized = |rows: usize, cols: usize| RawTensor {
-            format: RawFormat::Quantized(BlockType::Q8_0),
-            dims: vec![rows, cols],
-            bytes: vec![0; rows * cols / 32 * 34],
-        };
-        let floats = |len: usize| RawTensor {
-            format: RawFormat::F32,
-            dims: vec![len],
-            bytes: vec![0; len * 4],
-        };
-        let part = name.split('.').nth(2).unwrap_or("");
-        Ok(Some(match (name, part) {
-            ("token_embd.weight", _) => quantized(32, c.hidden),
-            ("output_norm.weight", _) | (_, "attn_norm" | "ffn_norm") => floats(c.hidden),
-            (_, "attn_q" | "attn_output") if name.ends_with(".weight") => {
-                quantized(c.hidden, c.hidden)
-            }
-            (_, "attn_k" | "attn_v") if name.ends_with(".weight") => quantized(kv, c.hidden),
-            (_, "ffn_gate" | "ffn_up") => quantized(c.feed_forward, c.hidden),
-            (_, "ffn_down") => quantized(c.hidden, c.feed_forward),
-            (_, "attn_q") if biases.contains(&"q") => floats(c.hidden),
-            (_, "attn_k") if biases.contains(&"k") => floats(kv),
-            (_, "attn_v") if biases.contains(&"v") => floats(kv),
-            _ => return Ok(None),
-        }))
-    }
-
-    #[test]
-    fn q_k_v_biases_come_all_three_or_not_at_all() {
-        for (biases, loads) in [(&[][..], true), (&["q", "k", "v"][..], true)] {
-            let model = Llama::load(config(), 1, |name| tiny_tensor(name, biases));
-            assert_eq!(model.is_ok(), loads, "{biases:?}");
-        }
-        for biases in [&["q"][..], &["k", "v"][..], &["q", "v"][..]] {
-            let Err(err) = Llama::load(config(), 1, |name| tiny_tensor(name, biases)) else {
-                panic!("{biases:?} loaded");
-            };
-            assert!(err.to_string().contains("biases are missing"), "{err}");
-        }
-    }
-
-    #[test]
-    fn qwen2_rows_go_back_to_interleaved_pairs() {
-        // Head of 8: NEOX pairs (k, k + 4); interleaved pairs (2k, 2k + 1).
-        let order = interleaved_order(2, 8);
-        assert_eq!(order[..8], [0, 4, 1, 5, 2, 6, 3, 7]);
-        assert_eq!(order[8..], [8, 12, 9, 13, 10, 14, 11, 15]);
+        assert_eq!(rope_thetas(500_000.0, 16, Some(&[1.0; 8])), plain);
     }
 }

@@ -18,13 +18,26 @@ pub fn matmul(isa: Isa, weights: &Matrix, activations: &QuantizedRows, out: &mut
     // Enough pieces to balance the pool, each big enough to amortise scheduling.
     let pieces = (rayon::current_num_threads() * 4).max(1);
     let per_piece = features.div_ceil(pieces).max(16);
+    if batch == 1 {
+        // One row (decoding): each piece's outputs are a slice of `out` already, so the
+        // pieces write in place (no per-piece buffer, which for a 262k-row output head
+        // was a fresh, page-faulting megabyte every token, and no copy back).
+        out.par_chunks_mut(per_piece)
+            .enumerate()
+            .for_each(|(piece, values)| {
+                let first = piece * per_piece;
+                let features = first..first + values.len();
+                tiles::<4>(isa, weights, activations, features, values);
+            });
+        return;
+    }
     let computed: Vec<(usize, Vec<f32>)> = (0..features.div_ceil(per_piece))
         .into_par_iter()
         .map(|piece| {
             let first = piece * per_piece;
             let last = (first + per_piece).min(features);
             let mut values = vec![0f32; (last - first) * batch];
-            if batch == 1 || isa.wide_tiles() {
+            if isa.wide_tiles() {
                 tiles::<4>(isa, weights, activations, first..last, &mut values);
             } else {
                 tiles::<2>(isa, weights, activations, first..last, &mut values);

@@ -47,22 +47,35 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// One query attending to the first `len` cached positions of one KV head, whose key
-/// and value at position `j` are `key(j)` and `value(j)` (head dimension long): scores
-/// are scaled dot products, softmaxed with the maximum subtracted, and the output is
+/// GELU (tanh approximation, as Gemma's `gelu_pytorch_tanh`) of `gate`, times `up`,
+/// element-wise, into `gate`.
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        let inner = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+        *g = 0.5 * x * (1.0 + inner.tanh()) * u;
+    }
+}
+
+/// One query attending to the cached positions `keys` of one KV head (all of them up
+/// to the query's own, or a sliding window's last ones), whose key and value at
+/// position `j` are `key(j)` and `value(j)` (head dimension long): scores are scaled
+/// dot products, softmaxed with the maximum subtracted, and the output is
 /// Σ p_j v_j / Σ p_j, every sum in position order.
 pub fn attend<'a>(
     query: &[f32],
     key: impl Fn(usize) -> &'a [f32],
     value: impl Fn(usize) -> &'a [f32],
-    len: usize,
+    keys: std::ops::Range<usize>,
     scale: f32,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
     scores.clear();
+    let first = keys.start;
     let mut max = f32::NEG_INFINITY;
-    for j in 0..len {
+    for j in keys {
         let score = dot(query, key(j)) * scale;
         max = max.max(score);
         scores.push(score);
@@ -74,7 +87,7 @@ pub fn attend<'a>(
     }
     out.fill(0.0);
     for (j, &p) in scores.iter().enumerate() {
-        for (o, &v) in out.iter_mut().zip(value(j)) {
+        for (o, &v) in out.iter_mut().zip(value(first + j)) {
             *o += p * v;
         }
     }
@@ -120,19 +133,43 @@ mod tests {
         let query = [1.0, 0.0];
         let keys = [0.0, 0.0, 10.0, 0.0];
         let values = [1.0, 1.0, 3.0, 5.0];
-        let attend_to = |len: usize| {
+        let attend_to = |positions: std::ops::Range<usize>| {
             let mut out = [0.0; 2];
             let key = |j: usize| &keys[j * 2..][..2];
             let value = |j: usize| &values[j * 2..][..2];
-            attend(&query, key, value, len, 1.0, &mut Vec::new(), &mut out);
+            attend(
+                &query,
+                key,
+                value,
+                positions,
+                1.0,
+                &mut Vec::new(),
+                &mut out,
+            );
             out
         };
-        let out = attend_to(2);
+        let out = attend_to(0..2);
         let p = 1.0 / (1.0 + (-10f32).exp());
         assert!((out[0] - (p * 3.0 + (1.0 - p))).abs() < 1e-5);
         assert!((out[1] - (p * 5.0 + (1.0 - p))).abs() < 1e-5);
-        // Only the first position visible: its value exactly.
-        let out = attend_to(1);
-        assert_eq!(out, [1.0, 1.0]);
+        // Only the first position visible: its value exactly; only the second (a
+        // sliding window of one), its value.
+        assert_eq!(attend_to(0..1), [1.0, 1.0]);
+        assert_eq!(attend_to(1..2), [3.0, 5.0]);
+    }
+
+    #[test]
+    fn geglu_is_gelu_tanh_times_up() {
+        let mut gate = [-3.0, -0.5, 0.0, 0.5, 3.0];
+        let up = [2.0; 5];
+        geglu(&mut gate, &up);
+        for (x, got) in [-3.0f64, -0.5, 0.0, 0.5, 3.0].into_iter().zip(gate) {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let want = 0.5 * x * (1.0 + (c * (x + 0.044715 * x.powi(3))).tanh()) * 2.0;
+            assert!(
+                (f64::from(got) - want).abs() < 1e-6,
+                "gelu({x}): {got} vs {want}"
+            );
+        }
     }
 }

@@ -152,16 +152,18 @@ pub fn kernel_logits_along(
             if step == steps / 2 {
                 let one_by_one = model.logits_after(prefix, 1).unwrap();
                 assert!(
-                    logits
-                        .iter()
-                        .zip(&one_by_one)
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    same_bits(&logits, &one_by_one),
                     "prefill and one-token decode give different logits"
                 );
             }
             logits
         })
         .collect()
+}
+
+/// Whether two logit vectors are the same bits.
+pub fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 pub fn argmax(logits: &[f32]) -> usize {

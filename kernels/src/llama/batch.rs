@@ -11,9 +11,9 @@
 use rayon::prelude::*;
 
 use super::kv::{KvPool, SequenceCache};
-use super::{add, add_to_rows, norm_rows, rope_angles, Llama};
+use super::{add, add_to_rows, norm_rows, rope_angles, Layer, Llama};
 use crate::matmul::matmul;
-use crate::ops::{attend, rope_interleaved, swiglu};
+use crate::ops::{attend, geglu, rms_norm, rope_interleaved, swiglu};
 use crate::quant::quantize_rows;
 use crate::KernelError;
 
@@ -25,11 +25,31 @@ pub struct BatchEntry<'a> {
     pub position: usize,
 }
 
+/// Which sequence, and which absolute position, each row of a step is.
+struct Rows<'a> {
+    entry: &'a [usize],
+    position: &'a [usize],
+}
+
+/// One step's activations, row after row, reused by every layer.
+struct Step<'a> {
+    rows: Rows<'a>,
+    /// The residual stream.
+    x: Vec<f32>,
+    normed: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attended: Vec<f32>,
+    projected: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+}
+
 impl Llama {
     /// A pool of at most `blocks` KV blocks for this model's sequences.
     pub fn kv_pool(&self, blocks: usize) -> KvPool {
-        let width = self.config.kv_heads * self.config.head_dim();
-        KvPool::new(self.layers.len(), width, blocks)
+        KvPool::new(self.layers.len(), self.config.kv_width(), blocks)
     }
 
     /// A fresh, empty cache for a sequence of this model, in a pool of its own with no
@@ -78,8 +98,7 @@ impl Llama {
                 tokens.len()
             )));
         }
-        let width = self.config.kv_heads * self.config.head_dim();
-        if !entry.cache.fits(self.layers.len(), width) {
+        if !entry.cache.fits(self.layers.len(), self.config.kv_width()) {
             return Err(KernelError::BadConfig(
                 "a KV cache made for another model's shape".into(),
             ));
@@ -106,12 +125,7 @@ impl Llama {
 
     fn forward_entries(&self, batch: &mut [BatchEntry<'_>], rows: usize) -> Vec<Vec<f32>> {
         let c = &self.config;
-        let hidden = c.hidden;
-        let head_dim = c.head_dim();
-        let kv_width = c.kv_heads * head_dim;
-        let group = c.heads / c.kv_heads;
-        let scale = 1.0 / (head_dim as f32).sqrt();
-        let isa = self.isa;
+        let (hidden, q_width, kv_width) = (c.hidden, c.q_width(), c.kv_width());
         // Each row's sequence and absolute position.
         let (row_entry, row_position): (Vec<usize>, Vec<usize>) = batch
             .iter()
@@ -119,87 +133,133 @@ impl Llama {
             .flat_map(|(e, entry)| (0..entry.tokens.len()).map(move |i| (e, entry.position + i)))
             .unzip();
         let n = row_entry.len();
-        let angles = rope_angles(&self.rope_thetas, &row_position);
-
-        let mut x = vec![0f32; n * hidden];
+        let angles: Vec<_> = self
+            .rope_tables
+            .iter()
+            .map(|thetas| rope_angles(thetas, &row_position))
+            .collect();
+        let mut step = Step {
+            rows: Rows {
+                entry: &row_entry,
+                position: &row_position,
+            },
+            x: vec![0f32; n * hidden],
+            normed: vec![0f32; n * hidden],
+            q: vec![0f32; n * q_width],
+            k: vec![0f32; n * kv_width],
+            v: vec![0f32; n * kv_width],
+            attended: vec![0f32; n * q_width],
+            projected: vec![0f32; n * hidden],
+            gate: vec![0f32; n * c.feed_forward],
+            up: vec![0f32; n * c.feed_forward],
+        };
         let tokens = batch.iter().flat_map(|entry| entry.tokens.iter());
-        for (row, &token) in x.chunks_exact_mut(hidden).zip(tokens) {
+        for (row, &token) in step.x.chunks_exact_mut(hidden).zip(tokens) {
             self.embeddings.dequantize_row(token as usize, row);
+            if let Some(scale) = self.embedding_scale {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
         }
-        let mut normed = vec![0f32; n * hidden];
-        let mut q = vec![0f32; n * hidden];
-        let mut k = vec![0f32; n * kv_width];
-        let mut v = vec![0f32; n * kv_width];
-        let mut attended = vec![0f32; n * hidden];
-        let mut projected = vec![0f32; n * hidden];
-        let mut gate = vec![0f32; n * c.feed_forward];
-        let mut up = vec![0f32; n * c.feed_forward];
         for (index, layer) in self.layers.iter().enumerate() {
-            norm_rows(&x, &layer.attention_norm, c.norm_eps, &mut normed);
-            let acts = quantize_rows(&normed, hidden);
-            matmul(isa, &layer.wq, &acts, &mut q);
-            matmul(isa, &layer.wk, &acts, &mut k);
-            matmul(isa, &layer.wv, &acts, &mut v);
-            if let Some(bias) = &layer.bias {
-                add_to_rows(&mut q, &bias.q);
-                add_to_rows(&mut k, &bias.k);
-                add_to_rows(&mut v, &bias.v);
-            }
-            for (i, (q_row, k_row)) in q
-                .chunks_exact_mut(hidden)
-                .zip(k.chunks_exact_mut(kv_width))
-                .enumerate()
-            {
-                let (cos, sin) = &angles[i];
-                for head in q_row
-                    .chunks_exact_mut(head_dim)
-                    .chain(k_row.chunks_exact_mut(head_dim))
-                {
-                    rope_interleaved(head, cos, sin);
-                }
-            }
-            // Each sequence's new keys and values join its own cache.
-            let mut first_row = 0;
-            for entry in batch.iter_mut() {
-                for i in 0..entry.tokens.len() {
-                    let row = (first_row + i) * kv_width..(first_row + i + 1) * kv_width;
-                    let position = entry.position + i;
-                    let (key, value) = (&k[row.clone()], &v[row]);
-                    entry.cache.write(index, position, key, value);
-                }
-                first_row += entry.tokens.len();
-            }
-            let caches: Vec<&SequenceCache> = batch.iter().map(|entry| &*entry.cache).collect();
-            attended.par_chunks_mut(head_dim).enumerate().for_each_init(
-                Vec::new,
-                |scores, (at, out)| {
-                    let (row, head) = (at / c.heads, at % c.heads);
-                    let query = &q[row * hidden + head * head_dim..][..head_dim];
-                    let cache = caches[row_entry[row]];
-                    let offset = (head / group) * head_dim;
-                    let key = |j| &cache.key(index, j)[offset..offset + head_dim];
-                    let value = |j| &cache.value(index, j)[offset..offset + head_dim];
-                    attend(query, key, value, row_position[row] + 1, scale, scores, out);
-                },
-            );
-            matmul(
-                isa,
-                &layer.wo,
-                &quantize_rows(&attended, hidden),
-                &mut projected,
-            );
-            add(&mut x, &projected);
-
-            norm_rows(&x, &layer.ffn_norm, c.norm_eps, &mut normed);
-            let acts = quantize_rows(&normed, hidden);
-            matmul(isa, &layer.gate, &acts, &mut gate);
-            matmul(isa, &layer.up, &acts, &mut up);
-            swiglu(&mut gate, &up);
-            let acts = quantize_rows(&gate, c.feed_forward);
-            matmul(isa, &layer.down, &acts, &mut projected);
-            add(&mut x, &projected);
+            self.attention(&mut step, batch, index, layer, &angles[layer.rope_table]);
+            self.feed_forward(&mut step, layer);
         }
-        self.output_logits(batch, &x, rows)
+        self.output_logits(batch, &step.x, rows)
+    }
+
+    /// One layer's attention block: `step.x` += its output (Gemma: normed first).
+    fn attention(
+        &self,
+        step: &mut Step<'_>,
+        batch: &mut [BatchEntry<'_>],
+        index: usize,
+        layer: &Layer,
+        angles: &[(Vec<f32>, Vec<f32>)],
+    ) {
+        let c = &self.config;
+        let (hidden, head_dim, kv_width) = (c.hidden, c.head_dim, c.kv_width());
+        let isa = self.isa;
+        norm_rows(&step.x, &layer.attention_norm, c.norm_eps, &mut step.normed);
+        let acts = quantize_rows(&step.normed, hidden);
+        matmul(isa, &layer.wq, &acts, &mut step.q);
+        matmul(isa, &layer.wk, &acts, &mut step.k);
+        matmul(isa, &layer.wv, &acts, &mut step.v);
+        if let Some(bias) = &layer.bias {
+            add_to_rows(&mut step.q, &bias.q);
+            add_to_rows(&mut step.k, &bias.k);
+            add_to_rows(&mut step.v, &bias.v);
+        }
+        if let Some(norms) = &layer.gemma {
+            norm_in_place(&mut step.q, &norms.q, c.norm_eps);
+            norm_in_place(&mut step.k, &norms.k, c.norm_eps);
+        }
+        for (i, (q_row, k_row)) in step
+            .q
+            .chunks_exact_mut(c.q_width())
+            .zip(step.k.chunks_exact_mut(kv_width))
+            .enumerate()
+        {
+            let (cos, sin) = &angles[i];
+            for head in q_row
+                .chunks_exact_mut(head_dim)
+                .chain(k_row.chunks_exact_mut(head_dim))
+            {
+                rope_interleaved(head, cos, sin);
+            }
+        }
+        // Each sequence's new keys and values join its own cache.
+        let mut first_row = 0;
+        for entry in batch.iter_mut() {
+            for i in 0..entry.tokens.len() {
+                let row = (first_row + i) * kv_width..(first_row + i + 1) * kv_width;
+                let (key, value) = (&step.k[row.clone()], &step.v[row]);
+                entry.cache.write(index, entry.position + i, key, value);
+            }
+            first_row += entry.tokens.len();
+        }
+        let caches: Vec<&SequenceCache> = batch.iter().map(|entry| &*entry.cache).collect();
+        let group = c.heads / c.kv_heads;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let (q, rows) = (&step.q, &step.rows);
+        step.attended
+            .par_chunks_mut(head_dim)
+            .enumerate()
+            .for_each_init(Vec::new, |scores, (at, out)| {
+                let (row, head) = (at / c.heads, at % c.heads);
+                let query = &q[(row * c.heads + head) * head_dim..][..head_dim];
+                let cache = caches[rows.entry[row]];
+                let offset = (head / group) * head_dim;
+                let key = |j| &cache.key(index, j)[offset..offset + head_dim];
+                let value = |j| &cache.value(index, j)[offset..offset + head_dim];
+                let end = rows.position[row] + 1;
+                let start = layer.window.map_or(0, |w| end.saturating_sub(w));
+                attend(query, key, value, start..end, scale, scores, out);
+            });
+        let acts = quantize_rows(&step.attended, c.q_width());
+        matmul(isa, &layer.wo, &acts, &mut step.projected);
+        if let Some(norms) = &layer.gemma {
+            norm_in_place(&mut step.projected, &norms.post_attention, c.norm_eps);
+        }
+        add(&mut step.x, &step.projected);
+    }
+
+    /// One layer's feed-forward block: `step.x` += its output (Gemma: normed first).
+    fn feed_forward(&self, step: &mut Step<'_>, layer: &Layer) {
+        let c = &self.config;
+        norm_rows(&step.x, &layer.ffn_norm, c.norm_eps, &mut step.normed);
+        let acts = quantize_rows(&step.normed, c.hidden);
+        matmul(self.isa, &layer.gate, &acts, &mut step.gate);
+        matmul(self.isa, &layer.up, &acts, &mut step.up);
+        match layer.gemma {
+            Some(_) => geglu(&mut step.gate, &step.up),
+            None => swiglu(&mut step.gate, &step.up),
+        }
+        let acts = quantize_rows(&step.gate, c.feed_forward);
+        matmul(self.isa, &layer.down, &acts, &mut step.projected);
+        if let Some(norms) = &layer.gemma {
+            norm_in_place(&mut step.projected, &norms.post_ffn, c.norm_eps);
+        }
+        add(&mut step.x, &step.projected);
     }
 
     /// The logits of each entry's last `rows` rows of `x`, in one output matmul.
@@ -256,4 +316,14 @@ fn reserve_blocks(batch: &mut [BatchEntry<'_>]) -> Result<(), KernelError> {
         entry.cache.reserve(entry.tokens.len())?;
     }
     Ok(())
+}
+
+/// RMS-normalizes every piece of `weight.len()` values of `x` in place: each head
+/// (Gemma's q/k norms) or each row (its post-norms).
+fn norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+    let mut normed = vec![0f32; weight.len()];
+    for head in x.chunks_exact_mut(weight.len()) {
+        rms_norm(head, weight, eps, &mut normed);
+        head.copy_from_slice(&normed);
+    }
 }
