@@ -51,6 +51,17 @@ impl Format {
         matches!(self, Format::Q4_1 | Format::Q5_1)
     }
 
+    /// Minimums a row of `blocks` blocks keeps: one per block, padded to eight lanes
+    /// (the dot's offset term reads them eight at a time); none without minimums.
+    #[inline]
+    pub fn mins_per_row(self, blocks: usize) -> usize {
+        if self.has_min() {
+            blocks.div_ceil(8) * 8
+        } else {
+            0
+        }
+    }
+
     /// Whether quants are signed bytes (their signs move onto the activations).
     #[inline]
     pub fn is_signed(self) -> bool {

@@ -119,7 +119,7 @@ impl Isa {
         for w in &weights {
             assert!(w.quants.len() >= blocks * format.packed_bytes());
             assert!(w.scales.len() >= blocks * format.scales_per_block());
-            assert!(w.mins.len() == padded(blocks));
+            assert!(w.mins.len() == format.mins_per_row(blocks));
         }
         assert!(activations.quants.len() >= rows * activations.cols);
         assert!(activations.scales.len() >= rows * blocks);

@@ -186,6 +186,25 @@ impl Llama {
         Ok(())
     }
 
+    /// Bytes of weights one decoded token streams from memory: every layer's matrices
+    /// and the output head (one embedding row besides, which is noise). With the
+    /// tokens per second this is the decode's weight bandwidth, to hold against what
+    /// the machine's memory gives.
+    pub fn decode_weight_bytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+            .map(Matrix::memory_bytes)
+            .sum();
+        layers
+            + self
+                .output
+                .as_ref()
+                .unwrap_or(&self.embeddings)
+                .memory_bytes()
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.embeddings.rows
     }

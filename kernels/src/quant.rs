@@ -63,7 +63,7 @@ impl Matrix {
             cols,
             quants: Vec::with_capacity(blocks * format.packed_bytes()),
             scales: Vec::with_capacity(blocks * format.scales_per_block()),
-            mins: Vec::with_capacity(rows * padded(per_row)),
+            mins: Vec::with_capacity(rows * format.mins_per_row(per_row)),
         };
         let mut row = RowBuilder::default();
         for raw in data.chunks_exact(block_type.bytes()) {
@@ -77,15 +77,16 @@ impl Matrix {
         Ok(matrix)
     }
 
-    /// One row's packed quants, scales and minimums.
+    /// One row's packed quants, scales and minimums (none for signed layouts).
     pub fn row(&self, row: usize) -> WeightRow<'_> {
         let blocks = self.cols / BLOCK;
         let packed = blocks * self.format.packed_bytes();
         let scales = blocks * self.format.scales_per_block();
+        let mins = self.format.mins_per_row(blocks);
         WeightRow {
             quants: &self.quants[row * packed..][..packed],
             scales: &self.scales[row * scales..][..scales],
-            mins: &self.mins[row * padded(blocks)..][..padded(blocks)],
+            mins: &self.mins[row * mins..][..mins],
         }
     }
 
@@ -94,14 +95,13 @@ impl Matrix {
         let weights = self.row(row);
         let (blocks, per_block) = (self.cols / BLOCK, self.format.scales_per_block());
         for (b, chunk) in out.chunks_exact_mut(BLOCK).enumerate() {
-            let min = weights.mins[b];
+            let min = weights.mins.get(b).copied();
             for (e, value) in chunk.iter_mut().enumerate() {
                 let scale = weights.scales[b * per_block + e * per_block / BLOCK];
                 let quant = quant_of(self.format, weights.quants, blocks, b, e) as f32;
-                *value = if self.format.has_min() {
-                    scale * quant + min
-                } else {
-                    scale * quant
+                *value = match min {
+                    Some(min) => scale * quant + min,
+                    None => scale * quant,
                 };
             }
         }
@@ -126,7 +126,7 @@ impl Matrix {
             out.scales.extend_from_slice(row.scales);
             out.mins.extend_from_slice(row.mins);
         }
-        debug_assert_eq!(out.mins.len(), self.rows * padded(blocks));
+        debug_assert_eq!(out.mins.len(), self.rows * self.format.mins_per_row(blocks));
         out
     }
 
@@ -161,14 +161,18 @@ impl RowBuilder {
         }
         let scales = &block.scales[..matrix.format.scales_per_block()];
         matrix.scales.extend_from_slice(scales);
-        matrix.mins.push(block.min);
+        if matrix.format.has_min() {
+            matrix.mins.push(block.min);
+        }
         self.blocks += 1;
     }
 
     fn finish(&mut self, matrix: &mut Matrix) {
         matrix.quants.append(&mut self.fifth_bits);
-        let mins = &mut matrix.mins;
-        mins.resize(mins.len() + padded(self.blocks) - self.blocks, 0.0);
+        if matrix.format.has_min() {
+            let mins = &mut matrix.mins;
+            mins.resize(mins.len() + padded(self.blocks) - self.blocks, 0.0);
+        }
         self.blocks = 0;
     }
 }

@@ -198,6 +198,8 @@ pub fn generate(data_dir: &Path, args: GenerateArgs) -> Result<()> {
             "load_seconds": model.load_seconds,
             "prefill_tokens_per_second": generation.prefill_tokens_per_second(),
             "generation_tokens_per_second": generation.generation_tokens_per_second(),
+            // Weights a decoded token streams (the kernels' models only).
+            "decode_weight_bytes": model.kernel_llama().map(|m| m.decode_weight_bytes()),
         });
         println!("{out}");
     } else {
