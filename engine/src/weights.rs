@@ -384,6 +384,13 @@ fn kernel_config(ct: &gguf_file::Content, architecture: &str) -> Result<LlamaCon
         number("attention.head_count")? as usize,
     );
     let head_dim = optional("attention.key_length")?.map_or(hidden / heads.max(1), |d| d as usize);
+    if let Some(value_length) = optional("attention.value_length")? {
+        if value_length as usize != head_dim {
+            return Err(EngineError::Unsupported(format!(
+                "value heads of {value_length} beside key heads of {head_dim} on the sharemesh kernels"
+            )));
+        }
+    }
     let gemma = match architecture {
         "gemma3" => {
             let scaling = ct

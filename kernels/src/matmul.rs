@@ -106,6 +106,35 @@ mod tests {
         }
     }
 
+    /// Decoding's one-row matmuls (each piece writing its outputs in place, four rows
+    /// a tile and leftovers one by one) give every ISA the scalar reference's bits, and
+    /// the batch path's too.
+    #[test]
+    fn one_row_matmuls_give_the_reference_bits_on_every_isa() {
+        let values = crate::quant::tests_support::random_values(576, 4);
+        let row = quantize_rows(&values, 576);
+        let two = quantize_rows(&[values.clone(), values].concat(), 576);
+        for format in Format::ALL {
+            // 203 rows: several pieces, with leftovers past the last four.
+            let weights = random_matrix(format, 203, 576, 3);
+            let mut reference = vec![0f32; 203];
+            matmul(Isa::SCALAR, &weights, &row, &mut reference);
+            for isa in Isa::available() {
+                let mut out = vec![0f32; 203];
+                matmul(isa, &weights, &row, &mut out);
+                let mut batch = vec![0f32; 2 * 203];
+                matmul(isa, &weights, &two, &mut batch);
+                for (what, got) in [("one row", &out[..]), ("batch", &batch[203..])] {
+                    let same = got
+                        .iter()
+                        .zip(&reference)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{format:?}, {what}, on {}", isa.name());
+                }
+            }
+        }
+    }
+
     fn batch_equals_singles(format: Format) {
         let weights = random_matrix(format, 203, 576, 1);
         let values = crate::quant::tests_support::random_values(7 * 576, 2);
