@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
-//! Batched decoding on the real model (SmolLM2-135M-Instruct Q4_1): several sequences
+//! Batched decoding on the real models (SmolLM2-135M-Instruct Q4_1; Gemma 3 270M for
+//! the batch-invariance promise on its q/k norms, GELU and sliding-window layers): several sequences
 //! share every step — joining mid-way, prefilling in chunks beside others' decoding,
 //! leaving when done, in a different order each step — and every sequence's logits are,
 //! bit for bit, the ones it gets served alone.
@@ -57,6 +58,16 @@ fn batched_sequences_get_their_solo_logits_bit_for_bit() {
     let path = support::default_model_path();
     let mut model: LoadedModel =
         support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    let sequences = run_batched(&model);
+    assert_solo(&mut model, &sequences);
+}
+
+/// Gemma 3 on the kernels makes the same promise: each batched sequence's logits are
+/// its solo bits.
+#[test]
+fn gemma_batched_sequences_get_their_solo_logits_bit_for_bit() {
+    let path = support::gemma3_model_path();
+    let mut model = support::load(&path, support::GEMMA3_MODEL_ID, "gemma3-270m");
     let sequences = run_batched(&model);
     assert_solo(&mut model, &sequences);
 }
