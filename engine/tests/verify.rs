@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
-//! Verification by re-execution on the real model (SmolLM2-135M-Instruct Q4_1): a
+//! Verification by re-execution on the real models (SmolLM2-135M-Instruct Q4_1, and
+//! Gemma 3 270M on the kernels): a
 //! teacher-forced replay on the same execution profile reproduces every fingerprint
 //! an honest job committed to, bit for bit, sampled or greedy, resumed or not; a
 //! truncated network or garbage under the same name differs at every step.
@@ -105,6 +106,47 @@ fn an_honest_job_replays_bit_for_bit_and_cheats_do_not() {
     println!(
         "honest same-profile replays: 0 differing steps of {}",
         committed.len() + 40
+    );
+}
+
+/// Gemma 3 on the kernels is verifiable the same way: an honest sampled job and its
+/// resumption replay bit for bit; a truncated network under its name differs at every
+/// step.
+#[test]
+fn a_gemma_job_replays_bit_for_bit_and_a_truncated_gemma_does_not() {
+    let load_gemma = || {
+        support::load(
+            &support::gemma3_model_path(),
+            support::GEMMA3_MODEL_ID,
+            "gemma3-270m",
+        )
+    };
+    let mut model = load_gemma();
+    assert_eq!(model.profile().engine, "sharemesh-kernels");
+    let sampled = Sampling {
+        temperature: 0.9,
+        top_p: 0.95,
+        seed: 7,
+        max_tokens: 24,
+        ..Sampling::default()
+    };
+    let (tokens, committed) = serve(&mut model, sampled.clone(), vec![]);
+    assert_eq!(committed.len(), tokens.len());
+    assert_eq!(replay(&mut model, &tokens, 0), committed);
+    let (resumed, resumed_committed) = serve(&mut model, sampled.clone(), tokens[..10].to_vec());
+    assert_eq!(resumed, tokens, "exact resume");
+    assert_eq!(replay(&mut model, &resumed, 10), resumed_committed);
+
+    let mut truncated = load_gemma();
+    truncated.truncate_layers(2).unwrap();
+    let (cheap_tokens, cheap_committed) = serve(&mut truncated, sampled, vec![]);
+    let honest_view = replay(&mut model, &cheap_tokens, 0);
+    assert!(
+        honest_view
+            .iter()
+            .zip(&cheap_committed)
+            .all(|(a, b)| a != b),
+        "a truncated Gemma passed some steps"
     );
 }
 
