@@ -88,6 +88,16 @@ impl LlamaConfig {
         {
             return bad("the sliding window and the global layer period must be positive");
         }
+        // A file's numbers are claims: widths whose products overflow (a KV block holds
+        // layers × 2 × 16 positions × the KV width) are refused, not wrapped.
+        let block_floats = self
+            .kv_heads
+            .checked_mul(self.head_dim)
+            .and_then(|kv| kv.checked_mul(self.layers))
+            .and_then(|kv| kv.checked_mul(2 * kv::BLOCK_POSITIONS));
+        if self.heads.checked_mul(self.head_dim).is_none() || block_floats.is_none() {
+            return bad("head counts, head width and block count overflow when multiplied");
+        }
         Ok(())
     }
 }
@@ -320,6 +330,33 @@ pub(super) mod tests {
             context: 128,
             gemma: None,
         }
+    }
+
+    #[test]
+    fn configurations_that_cannot_run_are_refused_with_the_reason() {
+        let refused = |change: &dyn Fn(&mut LlamaConfig), reason: &str| {
+            let mut c = config();
+            change(&mut c);
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(reason), "{err}");
+        };
+        refused(&|c| c.heads = 0, "must be positive");
+        refused(&|c| c.kv_heads = 3, "multiple of the KV heads");
+        refused(&|c| c.head_dim = 15, "positive and even");
+        refused(&|c| c.rope_dimensions = 8, "rotary dimensions");
+        refused(&|c| c.heads = 1 << 62, "overflow");
+        refused(&|c| c.layers = usize::MAX / 4, "overflow");
+        refused(
+            &|c| {
+                c.gemma = Some(Gemma {
+                    sliding_window: 0,
+                    global_every: 6,
+                    local_rope_base: 10_000.0,
+                })
+            },
+            "sliding window",
+        );
+        assert!(config().validate().is_ok());
     }
 
     #[test]
