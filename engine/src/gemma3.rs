@@ -35,6 +35,7 @@ use candle_transformers::quantized_nn::RmsNorm;
 use std::io::{Read, Seek};
 
 use sharemesh_kernels::dense;
+use sharemesh_kernels::llama::Gemma;
 use std::sync::Arc;
 
 /// An f32 weight matrix (out × in, row-major) applied to activation rows.
@@ -83,10 +84,6 @@ enum Head {
 
 /// KV cache growth step, in positions.
 const CACHE_STEP: usize = 512;
-
-/// Layers whose index + 1 is a multiple of this are global; the rest slide.
-const GLOBAL_LAYER_EVERY: usize = 6;
-const LOCAL_ROPE_BASE: f64 = 10_000.0;
 
 struct Layer {
     attention_norm: RmsNorm,
@@ -178,7 +175,7 @@ impl Gemma3 {
         let mut layers = Vec::with_capacity(layer_count);
         for index in 0..layer_count {
             let name = |part: &str| format!("blk.{index}.{part}.weight");
-            let global = (index + 1) % GLOBAL_LAYER_EVERY == 0;
+            let global = (index + 1) % Gemma::GEMMA3_GLOBAL_EVERY == 0;
             layers.push(Layer {
                 attention_norm: norm(reader, &name("attn_norm"))?,
                 q: matmul(reader, &name("attn_q"))?,
@@ -197,7 +194,7 @@ impl Gemma3 {
                 rope_base: if global {
                     global_rope_base
                 } else {
-                    LOCAL_ROPE_BASE
+                    f64::from(Gemma::GEMMA3_LOCAL_ROPE_BASE)
                 },
                 cache: KvCache::new(2, CACHE_STEP),
             });

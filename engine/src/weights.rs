@@ -295,11 +295,6 @@ fn kernels_enabled() -> bool {
     std::env::var("SHAREMESH_KERNELS").map_or(true, |v| v != "candle")
 }
 
-/// Gemma 3's layer pattern and local rotary base, which its GGUF leaves out (llama.cpp
-/// fixes them for the architecture too).
-const GEMMA3_GLOBAL_EVERY: usize = 6;
-const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
-
 /// llama, qwen2 (llama with q/k/v biases and NEOX rotary pairs) or gemma3 on the
 /// kernels.
 fn load_kernels<R: Read + Seek>(
@@ -402,11 +397,7 @@ fn kernel_config(ct: &gguf_file::Content, architecture: &str) -> Result<LlamaCon
                     "gemma3 rope scaling {scaling:?} on the sharemesh kernels"
                 )));
             }
-            Some(Gemma {
-                sliding_window: number("attention.sliding_window")? as usize,
-                global_every: GEMMA3_GLOBAL_EVERY,
-                local_rope_base: GEMMA3_LOCAL_ROPE_BASE,
-            })
+            Some(Gemma::gemma3(number("attention.sliding_window")? as usize))
         }
         _ => None,
     };

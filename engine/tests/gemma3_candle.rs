@@ -22,15 +22,6 @@ fn load() -> LoadedModel {
     )
 }
 
-/// Logits before each of the last `steps` tokens of `tokens`, each prefix run from an
-/// empty cache in one prefill.
-fn logits_along(model: &mut LoadedModel, tokens: &[u32], steps: usize) -> Vec<Vec<f32>> {
-    let start = tokens.len() - steps;
-    (start..tokens.len())
-        .map(|end| model.logits_after(&tokens[..end], end).unwrap())
-        .collect()
-}
-
 #[test]
 fn candle_replays_exactly_and_the_kernels_stay_close_to_its_float_logits() {
     std::env::set_var("SHAREMESH_KERNELS", "candle");
@@ -66,7 +57,7 @@ fn candle_replays_exactly_and_the_kernels_stay_close_to_its_float_logits() {
     let steps = 16;
     let reference: Vec<Vec<Vec<f32>>> = paths
         .iter()
-        .map(|path| logits_along(&mut candle, path, steps))
+        .map(|path| support::logits_along(&mut candle, path, steps))
         .collect();
     drop(candle);
 
@@ -75,7 +66,10 @@ fn candle_replays_exactly_and_the_kernels_stay_close_to_its_float_logits() {
     assert_eq!(kernels.backend(), "cpu/sharemesh-kernels");
     for (path, reference) in paths.iter().zip(&reference) {
         let ours = support::kernel_logits_along(&mut kernels, path, steps);
-        let (distance, agree) = support::compare_logits(&ours, reference);
+        // Measured: 0.025 and 0.019, 15 and 16 of 16 (France parts where the float
+        // pass's margin is 0.014), gaps 0.21 and 0.22 on logits of ~20. candle's own
+        // quantized matmuls (8-bit activations too) were 0.43 off at one step.
+        support::assert_near_float_reference("gemma3 on the kernels", &ours, reference, 0.04);
         let top_gap = ours
             .iter()
             .zip(reference)
@@ -84,18 +78,7 @@ fn candle_replays_exactly_and_the_kernels_stay_close_to_its_float_logits() {
                 (o[best] - r[best]).abs()
             })
             .fold(0f32, f32::max);
-        // Measured: 0.025 and 0.019, 15 and 16 of 16 (France parts where the float
-        // pass's margin is 0.014), gaps 0.21 and 0.22 on logits of ~20. candle's own
-        // quantized matmuls (8-bit activations too) were 0.43 off at one step.
-        eprintln!("mean relative L2 {distance:.4}, argmax {agree}/{steps}, largest gap at the reference's top token {top_gap:.3}");
-        assert!(
-            distance < 0.04,
-            "kernels' logits {distance:.4} from candle's float ones"
-        );
-        assert!(
-            agree >= steps - 1,
-            "argmax agreed on {agree} of {steps} steps"
-        );
+        eprintln!("largest gap at the reference's top token {top_gap:.3}");
         assert!(top_gap < 0.35, "the reference's top logit moved {top_gap}");
     }
 }

@@ -75,14 +75,5 @@ fn qwen2_runs_on_the_kernels_with_llamas_bits_and_candles_biases() {
         reference.forward(input, at)
     });
     let ours = support::kernel_logits_along(&mut biased, &path_tokens, steps);
-    let (distance, agree) = support::compare_logits(&ours, &want);
-    eprintln!("qwen2 on the kernels, {steps} greedy steps of the float reference: within {distance:.4} on average, argmax {agree}/{steps}");
-    assert!(
-        distance < 0.05,
-        "logits differ from the float reference by {distance:.4}"
-    );
-    assert!(
-        agree >= steps - 1,
-        "argmax agreed on {agree} of {steps} steps"
-    );
+    support::assert_near_float_reference("qwen2 on the kernels", &ours, &want, 0.05);
 }

@@ -54,6 +54,23 @@ pub struct Gemma {
     pub local_rope_base: f32,
 }
 
+impl Gemma {
+    /// Gemma 3's layer pattern and local rotary base, which its GGUF leaves out
+    /// (llama.cpp fixes them for the architecture too): every sixth layer is global,
+    /// the others rotate with base 10 000. The engine's candle graph uses them too.
+    pub const GEMMA3_GLOBAL_EVERY: usize = 6;
+    pub const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
+
+    /// Gemma 3 with the file's `attention.sliding_window`.
+    pub fn gemma3(sliding_window: usize) -> Self {
+        Gemma {
+            sliding_window,
+            global_every: Self::GEMMA3_GLOBAL_EVERY,
+            local_rope_base: Self::GEMMA3_LOCAL_ROPE_BASE,
+        }
+    }
+}
+
 impl LlamaConfig {
     /// Width of all query heads together.
     pub fn q_width(&self) -> usize {
@@ -167,8 +184,6 @@ pub struct Llama {
     /// one first, then Gemma's local one.
     rope_tables: Vec<Vec<f32>>,
     embeddings: Matrix,
-    /// Gemma: √hidden, applied to each embedding row.
-    embedding_scale: Option<f32>,
     layers: Vec<Layer>,
     output_norm: Vec<f32>,
     /// `None`: the output projection is tied to the embeddings.
@@ -346,16 +361,7 @@ pub(super) mod tests {
         refused(&|c| c.rope_dimensions = 8, "rotary dimensions");
         refused(&|c| c.heads = 1 << 62, "overflow");
         refused(&|c| c.layers = usize::MAX / 4, "overflow");
-        refused(
-            &|c| {
-                c.gemma = Some(Gemma {
-                    sliding_window: 0,
-                    global_every: 6,
-                    local_rope_base: 10_000.0,
-                })
-            },
-            "sliding window",
-        );
+        refused(&|c| c.gemma = Some(Gemma::gemma3(0)), "sliding window");
         assert!(config().validate().is_ok());
     }
 

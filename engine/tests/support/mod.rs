@@ -136,29 +136,57 @@ pub fn candle_steps(
     (tokens, all)
 }
 
-/// Teacher-forced logits along `tokens` before each of its last `steps` tokens:
-/// `model` scores each prefix in one batched prefill, and the middle one also token by
-/// token, which must give the same bits (`model` is on the batch-invariant kernels).
-pub fn kernel_logits_along(
+/// Teacher-forced logits along `tokens` before each of its last `steps` tokens, each
+/// prefix run from an empty cache in one prefill (any backend).
+pub fn logits_along(
     model: &mut sharemesh_engine::LoadedModel,
     tokens: &[u32],
     steps: usize,
 ) -> Vec<Vec<f32>> {
     let start = tokens.len() - steps;
-    (0..steps)
-        .map(|step| {
-            let prefix = &tokens[..start + step];
-            let logits = model.logits_after(prefix, prefix.len()).unwrap();
-            if step == steps / 2 {
-                let one_by_one = model.logits_after(prefix, 1).unwrap();
-                assert!(
-                    same_bits(&logits, &one_by_one),
-                    "prefill and one-token decode give different logits"
-                );
-            }
-            logits
-        })
+    (start..tokens.len())
+        .map(|end| model.logits_after(&tokens[..end], end).unwrap())
         .collect()
+}
+
+/// [`logits_along`] on the batch-invariant kernels, whose middle prefix is also run
+/// token by token and must give the same bits.
+pub fn kernel_logits_along(
+    model: &mut sharemesh_engine::LoadedModel,
+    tokens: &[u32],
+    steps: usize,
+) -> Vec<Vec<f32>> {
+    let all = logits_along(model, tokens, steps);
+    let middle = &tokens[..tokens.len() - steps + steps / 2];
+    let one_by_one = model.logits_after(middle, 1).unwrap();
+    assert!(
+        same_bits(&all[steps / 2], &one_by_one),
+        "prefill and one-token decode give different logits"
+    );
+    all
+}
+
+/// The kernels' logits (`ours`) against a float reference's along the same steps:
+/// within `max_distance` mean relative L2 and the same argmax on all steps but one.
+/// Prints both figures; returns the distance.
+pub fn assert_near_float_reference(
+    what: &str,
+    ours: &[Vec<f32>],
+    reference: &[Vec<f32>],
+    max_distance: f64,
+) -> f64 {
+    let steps = reference.len();
+    let (distance, agree) = compare_logits(ours, reference);
+    eprintln!("{what}: {steps} steps of the float reference, within {distance:.4} on average, argmax {agree}/{steps}");
+    assert!(
+        distance < max_distance,
+        "{what}: logits differ from the float reference by {distance:.4}"
+    );
+    assert!(
+        agree + 1 >= steps,
+        "{what}: argmax agreed on {agree} of {steps} steps"
+    );
+    distance
 }
 
 /// Whether two logit vectors are the same bits.

@@ -156,10 +156,12 @@ impl Llama {
             gate: vec![0f32; n * c.feed_forward],
             up: vec![0f32; n * c.feed_forward],
         };
+        // Gemma scales its embeddings by √hidden.
+        let embedding_scale = c.gemma.map(|_| (hidden as f32).sqrt());
         let tokens = batch.iter().flat_map(|entry| entry.tokens.iter());
         for (row, &token) in step.x.chunks_exact_mut(hidden).zip(tokens) {
             self.embeddings.dequantize_row(token as usize, row);
-            if let Some(scale) = self.embedding_scale {
+            if let Some(scale) = embedding_scale {
                 row.iter_mut().for_each(|v| *v *= scale);
             }
         }

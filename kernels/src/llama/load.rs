@@ -133,7 +133,6 @@ impl Llama {
             .map_err(|e| KernelError::ThreadPool(e.to_string()))?;
         Ok(Self {
             cache: KvPool::new(config.layers, config.kv_width(), usize::MAX).new_sequence(),
-            embedding_scale: config.gemma.map(|_| (hidden as f32).sqrt()),
             config,
             rope_tables,
             embeddings,
