@@ -21,27 +21,29 @@ pub enum Format {
     /// 4-bit unsigned quants, two per byte, with a scale and a minimum per block:
     /// w = d·q + m, q ∈ 0..16 (from Q4_0, Q4_1, Q4_K).
     Q4_1,
-    /// 5-bit unsigned quants (Q4_1's nibbles, and the fifth bits as a u32 per block
-    /// after the row's nibbles), with a scale and a minimum per block (from Q5_0,
-    /// Q5_1, Q5_K).
+    /// 5-bit unsigned quants (Q4_1's nibbles, and the fifth bits as a bit plane), with
+    /// a scale and a minimum per block (from Q5_0, Q5_1, Q5_K).
     Q5_1,
-    /// 8-bit signed quants with a scale per block: w = d·q, q ∈ -128..128.
+    /// 8-bit signed quants with a scale per block: w = d·q, q ∈ -128..128 (held as
+    /// `q + 128`).
     Q8_0,
-    /// 6-bit signed quants (−32..32), one per byte, with a scale per 16 weights
-    /// (from Q6_K).
+    /// 6-bit signed quants (−32..32, held as `q + 32`), one per byte, with a scale per
+    /// 16 weights (from Q6_K).
     Q6_K,
 }
 
 impl Format {
     pub const ALL: [Format; 4] = [Format::Q4_1, Format::Q5_1, Format::Q8_0, Format::Q6_K];
 
-    /// Bytes of quants per block.
+    /// Bytes one block of a row group (16 rows, see [`crate::quant::Matrix`]) holds:
+    /// Q4_1 packs two quants per byte, Q5_1 adds their fifth bits (a bit per weight),
+    /// Q8_0 and Q6_K keep one byte per weight.
     #[inline]
-    pub fn packed_bytes(self) -> usize {
+    pub fn group_block_bytes(self) -> usize {
         match self {
-            Format::Q4_1 => 16,
-            Format::Q5_1 => 20,
-            Format::Q8_0 | Format::Q6_K => 32,
+            Format::Q4_1 => 256,
+            Format::Q5_1 => 320,
+            Format::Q8_0 | Format::Q6_K => 512,
         }
     }
 
@@ -51,21 +53,16 @@ impl Format {
         matches!(self, Format::Q4_1 | Format::Q5_1)
     }
 
-    /// Minimums a row of `blocks` blocks keeps: one per block, padded to eight lanes
-    /// (the dot's offset term reads them eight at a time); none without minimums.
+    /// What a stored byte exceeds the quant it stands for by: signed quants are kept
+    /// as unsigned bytes (`q + offset`), the operand `vpdpbusd` multiplies, and the
+    /// dot subtracts `offset · Σ activations` as an exact integer.
     #[inline]
-    pub fn mins_per_row(self, blocks: usize) -> usize {
-        if self.has_min() {
-            blocks.div_ceil(8) * 8
-        } else {
-            0
+    pub fn offset(self) -> i32 {
+        match self {
+            Format::Q4_1 | Format::Q5_1 => 0,
+            Format::Q8_0 => 128,
+            Format::Q6_K => 32,
         }
-    }
-
-    /// Whether quants are signed bytes (their signs move onto the activations).
-    #[inline]
-    pub fn is_signed(self) -> bool {
-        matches!(self, Format::Q8_0 | Format::Q6_K)
     }
 
     /// Scales per block: two where each 16 weights have their own.
@@ -81,7 +78,7 @@ impl Format {
     /// The integer a stored quant byte stands for (unpacked: not Q4_1's nibbles).
     #[cfg(test)]
     pub(crate) fn quant_value(self, byte: u8) -> f32 {
-        if self.is_signed() {
+        if self.offset() != 0 {
             f32::from(byte as i8)
         } else {
             f32::from(byte)
@@ -89,7 +86,8 @@ impl Format {
     }
 
     /// The quants this layout may hold; the SIMD paths rely on it (AVX2's
-    /// `maddubs` sums two u8·i8 products in an i16 without overflow).
+    /// `maddubs` sums two u8·i8 products in an i16 without overflow: Q8_0's signs move
+    /// onto the activations there).
     pub fn quant_range(self) -> std::ops::Range<i32> {
         match self {
             Format::Q4_1 => 0..16,

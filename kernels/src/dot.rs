@@ -1,23 +1,25 @@
-//! Weight-row · activation-row dot products, and the one arithmetic every instruction
-//! set follows so that all of them give the same bits.
+//! Weight-group · activation-row dot products, and the one arithmetic every
+//! instruction set follows so that all of them give the same bits.
 //!
-//! For block `b` (32 elements) the integer products are summed exactly into eight
-//! lanes of four consecutive elements, `s_l`. Even and odd blocks accumulate into two
-//! separate sets of eight lanes: `acc[l] = fma(s_l as f32, d_w[b, l] * d_a[b], acc[l])`,
-//! one fused multiply-add (`f32::mul_add`: exact in software where the CPU lacks FMA),
-//! where `d_w[b, l]` is the block's weight scale (Q6_K: lanes 0–3 take the first
-//! half's, 4–7 the second's). A row with minimums (Q4_1, Q5_1) also needs
-//! `Σ m_w[b]·s_a[b]`: its terms accumulate in eight lanes by block index modulo 8
-//! (`off[l] += m·s`, over the zero-padded [`padded`] length). The lanes combine as
-//! `(even[l] + odd[l]) + off[l]` (signed formats: `even[l] + odd[l]`) and reduce by
-//! [`hsum8`]'s fixed tree. Two chains hide the add latency, and an AVX-512 register
-//! holds an even and an odd block side by side.
+//! For weight row `w` and activation row `a`, block `b` (32 elements) and sub-block
+//! `s` (the block itself, or Q6_K's halves of 16), the integer sum
+//! `S = Σ q_w·q_a` over the sub-block is exact (at most 32·128·127 in magnitude, so
+//! exact in f32 too). One chain per output accumulates, sub-block after sub-block in
+//! order: `acc = fma(S as f32, d_w[b, s] · d_a[b], acc)` (`f32::mul_add`: exact in
+//! software where the CPU lacks FMA). A format with minimums (Q4_1, Q5_1) keeps a
+//! second chain, `off = fma(m_w[b], σ_a[b], off)` with `σ_a = d_a·Σ q_a`, and the
+//! output is `acc + off`; other formats output `acc`.
+//!
+//! This is the arithmetic a tile of integer products can keep (issue "Kernels ahead
+//! of llama.cpp"): the SIMD paths put 16 weight rows in the lanes of one register
+//! ([`crate::quant::GROUP`]), `vpdpbusd` (AVX2: `pmaddubsw` + `pmaddwd`) sums four
+//! products per lane, and the lanes' integer sums over a block need no float until
+//! its one conversion. Stored offsets (Q8_0 and Q6_K keep `q + 128` / `q + 32` as
+//! unsigned bytes) are removed exactly: `S = Σ stored·q_a − offset·Σ q_a`.
 
 #![allow(unsafe_code)] // SIMD intrinsics only, in `avx2`/`avx512`, behind runtime detection.
 
-use crate::quant::{
-    hsum8, padded, quant_of, ActivationRow, Format, QuantizedRows, WeightRow, BLOCK,
-};
+use crate::quant::{quant_of, ActivationRow, Format, Group, QuantizedRows, BLOCK, GROUP};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -90,56 +92,55 @@ impl Isa {
         }
     }
 
-    /// Whether 4 weight rows × 4 activation rows fit the registers (AVX-512 has 32).
-    pub fn wide_tiles(self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            self.0 == IsaKind::Avx512Vnni
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    }
-
-    /// `out[i * rows + r] = weights[i] · activations.row(r)` for the activation rows in
-    /// `span` (`rows` counts them all, so callers can walk the rows in cache-sized spans).
-    pub fn dot_rows<const W: usize>(
+    /// `out[r * stride + i] = (row i of group) · activations.row(r)` for the activation
+    /// rows `span` and the group's first `lanes` rows (16, or fewer where the matrix's
+    /// last group is padding past them).
+    pub fn dot_group(
         self,
         format: Format,
-        weights: [WeightRow<'_>; W],
+        group: Group<'_>,
         activations: &QuantizedRows,
         span: std::ops::Range<usize>,
         out: &mut [f32],
+        (stride, lanes): (usize, usize),
     ) {
-        let rows = activations.rows();
-        assert!(span.end <= rows, "row span beyond the activations");
-        assert!(out.len() >= W * rows, "output too small");
         let blocks = activations.cols / BLOCK;
-        for w in &weights {
-            assert!(w.quants.len() >= blocks * format.packed_bytes());
-            assert!(w.scales.len() >= blocks * format.scales_per_block());
-            assert!(w.mins.len() == format.mins_per_row(blocks));
+        assert!(
+            span.end <= activations.rows(),
+            "row span beyond the activations"
+        );
+        assert!(lanes <= GROUP, "a group has 16 rows");
+        if let Some(last) = span.end.checked_sub(1).filter(|_| !span.is_empty()) {
+            assert!(out.len() >= last * stride + lanes, "output too small");
         }
-        assert!(activations.quants.len() >= rows * activations.cols);
-        assert!(activations.scales.len() >= rows * blocks);
-        assert!(activations.sums.len() >= rows * padded(blocks));
+        assert_eq!(group.quants.len(), blocks * format.group_block_bytes());
+        assert_eq!(
+            group.scales.len(),
+            blocks * GROUP * format.scales_per_block()
+        );
+        let mins = if format.has_min() { blocks * GROUP } else { 0 };
+        assert_eq!(group.mins.len(), mins);
+        assert!(activations.quants.len() >= activations.rows() * activations.cols);
+        assert!(activations.scales.len() >= activations.rows() * blocks);
+        assert!(activations.sums.len() >= activations.rows() * blocks);
+        assert!(activations.half_sums.len() >= activations.rows() * 2 * blocks);
         match self.0 {
             #[cfg(target_arch = "x86_64")]
             IsaKind::Avx2 => {
                 // SAFETY: `IsaKind::Avx2` exists only after the CPU reported AVX2; the
-                // asserts above keep every load of the kernel inside its slice.
-                unsafe { avx2::dot_rows(format, weights, activations, span, out) }
+                // asserts above keep every load and store of the kernel inside its slice.
+                unsafe { avx2::dot_group(format, &group, activations, span, out, stride, lanes) }
             }
             #[cfg(target_arch = "x86_64")]
             IsaKind::Avx512Vnni => {
                 // SAFETY: as above, for AVX-512 F/BW/VNNI.
-                unsafe { avx512::dot_rows(format, weights, activations, span, out) }
+                unsafe { avx512::dot_group(format, &group, activations, span, out, stride, lanes) }
             }
             IsaKind::Scalar => {
-                for (i, w) in weights.iter().enumerate() {
-                    for r in span.clone() {
-                        out[i * rows + r] = scalar_dot(format, *w, activations.row(r));
+                for r in span {
+                    for lane in 0..lanes {
+                        out[r * stride + lane] =
+                            scalar_dot(format, group, lane, activations.row(r));
                     }
                 }
             }
@@ -152,11 +153,9 @@ impl Isa {
 #[cfg(target_arch = "x86_64")]
 fn walk_rows(span: std::ops::Range<usize>, wide: usize, mut tile: impl FnMut(usize, bool)) {
     let mut r = span.start;
-    if wide > 1 {
-        while r + wide <= span.end {
-            tile(r, true);
-            r += wide;
-        }
+    while r + wide <= span.end {
+        tile(r, true);
+        r += wide;
     }
     while r < span.end {
         tile(r, false);
@@ -164,93 +163,75 @@ fn walk_rows(span: std::ops::Range<usize>, wide: usize, mut tile: impl FnMut(usi
     }
 }
 
-/// How many `W`-row tiles ahead a one-row kernel asks for weights. Decoding streams
-/// every weight from memory once per token; without the hint a core waited on each
-/// row (4–5 GB/s of a 12 GB/s read here), with it the kernel runs at ~9–10 GB/s
-/// (`examples/decode_stream`: 1, 2, 4, 8 tiles measured; 8 the steadiest).
-const PREFETCH_TILES: usize = 8;
+/// How many blocks ahead of the one computing a kernel asks for a group's weights.
+/// Decoding streams every weight from memory once per token; a group's blocks (and
+/// the next group's) are contiguous, so one distance covers the whole matrix.
+const PREFETCH_BLOCKS: usize = 8;
 
-/// Prefetches, while blocks `b` and `b + 1` of `weights` compute, the same bytes of the
-/// rows `PREFETCH_TILES` tiles further on (a matrix's rows are contiguous); at `b == 0`
-/// also those rows' scales and (where the format has them) minimums. Only hints: an
-/// address past the matrix fetches nothing useful and never faults.
+/// Prefetches block `b + PREFETCH_BLOCKS` of a group's quants, scales and minimums
+/// (running on into the next group's, which follow in memory). Only hints: an address
+/// past the matrix fetches nothing useful and never faults.
 #[cfg(target_arch = "x86_64")]
-#[inline(always)] // in the inner loop: a call here cost 14% of decoding
-fn prefetch_ahead<const W: usize>(weights: &[WeightRow<'_>; W], format: Format, b: usize) {
-    // Q5_1: nibbles at 16 bytes per block, then the row's fifth bits (4 per block).
-    let stride = if format == Format::Q5_1 {
-        16
-    } else {
-        format.packed_bytes()
-    };
+#[inline(always)] // in the inner loop
+fn prefetch_ahead(format: Format, group: &Group<'_>, b: usize) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
     let hint = |address: *const u8| {
         // SAFETY: prefetch only hints the cache; it reads nothing the program sees and
         // does not fault on any address.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(address.cast()) }
     };
-    for w in weights {
-        let ahead = |row: &[u8]| row.as_ptr().wrapping_add(PREFETCH_TILES * W * row.len());
-        if (b * stride).is_multiple_of(64) {
-            hint(ahead(w.quants).wrapping_add(b * stride));
-        }
-        if format == Format::Q5_1 && (b * 4).is_multiple_of(64) {
-            let blocks = w.quants.len() / 20;
-            hint(ahead(w.quants).wrapping_add(blocks * 16 + b * 4));
-        }
-        if b == 0 {
-            let mins: &[f32] = if format.has_min() { w.mins } else { &[] };
-            for side in [bytes_of(w.scales), bytes_of(mins)] {
-                for line in (0..side.len()).step_by(64) {
-                    hint(ahead(side).wrapping_add(line));
-                }
-            }
-        }
+    let ahead = b + PREFETCH_BLOCKS;
+    let bytes = format.group_block_bytes();
+    let quants = group.quants.as_ptr().wrapping_add(ahead * bytes);
+    for line in (0..bytes).step_by(64) {
+        hint(quants.wrapping_add(line));
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn bytes_of(values: &[f32]) -> &[u8] {
-    // SAFETY: any f32 is four initialised bytes; the slice keeps `values`' lifetime.
-    unsafe { std::slice::from_raw_parts(values.as_ptr().cast(), std::mem::size_of_val(values)) }
-}
-
-/// The reference arithmetic (module docs), one element at a time.
-pub fn scalar_dot(format: Format, weights: WeightRow<'_>, activations: ActivationRow<'_>) -> f32 {
-    let mut chains = [[0f32; 8]; 2];
-    let per_block = format.scales_per_block();
-    let blocks = activations.scales.len();
-    for b in 0..blocks {
-        let a = &activations.quants[b * BLOCK..][..BLOCK];
-        for (lane, acc) in chains[b % 2].iter_mut().enumerate() {
-            let mut sum = 0i32;
-            for (e, &activation) in a.iter().enumerate().skip(lane * 4).take(4) {
-                sum += quant_of(format, weights.quants, blocks, b, e) * i32::from(activation);
-            }
-            let scale =
-                weights.scales[b * per_block + lane * per_block / 8] * activations.scales[b];
-            *acc = (sum as f32).mul_add(scale, *acc);
-        }
+    let subs = format.scales_per_block();
+    let scales = group
+        .scales
+        .as_ptr()
+        .wrapping_add(ahead * subs * GROUP)
+        .cast::<u8>();
+    for line in 0..subs {
+        hint(scales.wrapping_add(64 * line));
     }
-    let [even, odd] = chains;
-    let mut total: [f32; 8] = std::array::from_fn(|l| even[l] + odd[l]);
     if format.has_min() {
-        let mut off = [0f32; 8];
-        for (m, s) in weights
-            .mins
-            .chunks_exact(8)
-            .zip(activations.sums.chunks_exact(8))
-        {
-            for l in 0..8 {
-                off[l] += m[l] * s[l];
-            }
-        }
-        for l in 0..8 {
-            total[l] += off[l];
+        hint(group.mins.as_ptr().wrapping_add(ahead * GROUP).cast());
+    }
+}
+
+/// The reference arithmetic (module docs), one element at a time: row `lane` of
+/// `group` · `activations`.
+pub fn scalar_dot(
+    format: Format,
+    group: Group<'_>,
+    lane: usize,
+    activations: ActivationRow<'_>,
+) -> f32 {
+    let bytes = format.group_block_bytes();
+    let subs = format.scales_per_block();
+    let per_sub = BLOCK / subs;
+    let mut acc = 0f32;
+    for (b, &activation_scale) in activations.scales.iter().enumerate() {
+        let quants = &group.quants[b * bytes..][..bytes];
+        let a = &activations.quants[b * BLOCK..][..BLOCK];
+        for s in 0..subs {
+            let sum: i32 = (s * per_sub..(s + 1) * per_sub)
+                .map(|e| quant_of(format, quants, lane, e) * i32::from(a[e]))
+                .sum();
+            let scale = group.scales[(b * subs + s) * GROUP + lane] * activation_scale;
+            acc = (sum as f32).mul_add(scale, acc);
         }
     }
-    hsum8(total)
+    if format.has_min() {
+        let mut off = 0f32;
+        for (b, &sum) in activations.sums.iter().enumerate() {
+            off = group.mins[b * GROUP + lane].mul_add(sum, off);
+        }
+        acc + off
+    } else {
+        acc
+    }
 }
 
 #[cfg(test)]
@@ -259,6 +240,9 @@ mod tests {
     use crate::quant::quantize_rows;
     use crate::quant::tests_support::{random_matrix, random_values};
 
+    /// Every path computes every group's rows against every activation row with the
+    /// reference's bits: tiles of four rows and single rows, split spans, a last group
+    /// of padding past its 5 real rows.
     #[test]
     fn every_instruction_set_gives_the_reference_bits() {
         let paths = Isa::available();
@@ -266,40 +250,34 @@ mod tests {
             "paths on this CPU: {:?}",
             paths.iter().map(|p| p.name()).collect::<Vec<_>>()
         );
-        // 576 = 18 blocks (even count), 1568 = 49 blocks (odd): both chain endings.
+        let (rows, acts_rows) = (37, 7);
         for cols in [576, 1568] {
             for format in Format::ALL {
-                let matrix = random_matrix(format, 9, cols, 7);
-                let acts = quantize_rows(&random_values(7 * cols, 8), cols);
-                let reference: Vec<f32> = (0..9)
-                    .flat_map(|i| (0..7).map(move |r| (i, r)))
-                    .map(|(i, r)| scalar_dot(format, matrix.row(i), acts.row(r)))
+                let matrix = random_matrix(format, rows, cols, 7);
+                let acts = quantize_rows(&random_values(acts_rows * cols, 8), cols);
+                let reference: Vec<f32> = (0..acts_rows)
+                    .flat_map(|r| (0..rows).map(move |c| (r, c)))
+                    .map(|(r, c)| {
+                        let group = matrix.group(c / GROUP);
+                        scalar_dot(format, group, c % GROUP, acts.row(r))
+                    })
                     .collect();
-                for (&isa, tile) in paths.iter().flat_map(|isa| [(isa, 2), (isa, 4)]) {
-                    let mut got = vec![0f32; 9 * 7];
-                    for i in (0..8).step_by(tile) {
-                        let out = &mut got[i * 7..];
-                        if tile == 2 {
-                            isa.dot_rows(
-                                format,
-                                [matrix.row(i), matrix.row(i + 1)],
-                                &acts,
-                                0..7,
-                                out,
-                            );
-                        } else {
-                            let rows = std::array::from_fn::<_, 4, _>(|k| matrix.row(i + k));
-                            // Two spans, as the matmul walks rows: the split changes no value.
-                            isa.dot_rows(format, rows, &acts, 0..3, &mut *out);
-                            isa.dot_rows(format, rows, &acts, 3..7, out);
+                for &isa in &paths {
+                    let mut got = vec![f32::NAN; acts_rows * rows];
+                    for g in 0..matrix.groups() {
+                        let lanes = GROUP.min(rows - g * GROUP);
+                        let out = &mut got[g * GROUP..];
+                        // Two spans, as the matmul walks rows: the split changes no value.
+                        for span in [0..3, 3..acts_rows] {
+                            let group = matrix.group(g);
+                            isa.dot_group(format, group, &acts, span, out, (rows, lanes));
                         }
                     }
-                    isa.dot_rows(format, [matrix.row(8)], &acts, 0..7, &mut got[8 * 7..]);
                     for (k, (g, want)) in got.iter().zip(&reference).enumerate() {
                         assert_eq!(
                             g.to_bits(),
                             want.to_bits(),
-                            "{} tile {tile} {format:?} cols {cols} element {k}: {g} vs {want}",
+                            "{} {format:?} cols {cols} element {k}: {g} vs {want}",
                             isa.name()
                         );
                     }
@@ -327,9 +305,8 @@ mod tests {
                     .zip(&values)
                     .map(|(w, x)| (f64::from(*w) * f64::from(*x)).abs())
                     .sum();
-                let mut got = [0f32];
-                Isa::detect().dot_rows(format, [matrix.row(r)], &acts, 0..1, &mut got);
-                let got = f64::from(got[0]);
+                let group = matrix.group(r / GROUP);
+                let got = f64::from(scalar_dot(format, group, r % GROUP, acts.row(0)));
                 // Activation rounding is at most half a step (1/254 of the block max).
                 assert!(
                     (got - exact).abs() <= 0.01 * magnitude + 1e-4,

@@ -1,13 +1,14 @@
 //! Quantized weights × quantized activations, parallel over output features.
 //!
-//! Each output element is one [`Isa::dot`] of a weight row with an activation row, so
-//! the result does not depend on how many activation rows come together, on how the
-//! output features are split among threads, or on the thread count.
+//! Each output element is one dot of a weight row with an activation row in the
+//! reference arithmetic ([`crate::dot`]), so the result does not depend on how many
+//! activation rows come together, on how the row groups are split among threads, or
+//! on the thread count.
 
 use rayon::prelude::*;
 
 use crate::dot::Isa;
-use crate::quant::{Matrix, QuantizedRows};
+use crate::quant::{Matrix, QuantizedRows, GROUP};
 
 /// `out[r * weights.rows + c] = weights[c] · activations[r]`.
 pub fn matmul(isa: Isa, weights: &Matrix, activations: &QuantizedRows, out: &mut [f32]) {
@@ -17,17 +18,23 @@ pub fn matmul(isa: Isa, weights: &Matrix, activations: &QuantizedRows, out: &mut
     assert_eq!(out.len(), batch * features, "output has the wrong size");
     // Enough pieces to balance the pool, each big enough to amortise scheduling.
     let pieces = (rayon::current_num_threads() * 4).max(1);
-    let per_piece = features.div_ceil(pieces).max(16);
+    let groups_per_piece = weights.groups().div_ceil(pieces).max(1);
+    let per_piece = groups_per_piece * GROUP;
     if batch == 1 {
         // One row (decoding): each piece's outputs are a slice of `out` already, so the
-        // pieces write in place (no per-piece buffer, which for a 262k-row output head
-        // was a fresh, page-faulting megabyte every token, and no copy back).
+        // pieces write in place.
         out.par_chunks_mut(per_piece)
             .enumerate()
             .for_each(|(piece, values)| {
-                let first = piece * per_piece;
-                let features = first..first + values.len();
-                tiles::<4>(isa, weights, activations, features, values);
+                let stride = values.len();
+                groups(
+                    isa,
+                    weights,
+                    activations,
+                    piece * groups_per_piece,
+                    values,
+                    stride,
+                );
             });
         return;
     }
@@ -35,57 +42,54 @@ pub fn matmul(isa: Isa, weights: &Matrix, activations: &QuantizedRows, out: &mut
         .into_par_iter()
         .map(|piece| {
             let first = piece * per_piece;
-            let last = (first + per_piece).min(features);
-            let mut values = vec![0f32; (last - first) * batch];
-            if isa.wide_tiles() {
-                tiles::<4>(isa, weights, activations, first..last, &mut values);
-            } else {
-                tiles::<2>(isa, weights, activations, first..last, &mut values);
-            }
+            let width = per_piece.min(features - first);
+            let mut values = vec![0f32; width * batch];
+            groups(
+                isa,
+                weights,
+                activations,
+                piece * groups_per_piece,
+                &mut values,
+                width,
+            );
             (first, values)
         })
         .collect();
-    // Into rows, one output row per task: a serial copy here was 7% of a one-thread
-    // prefill and kept the second thread idle meanwhile.
+    // Into rows, one output row per task: each piece's run of a row is contiguous.
     out.par_chunks_mut(features)
         .enumerate()
         .for_each(|(r, row)| {
             for (first, values) in &computed {
-                for (offset, per_feature) in values.chunks_exact(batch).enumerate() {
-                    row[first + offset] = per_feature[r];
-                }
+                let width = values.len() / batch;
+                row[*first..*first + width].copy_from_slice(&values[r * width..][..width]);
             }
         });
 }
 
-/// Fills `values` (feature-major: `values[(f - first) * batch + r]`) for `features`,
-/// `W` weight rows at a time, leftovers one by one.
-fn tiles<const W: usize>(
+/// Fills `values` (`values[r * stride + c - 16·first_group]`, `stride` wide) for the
+/// groups from `first_group` whose rows it covers.
+fn groups(
     isa: Isa,
     weights: &Matrix,
     activations: &QuantizedRows,
-    features: std::ops::Range<usize>,
+    first_group: usize,
     values: &mut [f32],
+    stride: usize,
 ) {
     let batch = activations.rows();
-    let first = features.start;
-    let full = features.start + (features.len() / W) * W;
-    // Activation rows in spans that stay in L1 while the piece's weight rows pass.
+    // Activation rows in spans that stay in L1/L2 while the piece's groups pass.
     for start in (0..batch).step_by(ROW_SPAN) {
         let span = start..(start + ROW_SPAN).min(batch);
-        for f in (features.start..full).step_by(W) {
-            let rows: [_; W] = std::array::from_fn(|i| weights.row(f + i));
-            let out = &mut values[(f - first) * batch..];
-            isa.dot_rows(weights.format, rows, activations, span.clone(), out);
-        }
-        for f in full..features.end {
-            let out = &mut values[(f - first) * batch..];
-            isa.dot_rows(
+        for local in 0..stride.div_ceil(GROUP) {
+            let column = local * GROUP;
+            let lanes = GROUP.min(stride - column);
+            isa.dot_group(
                 weights.format,
-                [weights.row(f)],
+                weights.group(first_group + local),
                 activations,
                 span.clone(),
-                out,
+                &mut values[column..],
+                (stride, lanes),
             );
         }
     }

@@ -10,9 +10,22 @@ pub use crate::blocks::{Format, BLOCK};
 use crate::blocks::{self, BlockType, KernelBlock};
 use crate::KernelError;
 
-/// A quantized weight matrix, row-major: `rows` outputs of `cols` inputs each, held
-/// as packed quants (16 bytes per Q4_1 block, 32 for the others) with the block
-/// scales and minimums widened to f32 once, at load.
+/// Rows per group: a matrix keeps its rows in groups of 16, interleaved so that one
+/// 64-byte load holds four consecutive weights of each of the 16 rows — the operand
+/// of one `vpdpbusd`, which sums those four products into one lane per row. A
+/// matrix whose row count is not a multiple of 16 is padded with zero rows.
+pub const GROUP: usize = 16;
+
+/// A quantized weight matrix in row groups ([`GROUP`]), group after group, each group
+/// its blocks in order: per block [`Format::group_block_bytes`] of quants, the
+/// scales (`scales_per_block × 16`, sub-block major) and, for formats with
+/// minimums, 16 minimums — all widened to f32 once, at load.
+///
+/// Within a group's block, element `e = 4k + i` (chunk `k` of eight) of row `r` is
+/// byte `64k + 4r + i` (Q8_0, Q6_K: the quant plus [`Format::offset`]), or for the
+/// nibble formats the low nibble of byte `64k + 4r + i` (`k < 4`) or the high nibble
+/// of byte `64(k − 4) + 4r + i`; Q5_1's fifth bits follow as eight little-endian u64,
+/// chunk `k`'s bit `4r + i`.
 #[derive(Clone, Debug)]
 pub struct Matrix {
     pub format: Format,
@@ -21,6 +34,14 @@ pub struct Matrix {
     quants: Vec<u8>,
     scales: Vec<f32>,
     mins: Vec<f32>,
+}
+
+/// One row group's quants, scales and minimums (none without minimums).
+#[derive(Clone, Copy)]
+pub struct Group<'a> {
+    pub quants: &'a [u8],
+    pub scales: &'a [f32],
+    pub mins: &'a [f32],
 }
 
 impl Matrix {
@@ -54,54 +75,157 @@ impl Matrix {
                 expected.map_or_else(|| "more than memory holds".into(), |e| e.to_string())
             )));
         }
-        let format = block_type.kernel_format();
-        let blocks = rows * (cols / BLOCK);
-        let per_row = cols / BLOCK;
+        let row_bytes = cols / per_block * block_type.bytes();
+        Ok(Self::from_rows(
+            block_type.kernel_format(),
+            rows,
+            cols,
+            |row, blocks| {
+                for raw in data[row * row_bytes..][..row_bytes].chunks_exact(block_type.bytes()) {
+                    blocks::decode(block_type, raw, &mut |block| blocks.push(block));
+                }
+            },
+        ))
+    }
+
+    /// Builds a matrix from each row's kernel blocks (`row_blocks(row, &mut out)`
+    /// appends row `row`'s `cols / 32` blocks), group by group.
+    pub(crate) fn from_rows(
+        format: Format,
+        rows: usize,
+        cols: usize,
+        mut row_blocks: impl FnMut(usize, &mut Vec<KernelBlock>),
+    ) -> Self {
+        let blocks = cols / BLOCK;
+        let groups = rows.div_ceil(GROUP);
         let mut matrix = Self {
             format,
             rows,
             cols,
-            quants: Vec::with_capacity(blocks * format.packed_bytes()),
-            scales: Vec::with_capacity(blocks * format.scales_per_block()),
-            mins: Vec::with_capacity(rows * format.mins_per_row(per_row)),
-        };
-        let mut row = RowBuilder::default();
-        for raw in data.chunks_exact(block_type.bytes()) {
-            blocks::decode(block_type, raw, &mut |block| {
-                row.push(&mut matrix, block);
-                if row.blocks == per_row {
-                    row.finish(&mut matrix);
+            quants: vec![0; groups * blocks * format.group_block_bytes()],
+            scales: vec![0.0; groups * blocks * GROUP * format.scales_per_block()],
+            mins: vec![
+                0.0;
+                if format.has_min() {
+                    groups * blocks * GROUP
+                } else {
+                    0
                 }
-            });
+            ],
+        };
+        let mut row = Vec::with_capacity(blocks);
+        for g in 0..groups {
+            for r in 0..GROUP.min(rows - g * GROUP) {
+                row.clear();
+                row_blocks(g * GROUP + r, &mut row);
+                debug_assert_eq!(row.len(), blocks);
+                for (b, block) in row.iter().enumerate() {
+                    matrix.put(g * blocks + b, r, block);
+                }
+            }
+            // Padding rows keep zero scales and minimums; their quants stand for zero.
+            for r in GROUP.min(rows - g * GROUP)..GROUP {
+                for b in 0..blocks {
+                    matrix.put(g * blocks + b, r, &KernelBlock::default());
+                }
+            }
         }
-        Ok(matrix)
+        matrix
     }
 
-    /// One row's packed quants, scales and minimums (none for signed layouts).
-    pub fn row(&self, row: usize) -> WeightRow<'_> {
+    /// Stores `block` as row `r` of group block `at` (`group · blocks + block`).
+    fn put(&mut self, at: usize, r: usize, block: &KernelBlock) {
+        let format = self.format;
+        let bytes =
+            &mut self.quants[at * format.group_block_bytes()..][..format.group_block_bytes()];
+        for (e, &q) in block.quants.iter().enumerate() {
+            let (k, i) = (e / 4, e % 4);
+            match format {
+                Format::Q4_1 | Format::Q5_1 => {
+                    let byte = &mut bytes[64 * (k % 4) + 4 * r + i];
+                    if k < 4 {
+                        *byte = (*byte & 0xF0) | (q & 0x0F);
+                    } else {
+                        *byte = (*byte & 0x0F) | (q << 4);
+                    }
+                    if format == Format::Q5_1 && q & 0x10 != 0 {
+                        bytes[256 + 8 * k + (4 * r + i) / 8] |= 1 << ((4 * r + i) % 8);
+                    }
+                }
+                Format::Q8_0 | Format::Q6_K => {
+                    bytes[64 * k + 4 * r + i] = (i32::from(q as i8) + format.offset()) as u8;
+                }
+            }
+        }
+        let subs = format.scales_per_block();
+        for s in 0..subs {
+            self.scales[(at * subs + s) * GROUP + r] = block.scales[s];
+        }
+        if format.has_min() {
+            self.mins[at * GROUP + r] = block.min;
+        }
+    }
+
+    /// Row groups: `rows / 16`, rounded up.
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(GROUP)
+    }
+
+    /// Row group `g`'s quants, scales and minimums, block after block.
+    pub fn group(&self, g: usize) -> Group<'_> {
         let blocks = self.cols / BLOCK;
-        let packed = blocks * self.format.packed_bytes();
-        let scales = blocks * self.format.scales_per_block();
-        let mins = self.format.mins_per_row(blocks);
-        WeightRow {
-            quants: &self.quants[row * packed..][..packed],
-            scales: &self.scales[row * scales..][..scales],
-            mins: &self.mins[row * mins..][..mins],
+        let format = self.format;
+        let per = |unit: usize, all: &[f32]| -> std::ops::Range<usize> {
+            if all.is_empty() {
+                0..0
+            } else {
+                g * blocks * unit..(g + 1) * blocks * unit
+            }
+        };
+        Group {
+            quants: &self.quants[g * blocks * format.group_block_bytes()..]
+                [..blocks * format.group_block_bytes()],
+            scales: &self.scales[per(GROUP * format.scales_per_block(), &self.scales)],
+            mins: &self.mins[per(GROUP, &self.mins)],
+        }
+    }
+
+    /// Row `row`'s block `b` as the kernel block it was built from.
+    fn block(&self, row: usize, b: usize) -> KernelBlock {
+        let (g, r) = (row / GROUP, row % GROUP);
+        let blocks = self.cols / BLOCK;
+        let at = g * blocks + b;
+        let format = self.format;
+        let bytes = &self.quants[at * format.group_block_bytes()..][..format.group_block_bytes()];
+        let subs = format.scales_per_block();
+        let scale = |s: usize| self.scales[(at * subs + s.min(subs - 1)) * GROUP + r];
+        KernelBlock {
+            quants: std::array::from_fn(|e| quant_of(format, bytes, r, e) as u8),
+            scales: [scale(0), scale(1)],
+            min: if format.has_min() {
+                self.mins[at * GROUP + r]
+            } else {
+                0.0
+            },
         }
     }
 
     /// Writes row `row` as f32 into `out` (`cols` long).
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
-        let weights = self.row(row);
-        let (blocks, per_block) = (self.cols / BLOCK, self.format.scales_per_block());
         for (b, chunk) in out.chunks_exact_mut(BLOCK).enumerate() {
-            let min = weights.mins.get(b).copied();
+            let block = self.block(row, b);
             for (e, value) in chunk.iter_mut().enumerate() {
-                let scale = weights.scales[b * per_block + e * per_block / BLOCK];
-                let quant = quant_of(self.format, weights.quants, blocks, b, e) as f32;
-                *value = match min {
-                    Some(min) => scale * quant + min,
-                    None => scale * quant,
+                let quant = block.quants[e];
+                let quant = if self.format.offset() != 0 {
+                    f32::from(quant as i8)
+                } else {
+                    f32::from(quant)
+                };
+                let scale = block.scales[e / 16];
+                *value = if self.format.has_min() {
+                    scale * quant + block.min
+                } else {
+                    scale * quant
                 };
             }
         }
@@ -111,23 +235,9 @@ impl Matrix {
     /// the rows: the loader reorders qwen2's q/k rows).
     pub fn with_rows_from(&self, order: &[usize]) -> Matrix {
         debug_assert_eq!(order.len(), self.rows);
-        let blocks = self.cols / BLOCK;
-        let mut out = Matrix {
-            format: self.format,
-            rows: self.rows,
-            cols: self.cols,
-            quants: Vec::with_capacity(self.quants.len()),
-            scales: Vec::with_capacity(self.scales.len()),
-            mins: Vec::with_capacity(self.mins.len()),
-        };
-        for &from in order {
-            let row = self.row(from);
-            out.quants.extend_from_slice(row.quants);
-            out.scales.extend_from_slice(row.scales);
-            out.mins.extend_from_slice(row.mins);
-        }
-        debug_assert_eq!(out.mins.len(), self.rows * self.format.mins_per_row(blocks));
-        out
+        Matrix::from_rows(self.format, self.rows, self.cols, |row, out| {
+            out.extend((0..self.cols / BLOCK).map(|b| self.block(order[row], b)));
+        })
     }
 
     /// Bytes the matrix holds in memory.
@@ -136,83 +246,25 @@ impl Matrix {
     }
 }
 
-/// Builds a matrix row by row from kernel blocks: a Q5_1 row keeps its fifth bits
-/// after all its nibbles (see [`quant_of`]).
-#[derive(Default)]
-struct RowBuilder {
-    blocks: usize,
-    fifth_bits: Vec<u8>,
-}
-
-impl RowBuilder {
-    fn push(&mut self, matrix: &mut Matrix, block: KernelBlock) {
-        let q = block.quants;
-        let nibbles = (0..16).map(|j| (q[j] & 0x0F) | (q[j + 16] << 4));
-        match matrix.format {
-            Format::Q4_1 => matrix.quants.extend(nibbles),
-            Format::Q5_1 => {
-                matrix.quants.extend(nibbles);
-                let bits = (0..BLOCK).fold(0u32, |bits, e| {
-                    bits | (u32::from(block.quants[e] >> 4) << e)
-                });
-                self.fifth_bits.extend_from_slice(&bits.to_le_bytes());
-            }
-            Format::Q8_0 | Format::Q6_K => matrix.quants.extend_from_slice(&block.quants),
-        }
-        let scales = &block.scales[..matrix.format.scales_per_block()];
-        matrix.scales.extend_from_slice(scales);
-        if matrix.format.has_min() {
-            matrix.mins.push(block.min);
-        }
-        self.blocks += 1;
-    }
-
-    fn finish(&mut self, matrix: &mut Matrix) {
-        matrix.quants.append(&mut self.fifth_bits);
-        if matrix.format.has_min() {
-            let mins = &mut matrix.mins;
-            mins.resize(mins.len() + padded(self.blocks) - self.blocks, 0.0);
-        }
-        self.blocks = 0;
-    }
-}
-
-/// Element `e` of block `b` of a row's quants (`blocks` blocks), as the integer it
-/// stands for. Q4_1 and Q5_1 keep 16 bytes of nibbles per block, elements 0..16 in the
-/// low nibbles and 16..32 in the high ones (GGML's order); Q5_1 rows then hold each
-/// block's fifth bits as a little-endian u32 (bit `e` for element `e`), all after the
-/// row's nibbles, so two blocks' bits are one u64 for AVX-512. Q8_0 and Q6_K: one
-/// signed byte per element.
+/// Element `e` of row `r` in a group's block (`bytes`: its
+/// [`Format::group_block_bytes`]), as the quant it stands for (offset removed; for the
+/// signed formats returned as the two's-complement byte's value).
 #[inline]
-pub(crate) fn quant_of(format: Format, quants: &[u8], blocks: usize, b: usize, e: usize) -> i32 {
+pub(crate) fn quant_of(format: Format, bytes: &[u8], r: usize, e: usize) -> i32 {
+    let (k, i) = (e / 4, e % 4);
+    let lane = 4 * r + i;
     match format {
-        Format::Q4_1 => i32::from(nibble(&quants[b * 16..], e)),
-        Format::Q5_1 => {
-            let at = blocks * 16 + b * 4;
-            let bits =
-                u32::from_le_bytes([quants[at], quants[at + 1], quants[at + 2], quants[at + 3]]);
-            i32::from(nibble(&quants[b * 16..], e)) | (((bits >> e) & 1) as i32) << 4
+        Format::Q4_1 | Format::Q5_1 => {
+            let byte = bytes[64 * (k % 4) + lane];
+            let nibble = i32::from(if k < 4 { byte & 0x0F } else { byte >> 4 });
+            if format == Format::Q5_1 {
+                nibble | i32::from((bytes[256 + 8 * k + lane / 8] >> (lane % 8)) & 1) << 4
+            } else {
+                nibble
+            }
         }
-        Format::Q8_0 | Format::Q6_K => i32::from(quants[b * BLOCK + e] as i8),
+        Format::Q8_0 | Format::Q6_K => i32::from(bytes[64 * k + lane]) - format.offset(),
     }
-}
-
-/// Element `e` of a packed Q4_1 block: GGML puts elements 0..16 in the low nibbles
-/// and 16..32 in the high ones.
-#[inline]
-pub(crate) fn nibble(packed: &[u8], e: usize) -> u8 {
-    if e < 16 {
-        packed[e] & 0x0F
-    } else {
-        packed[e - 16] >> 4
-    }
-}
-
-#[derive(Clone, Copy)]
-pub struct WeightRow<'a> {
-    pub quants: &'a [u8],
-    pub scales: &'a [f32],
-    pub mins: &'a [f32],
 }
 
 /// Rows of activations quantized per block of 32.
@@ -221,9 +273,10 @@ pub struct QuantizedRows {
     pub cols: usize,
     pub quants: Vec<i8>,
     pub scales: Vec<f32>,
-    /// `scale · Σ quants` per block: what a Q4_1 minimum multiplies. Each row's run is
-    /// zero-padded to a multiple of eight blocks (see [`padded`]).
+    /// `scale · Σ quants` per block: what a minimum multiplies.
     pub sums: Vec<f32>,
+    /// `Σ quants` per 16 elements (two per block): what a stored offset multiplies.
+    pub half_sums: Vec<i32>,
 }
 
 impl QuantizedRows {
@@ -236,7 +289,8 @@ impl QuantizedRows {
         ActivationRow {
             quants: &self.quants[row * self.cols..][..self.cols],
             scales: &self.scales[row * blocks..][..blocks],
-            sums: &self.sums[row * padded(blocks)..][..padded(blocks)],
+            sums: &self.sums[row * blocks..][..blocks],
+            half_sums: &self.half_sums[row * 2 * blocks..][..2 * blocks],
         }
     }
 }
@@ -246,38 +300,38 @@ pub struct ActivationRow<'a> {
     pub quants: &'a [i8],
     pub scales: &'a [f32],
     pub sums: &'a [f32],
+    pub half_sums: &'a [i32],
 }
 
 /// Quantizes `values` (rows of `cols`, a multiple of 32) block by block.
 pub fn quantize_rows(values: &[f32], cols: usize) -> QuantizedRows {
     debug_assert!(cols.is_multiple_of(BLOCK) && values.len().is_multiple_of(cols));
     let blocks = values.len() / BLOCK;
-    let per_row = cols / BLOCK;
     let mut out = QuantizedRows {
         cols,
         quants: vec![0; values.len()],
         scales: vec![0.0; blocks],
-        sums: vec![0.0; (blocks / per_row.max(1)) * padded(per_row)],
+        sums: vec![0.0; blocks],
+        half_sums: vec![0; 2 * blocks],
     };
     for (b, block) in values.chunks_exact(BLOCK).enumerate() {
         let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
         let scale = amax / 127.0;
         let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
-        let mut sum = 0i32;
-        for (q, &v) in out.quants[b * BLOCK..][..BLOCK].iter_mut().zip(block) {
+        let mut halves = [0i32; 2];
+        for (e, (q, &v)) in out.quants[b * BLOCK..][..BLOCK]
+            .iter_mut()
+            .zip(block)
+            .enumerate()
+        {
             *q = (v * inverse).round() as i8;
-            sum += i32::from(*q);
+            halves[e / 16] += i32::from(*q);
         }
         out.scales[b] = scale;
-        out.sums[(b / per_row) * padded(per_row) + b % per_row] = scale * sum as f32;
+        out.sums[b] = scale * (halves[0] + halves[1]) as f32;
+        out.half_sums[2 * b..][..2].copy_from_slice(&halves);
     }
     out
-}
-
-/// Blocks rounded up to a multiple of eight: the per-row length of Q4_1 minimums and
-/// activation sums, zero-padded, so their dot runs in whole 8-lane chunks.
-pub fn padded(blocks: usize) -> usize {
-    blocks.div_ceil(8) * 8
 }
 
 /// The fixed reduction tree of eight lanes: ((0+4)+(2+6)) + ((1+5)+(3+7)).
@@ -301,21 +355,11 @@ pub(crate) mod tests_support {
     /// block (so any block count, odd ones too, in every format).
     pub(crate) fn random_matrix(format: Format, rows: usize, cols: usize, seed: u64) -> Matrix {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let per_row = cols / BLOCK;
-        let mut matrix = Matrix {
-            format,
-            rows,
-            cols,
-            quants: Vec::new(),
-            scales: Vec::new(),
-            mins: Vec::new(),
-        };
-        let mut builder = RowBuilder::default();
-        for _ in 0..rows {
-            for _ in 0..per_row {
+        Matrix::from_rows(format, rows, cols, |_, out| {
+            for _ in 0..cols / BLOCK {
                 let range = format.quant_range();
                 let d = rng.random_range(0.001f32..0.05);
-                let block = KernelBlock {
+                out.push(KernelBlock {
                     quants: std::array::from_fn(|_| rng.random_range(range.clone()) as u8),
                     scales: [d, d * rng.random_range(0.5f32..2.0)],
                     min: if format.has_min() {
@@ -323,12 +367,9 @@ pub(crate) mod tests_support {
                     } else {
                         0.0
                     },
-                };
-                builder.push(&mut matrix, block);
+                });
             }
-            builder.finish(&mut matrix);
-        }
-        matrix
+        })
     }
 
     pub(crate) fn random_values(len: usize, seed: u64) -> Vec<f32> {

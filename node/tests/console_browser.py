@@ -49,7 +49,7 @@ metrics = urllib.request.urlopen(urllib.request.Request(f"http://{gateway}/metri
 assert 'sharemesh_gateway_budget_limit_nano_usd{budget="gateway\'s daily"} 100000' in metrics, metrics
 alice_spent = [l for l in metrics.splitlines() if l.startswith('sharemesh_gateway_budget_spent_nano_usd{budget="API key alice\'s daily"}')]
 assert alice_spent and int(alice_spent[0].split()[-1]) > 0, metrics
-ANSWER = "The answer to this classic math problem is 4."
+ANSWER = "The answer is 4."
 expect.set_options(timeout=60_000)
 
 with sync_playwright() as p:

@@ -27,9 +27,9 @@ def check(condition, message):
 raw = client.chat.completions.with_raw_response.create(
     model=model, messages=[{"role": "user", "content": "What is 2 + 2?"}], temperature=0, max_tokens=16)
 chat = raw.parse()
-check(chat.choices[0].message.content == "The answer to this classic math problem is 4.", f"chat answer: {chat.choices[0].message.content!r}")
+check(chat.choices[0].message.content == "The answer is 4.", f"chat answer: {chat.choices[0].message.content!r}")
 check(chat.choices[0].finish_reason == "stop", "chat finish_reason")
-check(chat.usage.completion_tokens == 11 and chat.usage.prompt_tokens > 0, f"usage {chat.usage}")
+check(chat.usage.completion_tokens == 6 and chat.usage.prompt_tokens > 0, f"usage {chat.usage}")
 check(chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens, "total tokens")
 check(raw.headers.get("x-sharemesh-provider", "").startswith("12D3KooW"), "x-sharemesh-provider header")
 check(len(raw.headers.get("x-sharemesh-job", "")) == 32, "x-sharemesh-job header")
@@ -42,10 +42,10 @@ stream = client.chat.completions.create(
 chunks = list(stream)
 check(chunks[0].choices[0].delta.role == "assistant", "role in the first delta")
 text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-check(text == "The answer to this classic math problem is 4.", f"streamed text {text!r}")
+check(text == "The answer is 4.", f"streamed text {text!r}")
 finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
 check(finishes[-1] == "stop" and all(f is None for f in finishes[:-1]), f"finish reasons {finishes}")
-check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 11, "usage chunk")
+check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6, "usage chunk")
 results["stream_chunks"] = len(chunks)
 
 # `n` choices: separate jobs with seeds seed, seed + 1, …; the same request gives the
@@ -76,10 +76,10 @@ check(streamed_usage is not None and streamed_usage.completion_tokens == many.us
 results["choices"] = texts
 
 # The Responses API (stateless): a whole response, a cut one, and a stream.
-ANSWER = "The answer to this classic math problem is 4."
+ANSWER = "The answer is 4."
 resp = client.responses.create(model=model, input="What is 2 + 2?", temperature=0, max_output_tokens=16)
 check(resp.status == "completed" and resp.output_text == ANSWER, f"response {resp}")
-check(resp.usage.output_tokens == 11 and resp.usage.input_tokens > 0, f"response usage {resp.usage}")
+check(resp.usage.output_tokens == 6 and resp.usage.input_tokens > 0, f"response usage {resp.usage}")
 cut = client.responses.create(model=model, input="What is 2 + 2?", temperature=0, max_output_tokens=3)
 check(cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens", f"cut {cut}")
 with client.responses.stream(model=model, input=[{"role": "user", "content": "What is 2 + 2?"}],

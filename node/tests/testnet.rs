@@ -391,7 +391,7 @@ fn a_netns_testnet_answers_across_namespaces_and_cleans_up() {
         .unwrap();
     let answer: serde_json::Value = serde_json::from_slice(&answer.stdout).unwrap_or_default();
     assert_eq!(
-        answer["choices"][0]["message"]["content"], "The answer to this classic math problem is 4.",
+        answer["choices"][0]["message"]["content"], "The answer is 4.",
         "{answer}"
     );
     if nat {

@@ -223,6 +223,8 @@ struct Streaming {
     every: u64,
     received: u64,
     acknowledged: u64,
+    /// The commitment head the last receipt sent acknowledged.
+    acknowledged_head: Option<Digest>,
     /// Silence allowed before the next chunk (the first waits for the prefill).
     timeout: Duration,
     /// The provider's commitment chain as this buyer recomputed it.
@@ -320,6 +322,7 @@ impl BuyerStream {
             every,
             received: 0,
             acknowledged: 0,
+            acknowledged_head: None,
             timeout,
         }))
     }
@@ -367,9 +370,13 @@ impl BuyerStream {
             self.pending.push_back(JobEvent::Token(chunk));
         }
         // Nothing delivered, nothing receipted (a job that ends before its first token
-        // is not paid for its prompt either).
+        // is not paid for its prompt either). The final receipt acknowledges the final
+        // chunk's head even when the last tokens were receipted already (the provider
+        // waits for it).
         let due = at.received - at.acknowledged >= at.every
-            || (finish.is_some() && at.received > at.acknowledged);
+            || (finish.is_some()
+                && at.received > 0
+                && (at.received > at.acknowledged || at.acknowledged_head != Some(at.head)));
         if due && matches!(self.terms.billing, Billing::Metered(_)) {
             if let Err(why) = self.pay(&mut at).await {
                 return self.fail(why);
@@ -418,6 +425,7 @@ impl BuyerStream {
         }
         if write_frame(&mut self.writer, &envelope).await.is_ok() {
             at.acknowledged = at.received;
+            at.acknowledged_head = Some(at.head);
         }
         // Booked, so owed whether or not the provider got it.
         self.pending.push_back(JobEvent::Receipted(body));

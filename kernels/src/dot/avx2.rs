@@ -1,259 +1,224 @@
-//! AVX2 kernels: one block per 256-bit register, maddubs + madd for the exact lane sums.
-//! Tiles of W weight rows × A activation rows share loads; each element keeps its own
-//! even and odd chains, so it is the reference arithmetic of `super`.
+//! AVX2 kernels: half a group (8 weight rows) in the 8 lanes of a register,
+//! `pmaddubsw` + `pmaddwd` for the exact sum of four products per lane. Each half of a
+//! group is its own pass; tiles of A activation rows share each block's weights.
 
-// Tiles index weight rows (i) and activation rows (j) into several arrays at once.
+// Tiles index chunks (k) and activation rows (j) into several arrays at once.
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 
-use crate::quant::{Format, QuantizedRows, WeightRow, BLOCK};
+use crate::quant::{Format, Group, QuantizedRows, BLOCK, GROUP};
 
-/// Same tree as `crate::quant::hsum8`: ((0+4)+(2+6)) + ((1+5)+(3+7)).
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(super) fn hsum8(v: __m256) -> f32 {
-    let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-    _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)))
-}
-
-/// The eight offset lanes `Σ m·s` by block index modulo 8 over padded rows.
+/// The eight chunk operands of rows `8·half..8·half + 8` of a group's block at
+/// `quants`: unsigned bytes, except Q8_0's, which come back as signed quants (the
+/// stored `q + 128` as unsigned would overflow `pmaddubsw`'s i16 pair sums).
 ///
 /// # Safety
-/// AVX2 and FMA; `mins` and `sums` of equal length, a multiple of 8.
+/// `quants` points at a whole group block of the format.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn offset_lanes(mins: &[f32], sums: &[f32]) -> __m256 {
-    let mut acc = _mm256_setzero_ps();
-    for c in 0..mins.len() / 8 {
-        // SAFETY: 8c + 8 <= len for both slices.
-        let (m, s) = unsafe {
-            (
-                _mm256_loadu_ps(mins.as_ptr().add(c * 8)),
-                _mm256_loadu_ps(sums.as_ptr().add(c * 8)),
-            )
-        };
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(m, s));
-    }
-    acc
-}
-
-/// `(even + odd) + offset lanes` for formats with minimums, `even + odd` for signed
-/// ones, reduced.
-///
-/// # Safety
-/// AVX2 and FMA; the activation row exists.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn finish(
-    format: Format,
-    weights: &WeightRow<'_>,
-    activations: &QuantizedRows,
-    row: usize,
-    even: __m256,
-    odd: __m256,
-) -> f32 {
-    let mut total = _mm256_add_ps(even, odd);
-    if format.has_min() {
-        let width = weights.mins.len();
-        let sums = &activations.sums[row * width..][..width];
-        // SAFETY: equal, padded lengths.
-        total = _mm256_add_ps(total, unsafe { offset_lanes(weights.mins, sums) });
-    }
-    hsum8(total)
-}
-
-/// Weight block `b` of `row` (of `blocks`): the unsigned operand for maddubs and, for
-/// signed formats, the raw signed bytes whose signs move onto the activations.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn weight_block(
-    format: Format,
-    row: &WeightRow<'_>,
-    blocks: usize,
-    b: usize,
-) -> (__m256i, __m256i) {
-    match format {
-        Format::Q4_1 => {
-            // SAFETY: the caller checked 16 bytes per block.
-            let packed = unsafe { _mm_loadu_si128(row.quants.as_ptr().add(b * 16).cast()) };
-            let mask = _mm_set1_epi8(0x0F);
-            let low = _mm_and_si128(packed, mask);
-            let high = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
-            (_mm256_set_m128i(high, low), _mm256_setzero_si256())
-        }
-        Format::Q5_1 => {
-            // SAFETY: the caller checked 20 bytes per block: 16 of nibbles at b·16, and
-            // the fifth bits after the row's nibbles.
-            let (packed, bits) = unsafe {
-                (
-                    _mm_loadu_si128(row.quants.as_ptr().add(b * 16).cast()),
-                    std::ptr::read_unaligned(
-                        row.quants.as_ptr().add(blocks * 16 + b * 4).cast::<u32>(),
-                    ),
-                )
-            };
-            let mask = _mm_set1_epi8(0x0F);
-            let low = _mm_and_si128(packed, mask);
-            let high = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
-            let nibbles = _mm256_set_m128i(high, low);
-            (
-                _mm256_or_si256(nibbles, fifth_bits(u32::from_le(bits))),
-                _mm256_setzero_si256(),
-            )
-        }
-        Format::Q8_0 | Format::Q6_K => {
-            // SAFETY: the caller checked 32 bytes per block.
-            let raw = unsafe { _mm256_loadu_si256(row.quants.as_ptr().add(b * BLOCK).cast()) };
-            (_mm256_sign_epi8(raw, raw), raw)
-        }
-    }
-}
-
-/// 16 in byte `e` where bit `e` of `bits` is set, else 0.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn fifth_bits(bits: u32) -> __m256i {
-    let repeated = _mm256_set1_epi32(bits as i32);
-    // Byte e takes byte e / 8 of `bits` (each 128-bit lane holds all four)…
-    let spread = _mm256_shuffle_epi8(
-        repeated,
-        _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
-            3, 3, 3,
-        ),
-    );
-    // …and keeps bit e % 8 of it.
-    let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
-    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
-}
-
-/// Block `b`'s weight scale for each of the eight lanes (Q6_K: lanes 0–3 the first
-/// half's, 4–7 the second's).
-///
-/// # Safety
-/// AVX2; the row has block `b`'s scales.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn weight_scales(format: Format, row: &WeightRow<'_>, b: usize) -> __m256 {
-    // SAFETY: the caller checked `scales_per_block` scales per block.
+#[target_feature(enable = "avx2")]
+unsafe fn operands<const F: usize>(quants: *const u8, half: usize) -> [__m256i; 8] {
+    let format = Format::ALL[F];
+    let mut w = [_mm256_setzero_si256(); 8];
+    let at = |k: usize| quants.wrapping_add(64 * k + 32 * half);
+    // SAFETY (all loads): the caller's promise; the block holds `group_block_bytes`.
     unsafe {
-        if format == Format::Q6_K {
-            let first = _mm_set1_ps(*row.scales.get_unchecked(2 * b));
-            _mm256_set_m128(_mm_set1_ps(*row.scales.get_unchecked(2 * b + 1)), first)
-        } else {
-            _mm256_set1_ps(*row.scales.get_unchecked(b))
+        match format {
+            Format::Q4_1 | Format::Q5_1 => {
+                let low = _mm256_set1_epi8(0x0F);
+                for k in 0..4 {
+                    let packed = _mm256_loadu_si256(at(k).cast());
+                    w[k] = _mm256_and_si256(packed, low);
+                    w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+                }
+                if format == Format::Q5_1 {
+                    // Bits 32·half.. of chunk k's u64: one per byte of the operand.
+                    let spread = _mm256_setr_epi8(
+                        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                        3, 3, 3, 3, 3, 3, 3,
+                    );
+                    let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                    for k in 0..8 {
+                        let bits = std::ptr::read_unaligned(
+                            quants.add(256 + 8 * k + 4 * half).cast::<i32>(),
+                        );
+                        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits), spread);
+                        let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, select), select);
+                        w[k] = _mm256_add_epi8(w[k], _mm256_and_si256(set, _mm256_set1_epi8(16)));
+                    }
+                }
+            }
+            Format::Q8_0 => {
+                let flip = _mm256_set1_epi8(-128);
+                for k in 0..8 {
+                    w[k] = _mm256_xor_si256(_mm256_loadu_si256(at(k).cast()), flip);
+                }
+            }
+            Format::Q6_K => {
+                for k in 0..8 {
+                    w[k] = _mm256_loadu_si256(at(k).cast());
+                }
+            }
         }
     }
+    w
 }
 
+/// The exact integer sums of chunks `chunks` against activation words `a`, from
+/// `start`. Q8_0's operands are signed: the sign moves onto the activation.
+///
+/// # Safety
+/// `a` points at eight readable i32 words (a block's 32 activation quants).
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn accumulate<const W: usize, const A: usize>(
-    format: Format,
-    weights: &[WeightRow<'_>; W],
-    activations: &QuantizedRows,
-    first: usize,
-    b: usize,
-    chain: &mut [[__m256; A]; W],
-) {
+#[target_feature(enable = "avx2")]
+unsafe fn sub_sum<const F: usize>(
+    w: &[__m256i; 8],
+    a: *const i32,
+    chunks: std::ops::Range<usize>,
+    start: __m256i,
+) -> __m256i {
     let ones = _mm256_set1_epi16(1);
-    let blocks = activations.cols / BLOCK;
-    let mut unsigned = [_mm256_setzero_si256(); W];
-    let mut signs = [_mm256_setzero_si256(); W];
-    let mut weight_scale = [_mm256_setzero_ps(); W];
-    for i in 0..W {
-        // SAFETY: block `b` of every row was checked by the caller.
-        (unsigned[i], signs[i]) = unsafe { weight_block(format, &weights[i], blocks, b) };
-        weight_scale[i] = unsafe { weight_scales(format, &weights[i], b) };
-    }
-    for j in 0..A {
-        let row = first + j;
-        // SAFETY: row < rows and b < blocks, checked by the caller.
-        let (quants, scale) = unsafe {
-            (
-                _mm256_loadu_si256(
-                    activations
-                        .quants
-                        .as_ptr()
-                        .add(row * activations.cols + b * BLOCK)
-                        .cast(),
-                ),
-                _mm256_set1_ps(*activations.scales.get_unchecked(row * blocks + b)),
+    let mut sum = start;
+    for k in chunks {
+        // SAFETY: k < 8, the caller's promise.
+        let activation = _mm256_set1_epi32(unsafe { a.add(k).read_unaligned() });
+        let pairs = if Format::ALL[F] == Format::Q8_0 {
+            _mm256_maddubs_epi16(
+                _mm256_sign_epi8(w[k], w[k]),
+                _mm256_sign_epi8(activation, w[k]),
             )
+        } else {
+            _mm256_maddubs_epi16(w[k], activation)
         };
-        for i in 0..W {
-            let operand = if format.is_signed() {
-                _mm256_sign_epi8(quants, signs[i])
-            } else {
-                quants
-            };
-            let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned[i], operand), ones);
-            let scale = _mm256_mul_ps(weight_scale[i], scale);
-            chain[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), scale, chain[i][j]);
-        }
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
     }
+    sum
 }
 
+/// Rows `8·half..` of a group · activation rows `first..first + A`, stored at
+/// `out[r * stride + 8·half + lane]` for lanes below `lanes − 8·half`.
+///
+/// # Safety
+/// AVX2 and FMA; `Isa::dot_group` checked every slice length.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile<const W: usize, const A: usize>(
-    format: Format,
-    weights: &[WeightRow<'_>; W],
+unsafe fn tile<const F: usize, const A: usize>(
+    group: &Group<'_>,
     activations: &QuantizedRows,
     first: usize,
     out: &mut [f32],
+    (stride, lanes, half): (usize, usize, usize),
 ) {
+    let format = Format::ALL[F];
     let blocks = activations.cols / BLOCK;
-    let rows = activations.rows();
-    let mut even = [[_mm256_setzero_ps(); A]; W];
-    let mut odd = [[_mm256_setzero_ps(); A]; W];
-    for pair in 0..blocks / 2 {
-        if A == 1 {
-            // Decoding: the weights stream from memory (see `prefetch_ahead`).
-            super::prefetch_ahead(weights, format, 2 * pair);
-        }
-        // SAFETY: both blocks are below `blocks`.
-        unsafe {
-            accumulate(format, weights, activations, first, 2 * pair, &mut even);
-            accumulate(format, weights, activations, first, 2 * pair + 1, &mut odd);
-        }
-    }
-    if blocks % 2 == 1 {
-        // SAFETY: as above.
-        unsafe { accumulate(format, weights, activations, first, blocks - 1, &mut even) };
-    }
-    for i in 0..W {
+    let bytes = format.group_block_bytes();
+    let subs = format.scales_per_block();
+    // Q8_0's operands are signed quants already (see `operands`).
+    let offset = if format == Format::Q8_0 {
+        0
+    } else {
+        format.offset()
+    };
+    let act_quants = activations.quants.as_ptr();
+    let act_scales = activations.scales.as_ptr();
+    let act_sums = activations.sums.as_ptr();
+    let act_halves = activations.half_sums.as_ptr();
+    let mut acc = [_mm256_setzero_ps(); A];
+    let mut off = [_mm256_setzero_ps(); A];
+    for b in 0..blocks {
+        super::prefetch_ahead(format, group, b);
+        // SAFETY: block b < blocks of the group, checked by the caller.
+        let w = unsafe { operands::<F>(group.quants.as_ptr().add(b * bytes), half) };
+        let scales = group.scales.as_ptr();
+        // SAFETY: as above, for the block's scales and minimums.
+        let (weight_scale, second_scale, mins) = unsafe {
+            (
+                _mm256_loadu_ps(scales.add(b * subs * GROUP + 8 * half)),
+                _mm256_loadu_ps(scales.add((b * subs + subs - 1) * GROUP + 8 * half)),
+                if format.has_min() {
+                    _mm256_loadu_ps(group.mins.as_ptr().add(b * GROUP + 8 * half))
+                } else {
+                    _mm256_setzero_ps()
+                },
+            )
+        };
         for j in 0..A {
             let row = first + j;
-            // SAFETY: row `row` exists.
-            out[i * rows + row] =
-                unsafe { finish(format, &weights[i], activations, row, even[i][j], odd[i][j]) };
+            // SAFETY: row < rows and block b exist, checked by the caller: the block's 32
+            // quants are eight (unaligned) i32 words.
+            let a = unsafe {
+                act_quants
+                    .add(row * activations.cols + b * BLOCK)
+                    .cast::<i32>()
+            };
+            let at = row * blocks + b;
+            // SAFETY: `at` < rows · blocks, checked by the caller (as for the sums).
+            let activation_scale = _mm256_set1_ps(unsafe { *act_scales.add(at) });
+            let halves = unsafe { [*act_halves.add(2 * at), *act_halves.add(2 * at + 1)] };
+            if subs == 1 {
+                let start = _mm256_set1_epi32(-offset * (halves[0] + halves[1]));
+                let sum = unsafe { sub_sum::<F>(&w, a, 0..8, start) };
+                let scale = _mm256_mul_ps(weight_scale, activation_scale);
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[j]);
+            } else {
+                let first_half =
+                    unsafe { sub_sum::<F>(&w, a, 0..4, _mm256_set1_epi32(-offset * halves[0])) };
+                let second_half =
+                    unsafe { sub_sum::<F>(&w, a, 4..8, _mm256_set1_epi32(-offset * halves[1])) };
+                let scale = _mm256_mul_ps(weight_scale, activation_scale);
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(first_half), scale, acc[j]);
+                let scale = _mm256_mul_ps(second_scale, activation_scale);
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(second_half), scale, acc[j]);
+            }
+            if format.has_min() {
+                let sum = _mm256_set1_ps(unsafe { *act_sums.add(at) });
+                off[j] = _mm256_fmadd_ps(mins, sum, off[j]);
+            }
         }
+    }
+    let keep = lanes.saturating_sub(8 * half).min(8);
+    for j in 0..A {
+        let result = if format.has_min() {
+            _mm256_add_ps(acc[j], off[j])
+        } else {
+            acc[j]
+        };
+        let mut values = [0f32; 8];
+        // SAFETY: `values` holds eight floats.
+        unsafe { _mm256_storeu_ps(values.as_mut_ptr(), result) };
+        let at = (first + j) * stride + 8 * half;
+        out[at..at + keep].copy_from_slice(&values[..keep]);
     }
 }
 
 /// # Safety
-/// AVX2 and FMA; `Isa::dot_rows` checked every slice length.
+/// AVX2 and FMA; `Isa::dot_group` checked every slice length.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn dot_rows<const W: usize>(
+pub(super) unsafe fn dot_group(
     format: Format,
-    weights: [WeightRow<'_>; W],
+    group: &Group<'_>,
     activations: &QuantizedRows,
     span: std::ops::Range<usize>,
     out: &mut [f32],
+    stride: usize,
+    lanes: usize,
 ) {
-    let wide = if W <= 2 { 2 } else { 1 };
-    super::walk_rows(span, wide, |r, tiled| {
-        // SAFETY: `walk_rows` hands out rows inside the checked span.
-        unsafe {
-            if tiled {
-                tile::<W, 2>(format, &weights, activations, r, out)
-            } else {
-                tile::<W, 1>(format, &weights, activations, r, out)
+    for half in 0..lanes.div_ceil(8) {
+        let at = (stride, lanes, half);
+        super::walk_rows(span.clone(), 4, |r, tiled| {
+            // SAFETY: `walk_rows` hands out rows inside the checked span.
+            unsafe {
+                match (tiled, format) {
+                    (true, Format::Q4_1) => tile::<0, 4>(group, activations, r, out, at),
+                    (true, Format::Q5_1) => tile::<1, 4>(group, activations, r, out, at),
+                    (true, Format::Q8_0) => tile::<2, 4>(group, activations, r, out, at),
+                    (true, Format::Q6_K) => tile::<3, 4>(group, activations, r, out, at),
+                    (false, Format::Q4_1) => tile::<0, 1>(group, activations, r, out, at),
+                    (false, Format::Q5_1) => tile::<1, 1>(group, activations, r, out, at),
+                    (false, Format::Q8_0) => tile::<2, 1>(group, activations, r, out, at),
+                    (false, Format::Q6_K) => tile::<3, 1>(group, activations, r, out, at),
+                }
             }
-        }
-    });
+        });
+    }
 }
