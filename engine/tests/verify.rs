@@ -49,6 +49,37 @@ fn gap(a: &StepFingerprint, b: &StepFingerprint) -> f32 {
     a.gap(b).unwrap_or(f32::INFINITY)
 }
 
+/// An honest sampled job replays bit for bit, and so does its resumption after
+/// `resume_at` delivered tokens (which reproduces the same tokens). Returns the job's
+/// tokens and committed fingerprints.
+fn honest_job_and_resume_replay(
+    model: &mut LoadedModel,
+    sampled: &Sampling,
+    resume_at: usize,
+) -> (Vec<u32>, Vec<StepFingerprint>) {
+    let (tokens, committed) = serve(model, sampled.clone(), vec![]);
+    assert_eq!(committed.len(), tokens.len());
+    assert_eq!(replay(model, &tokens, 0), committed);
+    let (resumed, resumed_committed) = serve(model, sampled.clone(), tokens[..resume_at].to_vec());
+    assert_eq!(resumed, tokens, "exact resume");
+    assert_eq!(replay(model, &resumed, resume_at), resumed_committed);
+    assert_eq!(resumed_committed, committed[resume_at..]);
+    (tokens, committed)
+}
+
+/// What a two-layers-short copy of the model serves under its name, beside the honest
+/// model's replay of the same tokens: (committed, replayed) per step.
+fn truncated_job_and_honest_view(
+    model: &mut LoadedModel,
+    mut truncated: LoadedModel,
+    sampled: &Sampling,
+) -> (Vec<StepFingerprint>, Vec<StepFingerprint>) {
+    truncated.truncate_layers(2).unwrap();
+    let (cheap_tokens, cheap_committed) = serve(&mut truncated, sampled.clone(), vec![]);
+    let honest_view = replay(model, &cheap_tokens, 0);
+    (cheap_committed, honest_view)
+}
+
 #[test]
 fn an_honest_job_replays_bit_for_bit_and_cheats_do_not() {
     let mut model = load();
@@ -60,21 +91,13 @@ fn an_honest_job_replays_bit_for_bit_and_cheats_do_not() {
         max_tokens: 70,
         ..Sampling::default()
     };
-    // Honest, sampled: every step's fingerprint equals the replay's, in one batch pass.
-    let (tokens, committed) = serve(&mut model, sampled.clone(), vec![]);
-    assert_eq!(committed.len(), tokens.len());
-    assert_eq!(replay(&mut model, &tokens, 0), committed);
-    // Honest, resumed after 30 delivered tokens: its steps replay too.
-    let (resumed, resumed_committed) = serve(&mut model, sampled.clone(), tokens[..30].to_vec());
-    assert_eq!(resumed, tokens, "exact resume");
-    assert_eq!(replay(&mut model, &resumed, 30), resumed_committed);
-    assert_eq!(resumed_committed, committed[30..]);
+    // Honest, sampled: every step's fingerprint equals the replay's, in one batch pass;
+    // resumed after 30 delivered tokens, its steps replay too.
+    let (_, committed) = honest_job_and_resume_replay(&mut model, &sampled, 30);
 
     // A truncated network (two layers dropped) under the same name and profile.
-    let mut truncated = load();
-    truncated.truncate_layers(2).unwrap();
-    let (cheap_tokens, cheap_committed) = serve(&mut truncated, sampled.clone(), vec![]);
-    let honest_view = replay(&mut model, &cheap_tokens, 0);
+    let (cheap_committed, honest_view) =
+        truncated_job_and_honest_view(&mut model, load(), &sampled);
     let differing = honest_view
         .iter()
         .zip(&cheap_committed)
@@ -130,17 +153,9 @@ fn a_gemma_job_replays_bit_for_bit_and_a_truncated_gemma_does_not() {
         max_tokens: 24,
         ..Sampling::default()
     };
-    let (tokens, committed) = serve(&mut model, sampled.clone(), vec![]);
-    assert_eq!(committed.len(), tokens.len());
-    assert_eq!(replay(&mut model, &tokens, 0), committed);
-    let (resumed, resumed_committed) = serve(&mut model, sampled.clone(), tokens[..10].to_vec());
-    assert_eq!(resumed, tokens, "exact resume");
-    assert_eq!(replay(&mut model, &resumed, 10), resumed_committed);
-
-    let mut truncated = load_gemma();
-    truncated.truncate_layers(2).unwrap();
-    let (cheap_tokens, cheap_committed) = serve(&mut truncated, sampled, vec![]);
-    let honest_view = replay(&mut model, &cheap_tokens, 0);
+    honest_job_and_resume_replay(&mut model, &sampled, 10);
+    let (cheap_committed, honest_view) =
+        truncated_job_and_honest_view(&mut model, load_gemma(), &sampled);
     assert!(
         honest_view
             .iter()

@@ -75,8 +75,8 @@ impl Format {
         }
     }
 
-    /// The integer a stored quant byte stands for (unpacked: not Q4_1's nibbles).
-    #[cfg(test)]
+    /// The integer a kernel block's quant byte stands for (two's complement for the
+    /// signed formats).
     pub(crate) fn quant_value(self, byte: u8) -> f32 {
         if self.offset() != 0 {
             f32::from(byte as i8)

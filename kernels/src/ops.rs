@@ -9,18 +9,7 @@ use crate::quant::hsum8;
 /// Σ a·b over equal-length slices, in eight interleaved lanes reduced by [`hsum8`].
 #[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let chunks = a.len() / 8;
-    for c in 0..chunks {
-        let (x, y) = (&a[c * 8..c * 8 + 8], &b[c * 8..c * 8 + 8]);
-        for l in 0..8 {
-            lanes[l] += x[l] * y[l];
-        }
-    }
-    for (i, (x, y)) in a[chunks * 8..].iter().zip(&b[chunks * 8..]).enumerate() {
-        lanes[i] += x * y;
-    }
-    hsum8(lanes)
+    dots(a, [b])[0]
 }
 
 /// `out = x / sqrt(mean(x²) + eps) · weight`.
@@ -114,7 +103,7 @@ fn attend_portable<'a>(
     // Four keys at a time: four independent chains, each key's sum in [`dot`]'s order.
     let mut j = keys.start;
     while j + 4 <= keys.end {
-        let four = dot4(query, [key(j), key(j + 1), key(j + 2), key(j + 3)]);
+        let four = dots(query, [key(j), key(j + 1), key(j + 2), key(j + 3)]);
         scores.extend(four.map(|d| d * scale));
         j += 4;
     }
@@ -158,10 +147,11 @@ fn attend_portable<'a>(
 /// Dimensions of the value sum kept in registers at once (eight AVX2 registers).
 const VALUE_RUN: usize = 64;
 
-/// [`dot`] of `a` with four slices at once, each with its own lanes (the same bits).
+/// [`dot`] of `a` with `N` slices at once, each with its own lanes: `N` independent
+/// chains, each in `dot`'s order.
 #[inline(always)]
-fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
-    let mut lanes = [[0f32; 8]; 4];
+fn dots<const N: usize>(a: &[f32], b: [&[f32]; N]) -> [f32; N] {
+    let mut lanes = [[0f32; 8]; N];
     let chunks = a.len() / 8;
     for c in 0..chunks {
         let x = &a[c * 8..c * 8 + 8];

@@ -217,12 +217,7 @@ impl Matrix {
         for (b, chunk) in out.chunks_exact_mut(BLOCK).enumerate() {
             let block = self.block(row, b);
             for (e, value) in chunk.iter_mut().enumerate() {
-                let quant = block.quants[e];
-                let quant = if self.format.offset() != 0 {
-                    f32::from(quant as i8)
-                } else {
-                    f32::from(quant)
-                };
+                let quant = self.format.quant_value(block.quants[e]);
                 let scale = block.scales[e / 16];
                 *value = if self.format.has_min() {
                     scale * quant + block.min
@@ -292,7 +287,6 @@ impl QuantizedRows {
             quants: &self.quants[row * self.cols..][..self.cols],
             scales: &self.scales[row * blocks..][..blocks],
             sums: &self.sums[row * blocks..][..blocks],
-            half_sums: &self.half_sums[row * 2 * blocks..][..2 * blocks],
         }
     }
 }
@@ -302,7 +296,6 @@ pub struct ActivationRow<'a> {
     pub quants: &'a [i8],
     pub scales: &'a [f32],
     pub sums: &'a [f32],
-    pub half_sums: &'a [i32],
 }
 
 /// Quantizes `values` (rows of `cols`, a multiple of 32) block by block. Where the CPU

@@ -134,7 +134,12 @@ unsafe fn tile<const F: usize, const A: usize>(
         let (weight_scale, second_scale, mins) = unsafe {
             (
                 _mm256_loadu_ps(scales.add(b * subs * GROUP + 8 * half)),
-                _mm256_loadu_ps(scales.add((b * subs + subs - 1) * GROUP + 8 * half)),
+                // Q6_K's second half's scales (one-scale formats read none).
+                if subs == 2 {
+                    _mm256_loadu_ps(scales.add((b * subs + 1) * GROUP + 8 * half))
+                } else {
+                    _mm256_setzero_ps()
+                },
                 if format.has_min() {
                     _mm256_loadu_ps(group.mins.as_ptr().add(b * GROUP + 8 * half))
                 } else {

@@ -115,7 +115,12 @@ unsafe fn tile<const F: usize, const A: usize>(
         let (weight_scale, second_scale, mins) = unsafe {
             (
                 _mm512_loadu_ps(scales.add(b * subs * GROUP)),
-                _mm512_loadu_ps(scales.add((b * subs + subs - 1) * GROUP)),
+                // Q6_K's second half's scales (one-scale formats read none).
+                if subs == 2 {
+                    _mm512_loadu_ps(scales.add((b * subs + 1) * GROUP))
+                } else {
+                    _mm512_setzero_ps()
+                },
                 if format.has_min() {
                     _mm512_loadu_ps(group.mins.as_ptr().add(b * GROUP))
                 } else {
