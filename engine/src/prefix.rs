@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn the_longest_prefix_is_found_and_unused_blocks_evicted_oldest_first() {
-        let pool = KvPool::new(1, 2, 10);
+        let pool = KvPool::new(1, 1, 2, 10);
         let tokens: Vec<u32> = (0..48).collect();
         let chain = chain_of(&tokens);
         // A sequence of 48 positions on three blocks of the pool (the index never

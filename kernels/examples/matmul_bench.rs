@@ -1,6 +1,6 @@
 //! Throughput of the quantized matmul on random weights shaped like SmolLM2-135M's
 //! feed-forward layer: `cargo run --release -p sharemesh-kernels --example matmul_bench
-//! [THREADS] [ISA]`. Prints GMAC/s per block type for decode (1 row) and prefill (64 rows) per instruction set.
+//! [THREADS] [ISA]`. Prints GMAC/s per block type for decode (1 row), batched decode (8 rows) and prefill (64 rows) per instruction set.
 
 use std::time::Instant;
 
@@ -67,7 +67,7 @@ fn main() {
             576
         };
         let weights = matrix(block_type, 1536, cols, &mut seed);
-        for rows in [1usize, 64] {
+        for rows in [1usize, 8, 64] {
             let values: Vec<f32> = random_bytes(rows * cols, &mut seed)
                 .into_iter()
                 .map(|b| f32::from(b) / 64.0 - 2.0)
@@ -75,7 +75,7 @@ fn main() {
             let acts = quantize_rows(&values, cols);
             let mut out = vec![0f32; rows * 1536];
             for isa in &isas {
-                let repeats = if rows == 1 { 2000 } else { 40 };
+                let repeats = 2560 / rows;
                 let started = Instant::now();
                 pool.install(|| {
                     for _ in 0..repeats {

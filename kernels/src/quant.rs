@@ -5,12 +5,15 @@
 //!
 //! The dot products themselves, and the arithmetic they fix, are in [`crate::dot`].
 
-#![allow(unsafe_code)] // one `target_feature` build of `quantize_rows`, called after detection.
+#![allow(unsafe_code)] // the AVX2 quantization, called after detection.
 
 pub use crate::blocks::{Format, BLOCK};
 
 use crate::blocks::{self, BlockType, KernelBlock};
 use crate::KernelError;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 /// Rows per group: a matrix keeps its rows in groups of 16, interleaved so that one
 /// 64-byte load holds four consecutive weights of each of the 16 rows — the operand
@@ -298,27 +301,28 @@ pub struct ActivationRow<'a> {
     pub sums: &'a [f32],
 }
 
-/// Quantizes `values` (rows of `cols`, a multiple of 32) block by block. Where the CPU
-/// has AVX2 the same code runs compiled for it (vectorized, `round` inline instead of a
-/// libm call): the same operations on the same values, so the same bits.
+/// Quantizes `values` (rows of `cols`, a multiple of 32) block by block: per block the
+/// scale `max|v| / 127`, quants `round(v / scale)` and their sums. Where the CPU has
+/// AVX2 a block runs as eight-lane vectors ([`avx2`]: the same operations, so the same
+/// bits; `round` and the saturating cast were a libm call and a scalar clamp per value).
 pub fn quantize_rows(values: &[f32], cols: usize) -> QuantizedRows {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU reported AVX2.
-        return unsafe { quantize_rows_avx2(values, cols) };
+        return quantize_rows_with(values, cols, |b, q| unsafe { avx2::quantize_block(b, q) });
     }
-    quantize_rows_portable(values, cols)
+    quantize_rows_with(values, cols, quantize_block)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn quantize_rows_avx2(values: &[f32], cols: usize) -> QuantizedRows {
-    quantize_rows_portable(values, cols)
-}
-
+/// [`quantize_rows`] with `block` quantizing each block into its quants, returning
+/// its scale and the sums of its two halves.
 #[inline(always)]
-fn quantize_rows_portable(values: &[f32], cols: usize) -> QuantizedRows {
-    debug_assert!(cols.is_multiple_of(BLOCK) && values.len().is_multiple_of(cols));
+fn quantize_rows_with(
+    values: &[f32],
+    cols: usize,
+    block: impl Fn(&[f32; BLOCK], &mut [i8; BLOCK]) -> (f32, [i32; 2]),
+) -> QuantizedRows {
+    assert!(cols.is_multiple_of(BLOCK) && values.len().is_multiple_of(cols));
     let blocks = values.len() / BLOCK;
     let mut out = QuantizedRows {
         cols,
@@ -327,29 +331,35 @@ fn quantize_rows_portable(values: &[f32], cols: usize) -> QuantizedRows {
         sums: vec![0.0; blocks],
         half_sums: vec![0; 2 * blocks],
     };
-    for (b, block) in values.chunks_exact(BLOCK).enumerate() {
-        // The maximum in eight lanes, then across them: `max` of magnitudes is exact in
-        // any order, and the lanes vectorize.
-        let mut lanes = [0f32; 8];
-        for chunk in block.chunks_exact(8) {
-            for (lane, v) in lanes.iter_mut().zip(chunk) {
-                *lane = lane.max(v.abs());
-            }
-        }
-        let amax = lanes.iter().fold(0f32, |m, &v| m.max(v));
-        let scale = amax / 127.0;
-        let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
-        let quants = &mut out.quants[b * BLOCK..][..BLOCK];
-        for (q, &v) in quants.iter_mut().zip(block) {
-            *q = (v * inverse).round() as i8;
-        }
-        let sum = |half: &[i8]| half.iter().map(|&q| i32::from(q)).sum::<i32>();
-        let halves = [sum(&quants[..16]), sum(&quants[16..])];
+    let (values, _) = values.as_chunks::<BLOCK>();
+    let (quants, _) = out.quants.as_chunks_mut::<BLOCK>();
+    for (b, (values, quants)) in values.iter().zip(quants).enumerate() {
+        let (scale, halves) = block(values, quants);
         out.scales[b] = scale;
         out.sums[b] = scale * (halves[0] + halves[1]) as f32;
         out.half_sums[2 * b..][..2].copy_from_slice(&halves);
     }
     out
+}
+
+/// One block, the reference: the maximum magnitude in eight lanes, then across them
+/// (`max` of magnitudes is exact in any order), quants rounded half away from zero and
+/// cast saturating (NaN to 0).
+fn quantize_block(block: &[f32; BLOCK], quants: &mut [i8; BLOCK]) -> (f32, [i32; 2]) {
+    let mut lanes = [0f32; 8];
+    for chunk in block.chunks_exact(8) {
+        for (lane, v) in lanes.iter_mut().zip(chunk) {
+            *lane = lane.max(v.abs());
+        }
+    }
+    let amax = lanes.iter().fold(0f32, |m, &v| m.max(v));
+    let scale = amax / 127.0;
+    let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+    for (q, &v) in quants.iter_mut().zip(block) {
+        *q = (v * inverse).round() as i8;
+    }
+    let sum = |half: &[i8]| half.iter().map(|&q| i32::from(q)).sum::<i32>();
+    (scale, [sum(&quants[..16]), sum(&quants[16..])])
 }
 
 /// The fixed reduction tree of eight lanes: ((0+4)+(2+6)) + ((1+5)+(3+7)).
@@ -417,7 +427,25 @@ mod tests {
             }
         }));
         values[32..64].copy_from_slice(&[0.0; 32]);
-        let portable = quantize_rows_portable(&values, 64);
+        // Scale 1 again, with the values either side of every rounding edge, and blocks
+        // holding a NaN and an infinity (their quants are 0, as `round() as i8` gives).
+        let edges = [
+            0.5,
+            0.499_999_97,
+            0.500_000_06,
+            1.5,
+            2.5,
+            126.5,
+            126.499_99,
+            0.0,
+        ];
+        values[64..96].copy_from_slice(&std::array::from_fn::<f32, 32, _>(|i| match i {
+            0 => 127.0,
+            _ => edges[i % 8] * if i % 2 == 0 { 1.0 } else { -1.0 },
+        }));
+        values[100] = f32::NAN;
+        values[140] = f32::INFINITY;
+        let portable = quantize_rows_with(&values, 64, quantize_block);
         let dispatched = quantize_rows(&values, 64);
         assert_eq!(portable.quants, dispatched.quants);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();

@@ -12,8 +12,9 @@ use rayon::prelude::*;
 
 use super::kv::{KvPool, SequenceCache};
 use super::{add, add_to_rows, norm_rows, rope_angles, Layer, Llama};
+use crate::attention::{attend_heads, AttendScratch};
 use crate::matmul::matmul;
-use crate::ops::{attend, geglu, rms_norm, rope_interleaved, swiglu};
+use crate::ops::{geglu, rms_norm, rope_interleaved, swiglu};
 use crate::quant::quantize_rows;
 use crate::KernelError;
 
@@ -23,6 +24,17 @@ pub struct BatchEntry<'a> {
     pub cache: &'a mut SequenceCache,
     pub tokens: &'a [u32],
     pub position: usize,
+}
+
+/// Query heads per attention task: a KV head's whole group, which then gathers its
+/// cached rows once, unless that leaves fewer than two tasks per thread (Gemma 3 has one
+/// KV head: one decoding row would be one task), then the largest divisor that does not.
+fn heads_per_task(group: usize, groups: usize) -> usize {
+    let wanted = 2 * rayon::current_num_threads();
+    (1..=group)
+        .rev()
+        .find(|&h| group.is_multiple_of(h) && groups * (group / h) >= wanted)
+        .unwrap_or(1)
 }
 
 /// Values per task of an element-wise pass.
@@ -52,7 +64,12 @@ struct Step<'a> {
 impl Llama {
     /// A pool of at most `blocks` KV blocks for this model's sequences.
     pub fn kv_pool(&self, blocks: usize) -> KvPool {
-        KvPool::new(self.layers.len(), self.config.kv_width(), blocks)
+        KvPool::new(
+            self.layers.len(),
+            self.config.kv_heads,
+            self.config.head_dim,
+            blocks,
+        )
     }
 
     /// A fresh, empty cache for a sequence of this model, in a pool of its own with no
@@ -101,7 +118,11 @@ impl Llama {
                 tokens.len()
             )));
         }
-        if !entry.cache.fits(self.layers.len(), self.config.kv_width()) {
+        if !entry.cache.fits(
+            self.layers.len(),
+            self.config.kv_heads,
+            self.config.head_dim,
+        ) {
             return Err(KernelError::BadConfig(
                 "a KV cache made for another model's shape".into(),
             ));
@@ -226,19 +247,22 @@ impl Llama {
         let group = c.heads / c.kv_heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
         let (q, rows) = (&step.q, &step.rows);
+        let per_task = heads_per_task(group, rows.entry.len() * c.kv_heads);
         step.attended
-            .par_chunks_mut(head_dim)
+            .par_chunks_mut(per_task * head_dim)
             .enumerate()
-            .for_each_init(Vec::new, |scores, (at, out)| {
+            .for_each_init(AttendScratch::default, |scratch, (task, out)| {
+                let at = task * per_task;
                 let (row, head) = (at / c.heads, at % c.heads);
-                let query = &q[(row * c.heads + head) * head_dim..][..head_dim];
+                let queries = &q[at * head_dim..][..per_task * head_dim];
                 let cache = caches[rows.entry[row]];
-                let offset = (head / group) * head_dim;
-                let key = |j| &cache.key(index, j)[offset..offset + head_dim];
-                let value = |j| &cache.value(index, j)[offset..offset + head_dim];
+                let kv_head = head / group;
+                let key = |j| cache.key(index, kv_head, j);
+                let value = |j| cache.value(index, kv_head, j);
                 let end = rows.position[row] + 1;
                 let start = layer.window.map_or(0, |w| end.saturating_sub(w));
-                attend(query, key, value, start..end, scale, scores, out);
+                let span = start..end;
+                attend_heads(queries, head_dim, key, value, span, scale, scratch, out);
             });
         let acts = quantize_rows(&step.attended, c.q_width());
         matmul(isa, &layer.wo, &acts, &mut step.projected);

@@ -18,10 +18,11 @@ pub const BLOCK_POSITIONS: usize = 16;
 struct PoolState {
     capacity: usize,
     live: AtomicUsize,
-    /// Floats per block: layers × (keys, values) × positions × width.
+    /// Floats per block: layers × (keys, values) × KV heads × positions × head width.
     block_floats: usize,
     layers: usize,
-    width: usize,
+    heads: usize,
+    dim: usize,
 }
 
 /// Where a model's KV blocks come from: at most `capacity` live at once.
@@ -31,16 +32,17 @@ pub struct KvPool {
 }
 
 impl KvPool {
-    /// A pool for a model with `layers` layers of `width` floats per position (KV heads
-    /// × head dimension), holding at most `capacity` blocks.
-    pub fn new(layers: usize, width: usize, capacity: usize) -> Self {
+    /// A pool for a model with `layers` layers of `heads` KV heads `dim` floats wide,
+    /// holding at most `capacity` blocks.
+    pub fn new(layers: usize, heads: usize, dim: usize, capacity: usize) -> Self {
         Self {
             state: Arc::new(PoolState {
                 capacity,
                 live: AtomicUsize::new(0),
-                block_floats: layers * 2 * BLOCK_POSITIONS * width,
+                block_floats: layers * 2 * heads * BLOCK_POSITIONS * dim,
                 layers,
-                width,
+                heads,
+                dim,
             }),
         }
     }
@@ -122,15 +124,27 @@ impl Drop for KvBlock {
     }
 }
 
+/// A block is laid out layer, then keys or values, then KV head, then position: one
+/// head's 16 keys (or values) are one contiguous run, which attention streams through
+/// (rows interleaving the heads made each head's reads strided, a third of every line
+/// it fetched unused by the task reading it).
 impl KvBlock {
-    fn row(&self, layer: usize, kind: usize, slot: usize) -> &[f32] {
-        let width = self.state.width;
-        &self.data[((layer * 2 + kind) * BLOCK_POSITIONS + slot) * width..][..width]
+    fn at(&self, layer: usize, kind: usize, head: usize, slot: usize) -> usize {
+        let state = &self.state;
+        (((layer * 2 + kind) * state.heads + head) * BLOCK_POSITIONS + slot) * state.dim
     }
 
-    fn row_mut(&mut self, layer: usize, kind: usize, slot: usize) -> &mut [f32] {
-        let width = self.state.width;
-        &mut self.data[((layer * 2 + kind) * BLOCK_POSITIONS + slot) * width..][..width]
+    fn row(&self, layer: usize, kind: usize, head: usize, slot: usize) -> &[f32] {
+        &self.data[self.at(layer, kind, head, slot)..][..self.state.dim]
+    }
+
+    /// Stores one position's row (every KV head, `heads × dim` floats) of `kind`.
+    fn put(&mut self, layer: usize, kind: usize, slot: usize, row: &[f32]) {
+        let dim = self.state.dim;
+        for (head, part) in row.chunks_exact(dim).enumerate() {
+            let at = self.at(layer, kind, head, slot);
+            self.data[at..at + dim].copy_from_slice(part);
+        }
     }
 }
 
@@ -240,30 +254,33 @@ impl SequenceCache {
         let slot = position % BLOCK_POSITIONS;
         // `reserve` left every block at or after the first new position unshared.
         if let Some(block) = Arc::get_mut(block) {
-            block.row_mut(layer, KEYS, slot).copy_from_slice(key);
-            block.row_mut(layer, VALUES, slot).copy_from_slice(value);
+            block.put(layer, KEYS, slot, key);
+            block.put(layer, VALUES, slot, value);
         }
     }
 
-    /// `layer`'s key row of `position` (KV heads × head dimension).
+    /// `layer`'s key of KV head `head` at `position` (head dimension long).
     #[inline]
-    pub(super) fn key(&self, layer: usize, position: usize) -> &[f32] {
-        self.blocks[position / BLOCK_POSITIONS].row(layer, KEYS, position % BLOCK_POSITIONS)
+    pub(super) fn key(&self, layer: usize, head: usize, position: usize) -> &[f32] {
+        let slot = position % BLOCK_POSITIONS;
+        self.blocks[position / BLOCK_POSITIONS].row(layer, KEYS, head, slot)
     }
 
-    /// `layer`'s value row of `position`.
+    /// `layer`'s value of KV head `head` at `position`.
     #[inline]
-    pub(super) fn value(&self, layer: usize, position: usize) -> &[f32] {
-        self.blocks[position / BLOCK_POSITIONS].row(layer, VALUES, position % BLOCK_POSITIONS)
+    pub(super) fn value(&self, layer: usize, head: usize, position: usize) -> &[f32] {
+        let slot = position % BLOCK_POSITIONS;
+        self.blocks[position / BLOCK_POSITIONS].row(layer, VALUES, head, slot)
     }
 
     pub(super) fn advance(&mut self, tokens: usize) {
         self.positions += tokens;
     }
 
-    /// Whether this cache fits a model of `layers` layers and `width` floats per position.
-    pub(super) fn fits(&self, layers: usize, width: usize) -> bool {
-        self.pool.state.layers == layers && self.pool.state.width == width
+    /// Whether this cache fits a model of `layers` layers of `heads` KV heads `dim` wide.
+    pub(super) fn fits(&self, layers: usize, heads: usize, dim: usize) -> bool {
+        let state = &self.pool.state;
+        state.layers == layers && state.heads == heads && state.dim == dim
     }
 }
 
@@ -276,7 +293,9 @@ mod tests {
         cache.reserve(positions).unwrap();
         for p in 0..positions {
             for layer in 0..2 {
-                let row = [seed + p as f32, layer as f32, 0.5];
+                // Two KV heads of three floats.
+                let (at, l) = (seed + p as f32, layer as f32);
+                let row = [at, l, 0.5, 100.0 + at, l, 1.5];
                 cache.write(layer, p, &row, &row.map(|v| -v));
             }
         }
@@ -286,12 +305,14 @@ mod tests {
 
     #[test]
     fn blocks_follow_the_cached_positions_and_return_to_the_pool() {
-        let pool = KvPool::new(2, 3, 10);
+        let pool = KvPool::new(2, 2, 3, 10);
         let mut cache = filled(&pool, 40, 0.0);
         assert_eq!((cache.blocks(), pool.in_use(), pool.free()), (3, 3, 7));
         assert_eq!(cache.full_blocks().len(), 2);
-        assert_eq!(cache.key(1, 33), &[33.0, 1.0, 0.5]);
-        assert_eq!(cache.value(0, 17), &[-17.0, -0.0, -0.5]);
+        assert_eq!(cache.key(1, 0, 33), &[33.0, 1.0, 0.5]);
+        assert_eq!(cache.key(1, 1, 33), &[133.0, 1.0, 1.5]);
+        assert_eq!(cache.value(0, 0, 17), &[-17.0, -0.0, -0.5]);
+        assert_eq!(cache.value(0, 1, 17), &[-117.0, -0.0, -1.5]);
         cache.truncate(16);
         assert_eq!((cache.blocks(), pool.in_use()), (1, 1));
         drop(cache);
@@ -300,7 +321,7 @@ mod tests {
 
     #[test]
     fn a_full_pool_refuses_with_the_numbers() {
-        let pool = KvPool::new(2, 3, 2);
+        let pool = KvPool::new(2, 2, 3, 2);
         let mut cache = pool.new_sequence();
         assert_eq!(cache.blocks_needed(33), 3);
         let err = cache.reserve(33).unwrap_err();
@@ -317,25 +338,25 @@ mod tests {
 
     #[test]
     fn a_shared_partial_block_is_copied_before_it_is_written() {
-        let pool = KvPool::new(2, 3, 10);
+        let pool = KvPool::new(2, 2, 3, 10);
         let first = filled(&pool, 20, 0.0);
         // A second sequence continues the first 18 positions (mid-block).
         let mut second = SequenceCache::from_prefix(&pool, first.blocks.clone(), 18).unwrap();
         assert_eq!(pool.in_use(), 2, "shared, not copied");
         assert_eq!(second.blocks_needed(1), 1, "the shared tail is copied");
         second.reserve(1).unwrap();
-        second.write(0, 18, &[9.0, 9.0, 9.0], &[8.0, 8.0, 8.0]);
+        second.write(0, 18, &[9.0; 6], &[8.0; 6]);
         second.advance(1);
         assert_eq!(pool.in_use(), 3);
-        assert_eq!(second.key(0, 18), &[9.0, 9.0, 9.0]);
+        assert_eq!(second.key(0, 1, 18), &[9.0, 9.0, 9.0]);
         assert_eq!(
-            first.key(0, 18),
+            first.key(0, 0, 18),
             &[18.0, 0.0, 0.5],
             "the original is untouched"
         );
         assert_eq!(
-            second.key(1, 17),
-            first.key(1, 17),
+            second.key(1, 1, 17),
+            first.key(1, 1, 17),
             "the prefix is the same"
         );
         // Whole shared blocks are never copied: appending after a block boundary.
@@ -345,7 +366,7 @@ mod tests {
 
     #[test]
     fn a_prefix_must_come_from_the_same_pool_and_cover_its_positions() {
-        let (pool, other) = (KvPool::new(2, 3, 10), KvPool::new(2, 3, 10));
+        let (pool, other) = (KvPool::new(2, 2, 3, 10), KvPool::new(2, 2, 3, 10));
         let cache = filled(&other, 16, 0.0);
         assert!(SequenceCache::from_prefix(&pool, cache.blocks.clone(), 16).is_err());
         assert!(SequenceCache::from_prefix(&other, cache.blocks.clone(), 17).is_err());

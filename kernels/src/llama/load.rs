@@ -132,7 +132,8 @@ impl Llama {
             .build()
             .map_err(|e| KernelError::ThreadPool(e.to_string()))?;
         Ok(Self {
-            cache: KvPool::new(config.layers, config.kv_width(), usize::MAX).new_sequence(),
+            cache: KvPool::new(config.layers, config.kv_heads, config.head_dim, usize::MAX)
+                .new_sequence(),
             config,
             rope_tables,
             embeddings,
