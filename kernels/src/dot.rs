@@ -49,11 +49,14 @@ impl Isa {
         Self::avx512().or_else(Self::avx2).unwrap_or(Self::SCALAR)
     }
 
-    /// The AVX2 path, where the CPU has AVX2 and FMA.
+    /// The AVX2 path, where the CPU has AVX2, FMA and F16C (every AVX2 CPU made has).
     pub fn avx2() -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            if std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("fma")
+                && std::is_x86_feature_detected!("f16c")
+            {
                 return Some(Isa(IsaKind::Avx2));
             }
         }
@@ -187,16 +190,12 @@ fn prefetch_ahead(format: Format, group: &Group<'_>, b: usize) {
         hint(quants.wrapping_add(line));
     }
     let subs = format.scales_per_block();
-    let scales = group
-        .scales
-        .as_ptr()
-        .wrapping_add(ahead * subs * GROUP)
-        .cast::<u8>();
+    let scales = group.scales.address(ahead * subs * GROUP);
     for line in 0..subs {
         hint(scales.wrapping_add(64 * line));
     }
     if format.has_min() {
-        hint(group.mins.as_ptr().wrapping_add(ahead * GROUP).cast());
+        hint(group.mins.address(ahead * GROUP));
     }
 }
 
@@ -219,14 +218,14 @@ pub fn scalar_dot(
             let sum: i32 = (s * per_sub..(s + 1) * per_sub)
                 .map(|e| quant_of(format, quants, lane, e) * i32::from(a[e]))
                 .sum();
-            let scale = group.scales[(b * subs + s) * GROUP + lane] * activation_scale;
+            let scale = group.scales.get((b * subs + s) * GROUP + lane) * activation_scale;
             acc = (sum as f32).mul_add(scale, acc);
         }
     }
     if format.has_min() {
         let mut off = 0f32;
         for (b, &sum) in activations.sums.iter().enumerate() {
-            off = group.mins[b * GROUP + lane].mul_add(sum, off);
+            off = group.mins.get(b * GROUP + lane).mul_add(sum, off);
         }
         acc + off
     } else {
@@ -238,11 +237,12 @@ pub fn scalar_dot(
 mod tests {
     use super::*;
     use crate::quant::quantize_rows;
-    use crate::quant::tests_support::{random_matrix, random_values};
+    use crate::quant::tests_support::{random_f16_matrix, random_matrix, random_values};
 
     /// Every path computes every group's rows against every activation row with the
     /// reference's bits: tiles of four rows and single rows, split spans, a last group
-    /// of padding past its 5 real rows.
+    /// of padding past its 5 real rows; scales kept as f32 and as f16 (those give the
+    /// bits the same values kept as f32 give).
     #[test]
     fn every_instruction_set_gives_the_reference_bits() {
         let paths = Isa::available();
@@ -251,14 +251,26 @@ mod tests {
             paths.iter().map(|p| p.name()).collect::<Vec<_>>()
         );
         let (rows, acts_rows) = (37, 7);
-        for cols in [576, 1568] {
-            for format in Format::ALL {
-                let matrix = random_matrix(format, rows, cols, 7);
+        for (cols, format) in [576, 1568]
+            .into_iter()
+            .flat_map(|c| Format::ALL.map(|f| (c, f)))
+        {
+            let compact = random_f16_matrix(format, rows, cols, 7);
+            let widened = compact.clone().with_f32_scales();
+            assert!(
+                compact.memory_bytes() < widened.memory_bytes(),
+                "{format:?}: f16 values are kept as f16"
+            );
+            for (matrix, reference_matrix) in [
+                (random_matrix(format, rows, cols, 7), None),
+                (compact, Some(widened)),
+            ] {
+                let reference_matrix = reference_matrix.as_ref().unwrap_or(&matrix);
                 let acts = quantize_rows(&random_values(acts_rows * cols, 8), cols);
                 let reference: Vec<f32> = (0..acts_rows)
                     .flat_map(|r| (0..rows).map(move |c| (r, c)))
                     .map(|(r, c)| {
-                        let group = matrix.group(c / GROUP);
+                        let group = reference_matrix.group(c / GROUP);
                         scalar_dot(format, group, c % GROUP, acts.row(r))
                     })
                     .collect();

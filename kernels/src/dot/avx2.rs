@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::quant::{Format, Group, QuantizedRows, BLOCK, GROUP};
+use crate::quant::{Format, Group, QuantizedRows, Scales, BLOCK, GROUP};
 
 /// The eight chunk operands of rows `8·half..8·half + 8` of a group's block at
 /// `quants`: unsigned bytes, except Q8_0's, which come back as signed quants (the
@@ -95,13 +95,27 @@ unsafe fn sub_sum<const F: usize>(
     sum
 }
 
+/// Values `at..at + 8` of `scales`, widened to f32 (exact for f16).
+///
+/// # Safety
+/// AVX2 and F16C; `at + 8 ≤ scales.len()`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn load8(scales: Scales<'_>, at: usize) -> __m256 {
+    // SAFETY (both): the caller's promise.
+    match scales {
+        Scales::F32(v) => unsafe { _mm256_loadu_ps(v.as_ptr().add(at)) },
+        Scales::F16(v) => unsafe { _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(at).cast())) },
+    }
+}
+
 /// Rows `8·half..` of a group · activation rows `first..first + A`, stored at
 /// `out[r * stride + 8·half + lane]` for lanes below `lanes − 8·half`.
 ///
 /// # Safety
-/// AVX2 and FMA; `Isa::dot_group` checked every slice length.
+/// AVX2, FMA and F16C; `Isa::dot_group` checked every slice length.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile<const F: usize, const A: usize>(
     group: &Group<'_>,
     activations: &QuantizedRows,
@@ -129,19 +143,18 @@ unsafe fn tile<const F: usize, const A: usize>(
         super::prefetch_ahead(format, group, b);
         // SAFETY: block b < blocks of the group, checked by the caller.
         let w = unsafe { operands::<F>(group.quants.as_ptr().add(b * bytes), half) };
-        let scales = group.scales.as_ptr();
         // SAFETY: as above, for the block's scales and minimums.
         let (weight_scale, second_scale, mins) = unsafe {
             (
-                _mm256_loadu_ps(scales.add(b * subs * GROUP + 8 * half)),
+                load8(group.scales, b * subs * GROUP + 8 * half),
                 // Q6_K's second half's scales (one-scale formats read none).
                 if subs == 2 {
-                    _mm256_loadu_ps(scales.add((b * subs + 1) * GROUP + 8 * half))
+                    load8(group.scales, (b * subs + 1) * GROUP + 8 * half)
                 } else {
                     _mm256_setzero_ps()
                 },
                 if format.has_min() {
-                    _mm256_loadu_ps(group.mins.as_ptr().add(b * GROUP + 8 * half))
+                    load8(group.mins, b * GROUP + 8 * half)
                 } else {
                     _mm256_setzero_ps()
                 },
@@ -197,8 +210,8 @@ unsafe fn tile<const F: usize, const A: usize>(
 }
 
 /// # Safety
-/// AVX2 and FMA; `Isa::dot_group` checked every slice length.
-#[target_feature(enable = "avx2,fma")]
+/// AVX2, FMA and F16C; `Isa::dot_group` checked every slice length.
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_group(
     format: Format,
     group: &Group<'_>,

@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::quant::{Format, Group, QuantizedRows, BLOCK, GROUP};
+use crate::quant::{Format, Group, QuantizedRows, Scales, BLOCK, GROUP};
 
 /// The eight chunk operands (unsigned bytes, lanes = rows) of a group's block at
 /// `quants`. The format (`Format::ALL[F]`) is fixed at compile time.
@@ -80,6 +80,20 @@ unsafe fn sub_sum(
     _mm512_add_epi32(even, odd)
 }
 
+/// Values `at..at + 16` of `scales`, widened to f32 (exact for f16).
+///
+/// # Safety
+/// AVX-512 F; `at + 16 ≤ scales.len()`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn load16(scales: Scales<'_>, at: usize) -> __m512 {
+    // SAFETY (both): the caller's promise.
+    match scales {
+        Scales::F32(v) => unsafe { _mm512_loadu_ps(v.as_ptr().add(at)) },
+        Scales::F16(v) => unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast())) },
+    }
+}
+
 /// Group · activation rows `first..first + A`, stored at `out[r * stride + lane]` for
 /// the first `lanes` lanes.
 ///
@@ -110,19 +124,18 @@ unsafe fn tile<const F: usize, const A: usize>(
         super::prefetch_ahead(format, group, b);
         // SAFETY: block b < blocks of the group, checked by the caller.
         let w = unsafe { operands::<F>(group.quants.as_ptr().add(b * bytes)) };
-        let scales = group.scales.as_ptr();
         // SAFETY: as above, for the block's scales and minimums.
         let (weight_scale, second_scale, mins) = unsafe {
             (
-                _mm512_loadu_ps(scales.add(b * subs * GROUP)),
+                load16(group.scales, b * subs * GROUP),
                 // Q6_K's second half's scales (one-scale formats read none).
                 if subs == 2 {
-                    _mm512_loadu_ps(scales.add((b * subs + 1) * GROUP))
+                    load16(group.scales, (b * subs + 1) * GROUP)
                 } else {
                     _mm512_setzero_ps()
                 },
                 if format.has_min() {
-                    _mm512_loadu_ps(group.mins.as_ptr().add(b * GROUP))
+                    load16(group.mins, b * GROUP)
                 } else {
                     _mm512_setzero_ps()
                 },
