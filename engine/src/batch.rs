@@ -24,7 +24,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use sharemesh_kernels::llama::{BatchEntry, KvPool, Llama, SequenceCache, BLOCK_POSITIONS};
+use sharemesh_kernels::llama::{
+    BatchEntry, KvBlock, KvPool, Llama, SequenceCache, BLOCK_POSITIONS,
+};
+use sharemesh_kernels::KernelError;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
 use crate::generate::{Decoder, Step};
@@ -57,6 +60,9 @@ struct Running {
     /// Hashes of the cache's full blocks, and how many of them are indexed.
     chain: Vec<BlockHash>,
     indexed: usize,
+    /// Started, but nothing fed yet: it may still pick up prefix blocks that jobs ahead
+    /// of it fill meanwhile.
+    fresh: bool,
     /// Events the client's channel had no room for yet, oldest first.
     unsent: VecDeque<EngineEvent>,
     /// Finished (its last event may still be unsent).
@@ -88,6 +94,37 @@ impl Running {
     fn fail(&mut self, err: EngineError) {
         self.send(EngineEvent::Failed(err));
         self.done = true;
+    }
+
+    /// The hash chain of the job's history but its last token (at least one token runs,
+    /// for logits), and the blocks of its longest indexed prefix.
+    fn longest_prefix(&self, kv: &mut ModelKv) -> (Vec<BlockHash>, Vec<Arc<KvBlock>>) {
+        let history = self.decoder.to_prefill();
+        let mut chain = Vec::new();
+        extend_chain(&mut chain, &self.prefix_salt, &history[..history.len() - 1]);
+        let blocks = kv.prefixes.longest(&chain);
+        (chain, blocks)
+    }
+
+    /// Starts the cache from `blocks` (the first links of `chain`), the rest of the
+    /// history pending.
+    fn start_from(
+        &mut self,
+        pool: &KvPool,
+        mut chain: Vec<BlockHash>,
+        blocks: Vec<Arc<KvBlock>>,
+    ) -> Result<(), KernelError> {
+        let reused = blocks.len() * BLOCK_POSITIONS;
+        self.cache = SequenceCache::from_prefix(pool, blocks, reused)?;
+        chain.truncate(reused / BLOCK_POSITIONS);
+        self.indexed = chain.len();
+        self.chain = chain;
+        self.pending = self.decoder.to_prefill()[reused..].to_vec();
+        if self.prefilling {
+            self.reused = reused;
+        }
+        self.fresh = true;
+        Ok(())
     }
 
     /// Indexes the cache's newly full blocks under their prefix hashes.
@@ -239,6 +276,7 @@ impl Batch {
             prefix_salt,
             chain: Vec::new(),
             indexed: 0,
+            fresh: false,
             unsent: VecDeque::new(),
             done: false,
             committed,
@@ -264,31 +302,14 @@ impl Batch {
             };
             let alone = self.running.iter().all(|r| r.model != job.model);
             let kv = self.model_kv(job.model, llama);
-            let history = job.decoder.to_prefill();
-            // The longest indexed prefix, leaving at least one token to run for logits.
-            let mut chain = Vec::new();
-            extend_chain(&mut chain, &job.prefix_salt, &history[..history.len() - 1]);
-            let blocks = kv.prefixes.longest(&chain);
-            let reused = blocks.len() * BLOCK_POSITIONS;
-            let needed = KvPool::blocks_for(history.len()) - blocks.len() + 1;
+            let (chain, blocks) = job.longest_prefix(kv);
+            let needed = KvPool::blocks_for(job.decoder.to_prefill().len()) - blocks.len() + 1;
             if !alone && needed > kv.available() {
                 self.waiting.push_front(job);
                 return;
             }
-            job.cache = match SequenceCache::from_prefix(&kv.pool, blocks, reused) {
-                Ok(cache) => cache,
-                Err(err) => {
-                    job.fail(EngineError::Inference(err.to_string()));
-                    self.running.push(job);
-                    continue;
-                }
-            };
-            job.chain = chain;
-            job.chain.truncate(reused / BLOCK_POSITIONS);
-            job.indexed = job.chain.len();
-            job.pending = history[reused..].to_vec();
-            if job.prefilling {
-                job.reused = reused;
+            if let Err(err) = job.start_from(&kv.pool, chain, blocks) {
+                job.fail(EngineError::Inference(err.to_string()));
             }
             self.running.push(job);
         }
@@ -340,6 +361,7 @@ impl Batch {
         let Some(llama) = models[model].kernel_llama() else {
             return false;
         };
+        self.catch_up_prefixes(model);
         let mut plan = self.plan(model);
         if plan.is_empty() || !self.make_room(model, llama, &mut plan) {
             return false;
@@ -373,6 +395,7 @@ impl Batch {
         };
         for (&(i, fed), logits) in plan.iter().zip(logits) {
             let r = &mut self.running[i];
+            r.fresh = false;
             r.pending.drain(..fed);
             r.index_blocks(&mut kv.prefixes);
             if !r.pending.is_empty() {
@@ -385,6 +408,27 @@ impl Batch {
             advance(r, logits, tokenizer);
         }
         true
+    }
+
+    /// Jobs not fed yet start from any longer prefix indexed since they joined: a burst
+    /// of one buyer's requests that share a system prompt computes it once per step's
+    /// worth of prefill, not once per request, and the later ones reach their first
+    /// token sooner.
+    fn catch_up_prefixes(&mut self, model: usize) {
+        let Some(kv) = self.kv.get_mut(model).and_then(Option::as_mut) else {
+            return;
+        };
+        for r in self.running.iter_mut() {
+            if r.model != model || !r.fresh || r.done {
+                continue;
+            }
+            let (chain, blocks) = r.longest_prefix(kv);
+            if blocks.len() * BLOCK_POSITIONS > r.cache.positions() {
+                if let Err(err) = r.start_from(&kv.pool, chain, blocks) {
+                    r.fail(EngineError::Inference(err.to_string()));
+                }
+            }
+        }
     }
 
     /// Frees blocks until the planned feeds fit: indexed blocks nobody holds first,

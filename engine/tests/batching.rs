@@ -329,6 +329,20 @@ fn serve_together(engine: &Engine, jobs: &[GenerateRequest]) -> (Vec<Served>, us
     })
 }
 
+/// A chat of a system prompt and one question.
+fn system_chat(system: &str, question: &str) -> Prompt {
+    Prompt::Chat(vec![
+        ChatMessage {
+            role: Role::System,
+            content: system.into(),
+        },
+        ChatMessage {
+            role: Role::User,
+            content: question.into(),
+        },
+    ])
+}
+
 fn greedy_request(model: &LoadedModel, prompt: Prompt, max_tokens: u32) -> GenerateRequest {
     GenerateRequest {
         ignore_eos: true,
@@ -399,18 +413,7 @@ fn a_shared_prefix_is_reused_from_indexed_blocks() {
     let mut model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
     let system = "You are a careful assistant for a lighthouse museum. Answer in one short \
                   sentence, use plain words, and never invent dates, names or numbers.";
-    let chat = |question: &str| {
-        Prompt::Chat(vec![
-            ChatMessage {
-                role: Role::System,
-                content: system.into(),
-            },
-            ChatMessage {
-                role: Role::User,
-                content: question.into(),
-            },
-        ])
-    };
+    let chat = |question: &str| system_chat(system, question);
     let shared = model.prompt_tokens(&chat("a")).unwrap().len();
     let first = greedy_request(&model, chat("What is a lighthouse?"), 8);
     let second = greedy_request(&model, chat("Who kept the light?"), 8);
@@ -439,6 +442,74 @@ fn a_shared_prefix_is_reused_from_indexed_blocks() {
     let c = run(&stranger);
     assert_eq!(c.reused_tokens, 0);
     assert_eq!(c.token_ids, solo[1].0);
+}
+
+/// A burst of one buyer's jobs sharing a long system prompt, submitted together: the
+/// jobs not fed in the first step (its prefill budget went to the first jobs) start
+/// from the blocks the first job filled meanwhile, and every job still gets its solo
+/// tokens.
+#[test]
+fn jobs_waiting_to_prefill_pick_up_the_prefix_an_earlier_job_filled() {
+    let path = support::default_model_path();
+    let mut model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    let system = "You are a careful assistant for a lighthouse museum on a rocky northern \
+                  coast. Visitors ask about the keepers, the lamps, the lenses, the fog \
+                  signals and the ships that passed. Answer in one short sentence, use \
+                  plain words, never invent dates, names or numbers, and say so when the \
+                  museum's records do not tell.";
+    let chat = |question: &str| system_chat(system, question);
+    let shared = model.prompt_tokens(&chat("a")).unwrap().len();
+    assert!(
+        shared > 64,
+        "the first job alone takes half the step's budget ({shared})"
+    );
+    let questions = [
+        "What is a lens?",
+        "Who kept the light?",
+        "Why fog?",
+        "What ships?",
+    ];
+    let jobs: Vec<GenerateRequest> = questions
+        .iter()
+        .map(|q| greedy_request(&model, chat(q), 4))
+        .collect();
+    let solo = solo_runs(&mut model, &jobs);
+    let settings = BatchSettings {
+        max_batch: 4,
+        ..BatchSettings::default()
+    };
+    let engine = Engine::spawn_with(vec![model], 8, settings);
+    let receivers: Vec<_> = jobs
+        .iter()
+        .map(|r| engine.submit(r.clone()).unwrap())
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let finished = runtime.block_on(futures::future::join_all(receivers.into_iter().map(
+        |mut events| async move {
+            while let Some(event) = events.recv().await {
+                match event {
+                    EngineEvent::Finished(generation) => return generation,
+                    EngineEvent::Failed(err) => panic!("{err}"),
+                    _ => {}
+                }
+            }
+            panic!("no end");
+        },
+    )));
+    let reused: Vec<u32> = finished.iter().map(|g| g.reused_tokens).collect();
+    assert_eq!(reused[0], 0, "the first job computes the prefix");
+    for (i, g) in finished.iter().enumerate().skip(2) {
+        assert!(
+            g.reused_tokens as usize >= (shared - 16) / 16 * 16 && g.reused_tokens % 16 == 0,
+            "job {i} reused {reused:?} of a {shared}-token shared prefix"
+        );
+    }
+    for (i, (g, alone)) in finished.iter().zip(&solo).enumerate() {
+        assert_eq!(g.token_ids, alone.0, "job {i}");
+    }
 }
 
 /// A job whose context could outgrow the whole KV budget is refused at once, with the
