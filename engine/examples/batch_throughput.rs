@@ -1,5 +1,7 @@
 //! Continuous batching without the network: `cargo run -p sharemesh-engine --example
-//! batch_throughput -- MODEL.gguf [THREADS] [STREAMS,...] [MAX_TOKENS]`.
+//! batch_throughput -- MODEL.gguf [THREADS] [STREAMS,...] [MAX_TOKENS] [SYSTEM]`.
+//! SYSTEM (default 0) gives every prompt the same system message of SYSTEM sentences
+//! (about 15 tokens each), as an agent's burst of requests shares its instructions.
 //!
 //! For each stream count N it prints one JSON line: (1) the kernels alone — aggregate
 //! tokens per second of decode steps feeding N sequences one token each — and (2) the
@@ -28,17 +30,28 @@ const PROMPTS: [&str; 8] = [
     "Explain why the sky changes colour at sunset.",
 ];
 
-fn prompt(index: usize) -> Prompt {
-    Prompt::Chat(vec![ChatMessage {
+fn prompt(index: usize, system: usize) -> Prompt {
+    let mut messages = Vec::new();
+    if system > 0 {
+        let sentence = "Answer the visitor's question in plain words and keep to the facts. ";
+        messages.push(ChatMessage {
+            role: Role::System,
+            content: sentence.repeat(system),
+        });
+    }
+    messages.push(ChatMessage {
         role: Role::User,
         content: PROMPTS[index % PROMPTS.len()].into(),
-    }])
+    });
+    Prompt::Chat(messages)
 }
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let path = std::path::PathBuf::from(args.next().ok_or_else(|| {
-        anyhow::anyhow!("usage: batch_throughput MODEL.gguf [THREADS] [STREAMS,...] [MAX_TOKENS]")
+        anyhow::anyhow!(
+            "usage: batch_throughput MODEL.gguf [THREADS] [STREAMS,...] [MAX_TOKENS] [SYSTEM]"
+        )
     })?);
     let threads: usize = args.next().map_or(Ok(1), |t| t.parse())?;
     let streams: Vec<usize> = args
@@ -48,6 +61,7 @@ fn main() -> anyhow::Result<()> {
         .map(str::parse)
         .collect::<Result<_, _>>()?;
     let max_tokens: u32 = args.next().map_or(Ok(48), |t| t.parse())?;
+    let system: usize = args.next().map_or(Ok(0), |t| t.parse())?;
     sharemesh_engine::set_threads(threads);
     let id = ModelId::from_bytes([0; 32]);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -56,7 +70,7 @@ fn main() -> anyhow::Result<()> {
     for &n in &streams {
         let model = LoadedModel::load(&path, id, "bench", Device::Cpu)?;
         let prompts: Vec<Vec<u32>> = (0..n)
-            .map(|i| model.prompt_tokens(&prompt(i)))
+            .map(|i| model.prompt_tokens(&prompt(i, system)))
             .collect::<Result<_, _>>()?;
         let kernels = model
             .measure_batch(&prompts[0], n, 32)?
@@ -66,7 +80,7 @@ fn main() -> anyhow::Result<()> {
             ..BatchSettings::default()
         };
         let engine = Engine::spawn_with(vec![model], n, settings);
-        let served = runtime.block_on(jobs(&engine, id, n, max_tokens))?;
+        let served = runtime.block_on(jobs(&engine, id, n, max_tokens, system))?;
         let line = serde_json::json!({
             "threads": threads,
             "streams": n,
@@ -107,13 +121,14 @@ async fn jobs(
     model: ModelId,
     n: usize,
     max_tokens: u32,
+    system: usize,
 ) -> anyhow::Result<Served> {
     let started = Instant::now();
     let mut receivers = Vec::new();
     for i in 0..n {
         receivers.push(engine.submit(GenerateRequest {
             ignore_eos: true,
-            ..GenerateRequest::greedy(model, prompt(i), max_tokens)
+            ..GenerateRequest::greedy(model, prompt(i, system), max_tokens)
         })?);
     }
     let runs = futures::future::join_all(receivers.into_iter().map(|mut events| async move {

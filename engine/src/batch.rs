@@ -20,7 +20,7 @@
 //! A job whose event channel is full (a slow client) sits out steps until it drains
 //! instead of holding up the batch; a job whose client went away leaves at once.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -63,6 +63,9 @@ struct Running {
     /// Started, but nothing fed yet: it may still pick up prefix blocks that jobs ahead
     /// of it fill meanwhile.
     fresh: bool,
+    /// Hashes of every full block of its history but the last token (what it would
+    /// index once prefilled).
+    history_chain: Vec<BlockHash>,
     /// Events the client's channel had no room for yet, oldest first.
     unsent: VecDeque<EngineEvent>,
     /// Finished (its last event may still be unsent).
@@ -116,6 +119,7 @@ impl Running {
     ) -> Result<(), KernelError> {
         let reused = blocks.len() * BLOCK_POSITIONS;
         self.cache = SequenceCache::from_prefix(pool, blocks, reused)?;
+        self.history_chain.clone_from(&chain);
         chain.truncate(reused / BLOCK_POSITIONS);
         self.indexed = chain.len();
         self.chain = chain;
@@ -277,6 +281,7 @@ impl Batch {
             chain: Vec::new(),
             indexed: 0,
             fresh: false,
+            history_chain: Vec::new(),
             unsent: VecDeque::new(),
             done: false,
             committed,
@@ -333,10 +338,13 @@ impl Batch {
     /// The jobs of `model` that move this step and the tokens each feeds, in joining
     /// order: every decoding job its last token; prefilling (or recomputing) jobs the
     /// rest of their prompt, oldest first, within [`PREFILL_BUDGET`]. A job whose
-    /// client does not keep up sits out.
+    /// client does not keep up sits out, and so does a job not fed yet whose next block
+    /// an earlier job completes in this step: it starts from that block next step
+    /// ([`Self::catch_up_prefixes`]) instead of computing it again.
     fn plan(&mut self, model: usize) -> Vec<(usize, usize)> {
         let mut budget = PREFILL_BUDGET;
         let mut plan = Vec::new();
+        let mut completing: HashSet<BlockHash> = HashSet::new();
         for (i, r) in self.running.iter_mut().enumerate() {
             if r.model != model || r.done || !r.flush() || !r.unsent.is_empty() {
                 continue;
@@ -345,8 +353,15 @@ impl Batch {
                 0 => continue,
                 1 if !r.prefilling => 1,
                 pending => {
+                    let next = r.cache.positions() / BLOCK_POSITIONS;
+                    let chain = &r.history_chain;
+                    if r.fresh && chain.get(next).is_some_and(|h| completing.contains(h)) {
+                        continue;
+                    }
                     let feed = pending.min(budget);
                     budget -= feed;
+                    let filled = ((r.cache.positions() + feed) / BLOCK_POSITIONS).min(chain.len());
+                    completing.extend(chain.get(next..filled).unwrap_or_default());
                     feed
                 }
             };
