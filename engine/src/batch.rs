@@ -437,8 +437,10 @@ impl Batch {
             if r.model != model || !r.fresh || r.done {
                 continue;
             }
-            let (chain, blocks) = r.longest_prefix(kv);
+            // The history is unchanged since the job started: its chain still holds.
+            let blocks = kv.prefixes.longest(&r.history_chain);
             if blocks.len() * BLOCK_POSITIONS > r.cache.positions() {
+                let chain = r.history_chain.clone();
                 if let Err(err) = r.start_from(&kv.pool, chain, blocks) {
                     r.fail(EngineError::Inference(err.to_string()));
                 }
