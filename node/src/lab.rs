@@ -212,15 +212,18 @@ impl Lab {
     pub async fn start(providers: Vec<ProviderSpec>, gateway: GatewaySpec) -> Result<Self> {
         let mut started: Vec<LabProvider> = Vec::new();
         let mut bootstrap = Vec::new();
+        let mut every_provider = Vec::new();
         let mut expected = Vec::new();
         for (index, spec) in providers.into_iter().enumerate() {
             let key = key(index as u64 + 1);
             let address = next_address()?;
             let config = mesh_config(address.clone(), bootstrap.clone(), true, lab_book());
             let mesh = sharemesh_mesh::spawn(key.secret(), config).await?;
+            let dialable = address.with(libp2p::multiaddr::Protocol::P2p(mesh.peer_id));
             if bootstrap.is_empty() {
-                bootstrap.push(address.with(libp2p::multiaddr::Protocol::P2p(mesh.peer_id)));
+                bootstrap.push(dialable.clone());
             }
+            every_provider.push(dialable);
             if spec.expect_advert {
                 expected.push(mesh.node_id);
             }
@@ -249,9 +252,12 @@ impl Lab {
             });
         }
         let gateway_key = key(GATEWAY_SEED);
+        // The gateway dials every provider, as a light client given a provider list
+        // does: with only the first provider to start from, a gateway that penalised
+        // that peer (an adversary) could be cut off before it found the others.
         let config = mesh_config(
             next_address()?,
-            bootstrap,
+            every_provider,
             false,
             gateway.book.unwrap_or_else(lab_book),
         );
