@@ -299,10 +299,7 @@ fn solo_runs(model: &mut LoadedModel, jobs: &[GenerateRequest]) -> Vec<Served> {
 
 /// The jobs submitted together to `engine`; also the most jobs seen active at once.
 fn serve_together(engine: &Engine, jobs: &[GenerateRequest]) -> (Vec<Served>, usize) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let receivers: Vec<_> = jobs
             .iter()
@@ -327,6 +324,14 @@ fn serve_together(engine: &Engine, jobs: &[GenerateRequest]) -> (Vec<Served>, us
         }
         (served, most_active)
     })
+}
+
+/// A single-threaded runtime for a test's async calls into the engine.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// A chat of a system prompt and one question.
@@ -419,10 +424,7 @@ fn a_shared_prefix_is_reused_from_indexed_blocks() {
     let second = greedy_request(&model, chat("Who kept the light?"), 8);
     let solo = solo_runs(&mut model, &[first.clone(), second.clone()]);
     let engine = Engine::spawn(vec![model], 8);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let run =
         |request: &GenerateRequest| runtime.block_on(engine.complete(request.clone())).unwrap();
     let (a, b) = (run(&first), run(&second));
@@ -482,10 +484,7 @@ fn jobs_waiting_to_prefill_pick_up_the_prefix_an_earlier_job_filled() {
         .iter()
         .map(|r| engine.submit(r.clone()).unwrap())
         .collect();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let finished = runtime.block_on(futures::future::join_all(receivers.into_iter().map(
         |mut events| async move {
             while let Some(event) = events.recv().await {
@@ -530,10 +529,7 @@ fn a_job_larger_than_the_kv_budget_is_refused_with_the_reason() {
     }
     let capacity = engine.batch_capacity().expect("published at start");
     assert_eq!((capacity.max_batch, capacity.total_blocks), (4, 4));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let err = runtime.block_on(engine.complete(request)).unwrap_err();
     assert!(matches!(err, EngineError::OverCapacity(_)), "{err:?}");
     assert!(err.to_string().contains("KV budget"), "{err}");
@@ -566,10 +562,7 @@ fn a_second_buyer_waits_for_a_turn_not_for_the_first_buyers_burst() {
         .iter()
         .map(|(_, r)| engine.submit(r.clone()).unwrap())
         .collect();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let served = runtime.block_on(futures::future::join_all(receivers.into_iter().map(
         |mut events| async move {
             let (mut first, mut tokens) = (None, Vec::new());

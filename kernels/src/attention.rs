@@ -10,7 +10,7 @@
 //! per-key lookups and the single dependency chain that made attention a quarter of a
 //! batched decode step.
 
-#![allow(unsafe_code)] // one `target_feature` build, called after detection.
+#![allow(unsafe_code)] // the AVX2 build of the loops, called after detection.
 
 use std::ops::Range;
 
@@ -56,19 +56,38 @@ pub fn attend_heads<'a>(
         keys,
         values,
     } = scratch;
+    let build = Build::for_dim(dim);
     for (query, out) in queries.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
-        #[cfg(target_arch = "x86_64")]
-        if dim.is_multiple_of(8) && std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU reported AVX2; every row is `dim` long, checked above.
-            unsafe { avx2::attend(query, keys, values, scale, scores, out) };
-            continue;
-        }
-        attend_portable(query, keys, values, scale, scores, out);
+        attend_one(build, query, keys, values, scale, scores, out);
     }
 }
 
-/// The reference order, one key at a time.
-fn attend_portable(
+/// Which build of the score and value loops runs; both give the same bits.
+#[derive(Clone, Copy)]
+enum Build {
+    /// The reference order, one key at a time.
+    Portable,
+    /// Eight keys at a time and value sums in registers: only handed out where the CPU
+    /// has AVX2 and the head width is a multiple of 8.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Build {
+    fn for_dim(dim: usize) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if dim.is_multiple_of(8) && std::is_x86_feature_detected!("avx2") {
+            return Build::Avx2;
+        }
+        let _ = dim;
+        Build::Portable
+    }
+}
+
+/// One head: scaled scores, softmax, `Σ p_j v_j`, divided by `Σ p_j`. Every row is
+/// `query.len()` long (checked by [`attend_heads`]).
+fn attend_one(
+    build: Build,
     query: &[f32],
     keys: &[&[f32]],
     values: &[&[f32]],
@@ -77,13 +96,25 @@ fn attend_portable(
     out: &mut [f32],
 ) {
     scores.clear();
-    scores.extend(keys.iter().map(|k| dot(query, k) * scale));
+    match build {
+        Build::Portable => scores.extend(keys.iter().map(|k| dot(query, k) * scale)),
+        // SAFETY: `Build::Avx2` exists only on AVX2 CPUs, for widths a multiple of 8.
+        #[cfg(target_arch = "x86_64")]
+        Build::Avx2 => unsafe { avx2::scores(query, keys, scale, scores) },
+    }
     let total = softmax_in_place(scores);
-    out.fill(0.0);
-    for (&p, v) in scores.iter().zip(values) {
-        for (o, &v) in out.iter_mut().zip(*v) {
-            *o += p * v;
+    match build {
+        Build::Portable => {
+            out.fill(0.0);
+            for (&p, v) in scores.iter().zip(values) {
+                for (o, &v) in out.iter_mut().zip(*v) {
+                    *o += p * v;
+                }
+            }
         }
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Build::Avx2 => unsafe { avx2::weighted_sum(scores, values, out) },
     }
     let inverse = 1.0 / total;
     for o in out.iter_mut() {
@@ -106,7 +137,6 @@ fn softmax_in_place(scores: &mut [f32]) -> f32 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::softmax_in_place;
     use crate::ops::dot;
 
     /// Keys whose scores are computed together.
@@ -114,21 +144,12 @@ mod avx2 {
     /// Dimensions of the value sum held in registers at once (eight registers).
     const RUN: usize = 64;
 
-    /// [`super::attend_portable`] with the same operations.
+    /// `scores ← dot(query, k) · scale` for every key, eight keys at a time.
     ///
     /// # Safety
-    /// AVX2; `query`, `out` and every key and value row are the same length, a multiple
-    /// of 8.
+    /// AVX2; `query` and every key are the same length, a multiple of 8.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn attend(
-        query: &[f32],
-        keys: &[&[f32]],
-        values: &[&[f32]],
-        scale: f32,
-        scores: &mut Vec<f32>,
-        out: &mut [f32],
-    ) {
-        scores.clear();
+    pub(super) unsafe fn scores(query: &[f32], keys: &[&[f32]], scale: f32, scores: &mut Vec<f32>) {
         let mut batches = keys.chunks_exact(KEYS);
         for batch in &mut batches {
             // SAFETY: the caller's promise.
@@ -136,7 +157,14 @@ mod avx2 {
             scores.extend(eight.map(|d| d * scale));
         }
         scores.extend(batches.remainder().iter().map(|k| dot(query, k) * scale));
-        let total = softmax_in_place(scores);
+    }
+
+    /// `out = Σ_j weights[j] · values[j]` in runs of up to 64 dimensions.
+    ///
+    /// # Safety
+    /// AVX2; `out` and every value row are the same length, a multiple of 8.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn weighted_sum(weights: &[f32], values: &[&[f32]], out: &mut [f32]) {
         let dim = out.len();
         let mut at = 0;
         while at < dim {
@@ -144,21 +172,17 @@ mod avx2 {
             // SAFETY: `at + width ≤ dim`, every row `dim` long (the caller's promise).
             unsafe {
                 match width / 8 {
-                    8 => value_run::<8>(scores, values, at, out),
-                    7 => value_run::<7>(scores, values, at, out),
-                    6 => value_run::<6>(scores, values, at, out),
-                    5 => value_run::<5>(scores, values, at, out),
-                    4 => value_run::<4>(scores, values, at, out),
-                    3 => value_run::<3>(scores, values, at, out),
-                    2 => value_run::<2>(scores, values, at, out),
-                    _ => value_run::<1>(scores, values, at, out),
+                    8 => value_run::<8>(weights, values, at, out),
+                    7 => value_run::<7>(weights, values, at, out),
+                    6 => value_run::<6>(weights, values, at, out),
+                    5 => value_run::<5>(weights, values, at, out),
+                    4 => value_run::<4>(weights, values, at, out),
+                    3 => value_run::<3>(weights, values, at, out),
+                    2 => value_run::<2>(weights, values, at, out),
+                    _ => value_run::<1>(weights, values, at, out),
                 }
             }
             at += width;
-        }
-        let inverse = 1.0 / total;
-        for o in out.iter_mut() {
-            *o *= inverse;
         }
     }
 
@@ -229,7 +253,7 @@ mod avx2 {
 mod tests {
     use super::*;
 
-    fn attend_one(q: &[f32], keys: &[f32], values: &[f32], span: Range<usize>) -> Vec<f32> {
+    fn attend_single(q: &[f32], keys: &[f32], values: &[f32], span: Range<usize>) -> Vec<f32> {
         let dim = q.len();
         let mut out = vec![0f32; dim];
         attend_heads(
@@ -249,14 +273,14 @@ mod tests {
     fn attention_weighs_values_by_softmaxed_scores() {
         // Two positions, one head of dim 2; the second key matches the query strongly.
         let (query, keys, values) = ([1.0, 0.0], [0.0, 0.0, 10.0, 0.0], [1.0, 1.0, 3.0, 5.0]);
-        let out = attend_one(&query, &keys, &values, 0..2);
+        let out = attend_single(&query, &keys, &values, 0..2);
         let p = 1.0 / (1.0 + (-10f32).exp());
         assert!((out[0] - (p * 3.0 + (1.0 - p))).abs() < 1e-5);
         assert!((out[1] - (p * 5.0 + (1.0 - p))).abs() < 1e-5);
         // Only the first position visible: its value exactly; only the second (a
         // sliding window of one), its value.
-        assert_eq!(attend_one(&query, &keys, &values, 0..1), [1.0, 1.0]);
-        assert_eq!(attend_one(&query, &keys, &values, 1..2), [3.0, 5.0]);
+        assert_eq!(attend_single(&query, &keys, &values, 0..1), [1.0, 1.0]);
+        assert_eq!(attend_single(&query, &keys, &values, 1..2), [3.0, 5.0]);
     }
 
     /// The attention as first written (one key at a time through [`dot`], the value
@@ -315,7 +339,16 @@ mod tests {
                     let rows: Vec<&[f32]> = span.clone().map(key).collect();
                     let vals: Vec<&[f32]> = span.clone().map(value).collect();
                     let mut portable = vec![0f32; dim];
-                    attend_portable(q, &rows, &vals, 0.125, &mut Vec::new(), &mut portable);
+                    let build = Build::Portable;
+                    attend_one(
+                        build,
+                        q,
+                        &rows,
+                        &vals,
+                        0.125,
+                        &mut Vec::new(),
+                        &mut portable,
+                    );
                     let paths = [&together[h * dim..][..dim], &portable[..]];
                     for (k, got) in paths.iter().enumerate() {
                         let same = got

@@ -78,6 +78,11 @@ impl LlamaConfig {
     }
 
     /// Width of one position's keys (or values): KV heads × head dimension.
+    /// A pool of at most `blocks` KV blocks shaped for this model.
+    pub fn kv_pool(&self, blocks: usize) -> KvPool {
+        KvPool::new(self.layers, self.kv_heads, self.head_dim, blocks)
+    }
+
     pub fn kv_width(&self) -> usize {
         self.kv_heads * self.head_dim
     }

@@ -54,28 +54,11 @@ enum Store {
 }
 
 impl Store {
-    fn len(&self) -> usize {
+    /// Every value, as a group's view reads them.
+    fn all(&self) -> Scales<'_> {
         match self {
-            Store::F32(v) => v.len(),
-            Store::F16(v) => v.len(),
-        }
-    }
-
-    fn slice(&self, range: std::ops::Range<usize>) -> Scales<'_> {
-        match self {
-            Store::F32(v) => Scales::F32(&v[range]),
-            Store::F16(v) => Scales::F16(&v[range]),
-        }
-    }
-
-    fn get(&self, i: usize) -> f32 {
-        self.slice(i..i + 1).get(0)
-    }
-
-    fn bytes(&self) -> usize {
-        match self {
-            Store::F32(v) => 4 * v.len(),
-            Store::F16(v) => 2 * v.len(),
+            Store::F32(v) => Scales::F32(v),
+            Store::F16(v) => Scales::F16(v),
         }
     }
 
@@ -109,6 +92,20 @@ impl Scales<'_> {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    fn slice(self, range: std::ops::Range<usize>) -> Self {
+        match self {
+            Scales::F32(v) => Scales::F32(&v[range]),
+            Scales::F16(v) => Scales::F16(&v[range]),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Scales::F32(v) => 4 * v.len(),
+            Scales::F16(v) => 2 * v.len(),
+        }
     }
 
     /// Value `i`, widened to f32 (exact).
@@ -257,8 +254,8 @@ impl Matrix {
     pub fn group(&self, g: usize) -> Group<'_> {
         let blocks = self.cols / BLOCK;
         let format = self.format;
-        let per = |unit: usize, all: &Store| -> std::ops::Range<usize> {
-            if all.len() == 0 {
+        let per = |unit: usize, all: Scales<'_>| -> std::ops::Range<usize> {
+            if all.is_empty() {
                 0..0
             } else {
                 g * blocks * unit..(g + 1) * blocks * unit
@@ -269,8 +266,9 @@ impl Matrix {
                 [..blocks * format.group_block_bytes()],
             scales: self
                 .scales
-                .slice(per(GROUP * format.scales_per_block(), &self.scales)),
-            mins: self.mins.slice(per(GROUP, &self.mins)),
+                .all()
+                .slice(per(GROUP * format.scales_per_block(), self.scales.all())),
+            mins: self.mins.all().slice(per(GROUP, self.mins.all())),
         }
     }
 
@@ -282,12 +280,16 @@ impl Matrix {
         let format = self.format;
         let bytes = &self.quants[at * format.group_block_bytes()..][..format.group_block_bytes()];
         let subs = format.scales_per_block();
-        let scale = |s: usize| self.scales.get((at * subs + s.min(subs - 1)) * GROUP + r);
+        let scale = |s: usize| {
+            self.scales
+                .all()
+                .get((at * subs + s.min(subs - 1)) * GROUP + r)
+        };
         KernelBlock {
             quants: std::array::from_fn(|e| quant_of(format, bytes, r, e) as u8),
             scales: [scale(0), scale(1)],
             min: if format.has_min() {
-                self.mins.get(at * GROUP + r)
+                self.mins.all().get(at * GROUP + r)
             } else {
                 0.0
             },
@@ -322,14 +324,17 @@ impl Matrix {
     /// The same matrix keeping its scales and minimums as f32.
     #[cfg(test)]
     pub(crate) fn with_f32_scales(mut self) -> Matrix {
-        let widen = |store: &Store| Store::F32((0..store.len()).map(|i| store.get(i)).collect());
+        let widen = |store: &Store| {
+            let all = store.all();
+            Store::F32((0..all.len()).map(|i| all.get(i)).collect())
+        };
         (self.scales, self.mins) = (widen(&self.scales), widen(&self.mins));
         self
     }
 
     /// Bytes the matrix holds in memory.
     pub fn memory_bytes(&self) -> usize {
-        self.quants.len() + self.scales.bytes() + self.mins.bytes()
+        self.quants.len() + self.scales.all().bytes() + self.mins.all().bytes()
     }
 }
 

@@ -64,12 +64,7 @@ struct Step<'a> {
 impl Llama {
     /// A pool of at most `blocks` KV blocks for this model's sequences.
     pub fn kv_pool(&self, blocks: usize) -> KvPool {
-        KvPool::new(
-            self.layers.len(),
-            self.config.kv_heads,
-            self.config.head_dim,
-            blocks,
-        )
+        self.config.kv_pool(blocks)
     }
 
     /// A fresh, empty cache for a sequence of this model, in a pool of its own with no
@@ -118,11 +113,7 @@ impl Llama {
                 tokens.len()
             )));
         }
-        if !entry.cache.fits(
-            self.layers.len(),
-            self.config.kv_heads,
-            self.config.head_dim,
-        ) {
+        if !entry.cache.fits(&self.config) {
             return Err(KernelError::BadConfig(
                 "a KV cache made for another model's shape".into(),
             ));

@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use super::LlamaConfig;
 use crate::KernelError;
 
 /// Positions per block.
@@ -277,10 +278,10 @@ impl SequenceCache {
         self.positions += tokens;
     }
 
-    /// Whether this cache fits a model of `layers` layers of `heads` KV heads `dim` wide.
-    pub(super) fn fits(&self, layers: usize, heads: usize, dim: usize) -> bool {
+    /// Whether this cache has the shape of `config`'s pools.
+    pub(super) fn fits(&self, config: &LlamaConfig) -> bool {
         let state = &self.pool.state;
-        state.layers == layers && state.heads == heads && state.dim == dim
+        (state.layers, state.heads, state.dim) == (config.layers, config.kv_heads, config.head_dim)
     }
 }
 

@@ -4,9 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{
-    rope_thetas, GemmaNorms, KvPool, Layer, Llama, LlamaConfig, QkvBias, RawFormat, RawTensor,
-};
+use super::{rope_thetas, GemmaNorms, Layer, Llama, LlamaConfig, QkvBias, RawFormat, RawTensor};
 use crate::dot::Isa;
 use crate::quant::Matrix;
 use crate::KernelError;
@@ -132,8 +130,7 @@ impl Llama {
             .build()
             .map_err(|e| KernelError::ThreadPool(e.to_string()))?;
         Ok(Self {
-            cache: KvPool::new(config.layers, config.kv_heads, config.head_dim, usize::MAX)
-                .new_sequence(),
+            cache: config.kv_pool(usize::MAX).new_sequence(),
             config,
             rope_tables,
             embeddings,
