@@ -19,7 +19,9 @@ use crate::ops::dot;
 /// Reusable buffers of [`attend_heads`]: one task's scores and the rows it reads.
 #[derive(Default)]
 pub struct AttendScratch<'a> {
+    /// Every head's scores (then softmax weights), head after head.
     scores: Vec<f32>,
+    totals: Vec<f32>,
     keys: Vec<&'a [f32]>,
     values: Vec<&'a [f32]>,
 }
@@ -51,203 +53,141 @@ pub fn attend_heads<'a>(
         scratch.keys.push(k);
         scratch.values.push(v);
     }
+    attend_rows(Build::for_dim(dim), queries, dim, scale, scratch, out);
+}
+
+/// [`attend_heads`] over the rows already gathered in `scratch`, on `build`'s loops.
+fn attend_rows(
+    build: Build,
+    queries: &[f32],
+    dim: usize,
+    scale: f32,
+    scratch: &mut AttendScratch<'_>,
+    out: &mut [f32],
+) {
     let AttendScratch {
         scores,
+        totals,
         keys,
         values,
     } = scratch;
-    let build = Build::for_dim(dim);
-    for (query, out) in queries.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
-        attend_one(build, query, keys, values, scale, scores, out);
+    let positions = keys.len();
+    scores.clear();
+    scores.resize(queries.len() / dim * positions, 0.0);
+    match build {
+        Build::Portable => {
+            for (query, scores) in queries
+                .chunks_exact(dim)
+                .zip(scores.chunks_exact_mut(positions))
+            {
+                for (score, k) in scores.iter_mut().zip(keys.iter()) {
+                    *score = dot(query, k) * scale;
+                }
+            }
+        }
+        // SAFETY (each build below): handed out only where the CPU has its features,
+        // for widths a multiple of 8; every row is `dim` long (checked above).
+        #[cfg(target_arch = "x86_64")]
+        Build::Avx2 => unsafe { avx2::scores(queries, dim, keys, scale, scores) },
+        #[cfg(target_arch = "x86_64")]
+        Build::Avx512 => unsafe { avx512::scores(queries, dim, keys, scale, scores) },
+    }
+    totals.clear();
+    totals.extend(
+        scores
+            .chunks_exact_mut(positions.max(1))
+            .map(softmax_in_place),
+    );
+    match build {
+        Build::Portable => {
+            out.fill(0.0);
+            for (weights, out) in scores
+                .chunks_exact(positions.max(1))
+                .zip(out.chunks_exact_mut(dim))
+            {
+                for (&p, v) in weights.iter().zip(values.iter()) {
+                    for (o, &v) in out.iter_mut().zip(*v) {
+                        *o += p * v;
+                    }
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Build::Avx2 => unsafe { avx2::weighted_sums(scores, values, out) },
+        #[cfg(target_arch = "x86_64")]
+        Build::Avx512 => unsafe { avx512::weighted_sums(scores, values, out) },
+    }
+    for (out, &total) in out.chunks_exact_mut(dim).zip(totals.iter()) {
+        let inverse = 1.0 / total;
+        for o in out.iter_mut() {
+            *o *= inverse;
+        }
     }
 }
 
-/// Which build of the score and value loops runs; both give the same bits.
-#[derive(Clone, Copy)]
+/// Which build of the score and value loops runs; all give the same bits.
+#[derive(Clone, Copy, Debug)]
 enum Build {
     /// The reference order, one key at a time.
     Portable,
-    /// Eight keys at a time and value sums in registers: only handed out where the CPU
-    /// has AVX2 and the head width is a multiple of 8.
+    /// Eight keys at a time and value sums in registers, one head after another: only
+    /// handed out where the CPU has AVX2 and the head width is a multiple of 8.
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// As AVX2, but each key and value row is loaded once for up to three (scores) or
+    /// four (values) heads of the group, in AVX-512's 32 registers.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
 }
 
 impl Build {
     fn for_dim(dim: usize) -> Self {
         #[cfg(target_arch = "x86_64")]
         if dim.is_multiple_of(8) && std::is_x86_feature_detected!("avx2") {
+            if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl")
+            {
+                return Build::Avx512;
+            }
             return Build::Avx2;
         }
         let _ = dim;
         Build::Portable
     }
-}
 
-/// One head: scaled scores, softmax, `Σ p_j v_j`, divided by `Σ p_j`. Every row is
-/// `query.len()` long (checked by [`attend_heads`]).
-fn attend_one(
-    build: Build,
-    query: &[f32],
-    keys: &[&[f32]],
-    values: &[&[f32]],
-    scale: f32,
-    scores: &mut Vec<f32>,
-    out: &mut [f32],
-) {
-    scores.clear();
-    match build {
-        Build::Portable => scores.extend(keys.iter().map(|k| dot(query, k) * scale)),
-        // SAFETY: `Build::Avx2` exists only on AVX2 CPUs, for widths a multiple of 8.
+    /// Every build this CPU runs for width `dim`, the portable one first.
+    #[cfg(test)]
+    fn all(dim: usize) -> Vec<Build> {
+        let mut builds = vec![Build::Portable];
         #[cfg(target_arch = "x86_64")]
-        Build::Avx2 => unsafe { avx2::scores(query, keys, scale, scores) },
-    }
-    let total = softmax_in_place(scores);
-    match build {
-        Build::Portable => {
-            out.fill(0.0);
-            for (&p, v) in scores.iter().zip(values) {
-                for (o, &v) in out.iter_mut().zip(*v) {
-                    *o += p * v;
-                }
+        {
+            let best = Build::for_dim(dim);
+            if matches!(best, Build::Avx2 | Build::Avx512) {
+                builds.push(Build::Avx2);
+            }
+            if matches!(best, Build::Avx512) {
+                builds.push(Build::Avx512);
             }
         }
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Build::Avx2 => unsafe { avx2::weighted_sum(scores, values, out) },
-    }
-    let inverse = 1.0 / total;
-    for o in out.iter_mut() {
-        *o *= inverse;
+        builds
     }
 }
 
-/// `s ← exp(s − max)` for every score, in order; returns their sum in order.
+/// `s ← exp(s − max)` for every score (the kernels' own `exp`); returns their sum in
+/// order.
 #[inline(always)]
 fn softmax_in_place(scores: &mut [f32]) -> f32 {
     let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
     for score in scores.iter_mut() {
-        *score = (*score - max).exp();
+        *score -= max;
     }
-    // Summed apart from the `exp` calls, so the running total stays in a register.
+    crate::math::exp_in_place(scores);
     scores.iter().fold(0f32, |total, &p| total + p)
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
-
-    use crate::ops::dot;
-
-    /// Keys whose scores are computed together.
-    const KEYS: usize = 8;
-    /// Dimensions of the value sum held in registers at once (eight registers).
-    const RUN: usize = 64;
-
-    /// `scores ← dot(query, k) · scale` for every key, eight keys at a time.
-    ///
-    /// # Safety
-    /// AVX2; `query` and every key are the same length, a multiple of 8.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn scores(query: &[f32], keys: &[&[f32]], scale: f32, scores: &mut Vec<f32>) {
-        let mut batches = keys.chunks_exact(KEYS);
-        for batch in &mut batches {
-            // SAFETY: the caller's promise.
-            let eight = unsafe { scores8(query, batch) };
-            scores.extend(eight.map(|d| d * scale));
-        }
-        scores.extend(batches.remainder().iter().map(|k| dot(query, k) * scale));
-    }
-
-    /// `out = Σ_j weights[j] · values[j]` in runs of up to 64 dimensions.
-    ///
-    /// # Safety
-    /// AVX2; `out` and every value row are the same length, a multiple of 8.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn weighted_sum(weights: &[f32], values: &[&[f32]], out: &mut [f32]) {
-        let dim = out.len();
-        let mut at = 0;
-        while at < dim {
-            let width = RUN.min(dim - at);
-            // SAFETY: `at + width ≤ dim`, every row `dim` long (the caller's promise).
-            unsafe {
-                match width / 8 {
-                    8 => value_run::<8>(weights, values, at, out),
-                    7 => value_run::<7>(weights, values, at, out),
-                    6 => value_run::<6>(weights, values, at, out),
-                    5 => value_run::<5>(weights, values, at, out),
-                    4 => value_run::<4>(weights, values, at, out),
-                    3 => value_run::<3>(weights, values, at, out),
-                    2 => value_run::<2>(weights, values, at, out),
-                    _ => value_run::<1>(weights, values, at, out),
-                }
-            }
-            at += width;
-        }
-    }
-
-    /// Eight keys' dots with `query`: per key, eight lanes each summing its products in
-    /// chunk order from zero, then [`crate::quant::hsum8`]'s pairing — [`dot`]'s bits.
-    ///
-    /// # Safety
-    /// AVX2; every key is `query.len()` long, a multiple of 8.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn scores8(query: &[f32], keys: &[&[f32]]) -> [f32; KEYS] {
-        let rows: [*const f32; KEYS] = std::array::from_fn(|i| keys[i].as_ptr());
-        let mut acc = [_mm256_setzero_ps(); KEYS];
-        for c in (0..query.len()).step_by(8) {
-            // SAFETY (all loads): c + 8 ≤ len of the query and of every key.
-            let q = unsafe { _mm256_loadu_ps(query.as_ptr().add(c)) };
-            for i in 0..KEYS {
-                let k = unsafe { _mm256_loadu_ps(rows[i].add(c)) };
-                acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(q, k));
-            }
-        }
-        acc.map(|lanes| hsum8(lanes))
-    }
-
-    /// `(l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`, as [`crate::quant::hsum8`].
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn hsum8(lanes: __m256) -> f32 {
-        let quad = _mm_add_ps(
-            _mm256_castps256_ps128(lanes),
-            _mm256_extractf128_ps(lanes, 1),
-        );
-        let pairs = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)))
-    }
-
-    /// `out[at..at + 8R] = Σ_j p_j · values[j][at..at + 8R]`, each element summing its
-    /// positions in order from zero, held in R registers across the positions.
-    ///
-    /// # Safety
-    /// AVX2; `at + 8R` ≤ the length of `out` and of every value row.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn value_run<const R: usize>(
-        weights: &[f32],
-        values: &[&[f32]],
-        at: usize,
-        out: &mut [f32],
-    ) {
-        let mut acc = [_mm256_setzero_ps(); R];
-        for (&p, v) in weights.iter().zip(values) {
-            let p = _mm256_set1_ps(p);
-            let v = v.as_ptr();
-            for (r, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: the caller's promise.
-                let x = unsafe { _mm256_loadu_ps(v.add(at + 8 * r)) };
-                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(p, x));
-            }
-        }
-        for (r, acc) in acc.into_iter().enumerate() {
-            // SAFETY: the caller's promise.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(at + 8 * r), acc) };
-        }
-    }
-}
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 #[cfg(test)]
 mod tests {
@@ -284,10 +224,12 @@ mod tests {
     }
 
     /// The attention as first written (one key at a time through [`dot`], the value
-    /// sum through memory): every path — several heads at once, eight keys at a time
-    /// and the value runs in registers on AVX2, the portable one — gives its bits for
-    /// every head width (runs of 64, shorter last runs, widths not a multiple of 8) and
-    /// key count (batches of eight and leftovers, windows not starting at zero).
+    /// sum through memory): every build this CPU runs — portable, AVX2 (eight keys at a
+    /// time, value runs in registers), AVX-512 (rows shared by up to three or four
+    /// heads) — gives its bits for every group size (passes of three and four heads and
+    /// their leftovers), head width (runs of 64, shorter and masked last runs, widths
+    /// not a multiple of 8) and key count (batches of eight and leftovers, windows not
+    /// starting at zero).
     #[test]
     fn attention_keeps_the_one_key_at_a_time_bits() {
         fn one_at_a_time(q: &[f32], keys: &[f32], values: &[f32], span: Range<usize>) -> Vec<f32> {
@@ -301,7 +243,7 @@ mod tests {
             }
             let mut total = 0f32;
             for score in scores.iter_mut() {
-                *score = (*score - max).exp();
+                *score = crate::math::exp(*score - max);
                 total += *score;
             }
             let mut out = vec![0f32; dim];
@@ -314,48 +256,40 @@ mod tests {
         }
         let wave =
             |n: usize, f: f32| -> Vec<f32> { (0..n).map(|i| (i as f32 * f).sin() * 2.0).collect() };
-        const HEADS: usize = 3;
-        for dim in [36, 40, 64, 72, 256] {
-            let (keys, values) = (wave(29 * dim, 0.37), wave(29 * dim, 0.11));
-            let queries = wave(HEADS * dim, 0.73);
-            for span in [0..1, 0..4, 0..8, 0..7, 3..13, 5..9, 0..29, 2..27] {
-                let key = |j: usize| &keys[j * dim..][..dim];
-                let value = |j: usize| &values[j * dim..][..dim];
-                let mut together = vec![0f32; HEADS * dim];
-                let mut scratch = AttendScratch::default();
-                let run = span.clone();
-                attend_heads(
-                    &queries,
-                    dim,
-                    key,
-                    value,
-                    run,
-                    0.125,
-                    &mut scratch,
-                    &mut together,
-                );
-                for (h, q) in queries.chunks_exact(dim).enumerate() {
-                    let want = one_at_a_time(q, &keys, &values, span.clone());
-                    let rows: Vec<&[f32]> = span.clone().map(key).collect();
-                    let vals: Vec<&[f32]> = span.clone().map(value).collect();
-                    let mut portable = vec![0f32; dim];
-                    let build = Build::Portable;
-                    attend_one(
-                        build,
-                        q,
-                        &rows,
-                        &vals,
+        for heads in [1, 3, 4, 7] {
+            for dim in [36, 40, 64, 72, 256] {
+                let (keys, values) = (wave(29 * dim, 0.37), wave(29 * dim, 0.11));
+                let queries = wave(heads * dim, 0.73);
+                for span in [0..1, 0..4, 0..8, 0..7, 3..13, 5..9, 0..29, 2..27] {
+                    let key = |j: usize| &keys[j * dim..][..dim];
+                    let value = |j: usize| &values[j * dim..][..dim];
+                    let want: Vec<f32> = queries
+                        .chunks_exact(dim)
+                        .flat_map(|q| one_at_a_time(q, &keys, &values, span.clone()))
+                        .collect();
+                    let mut scratch = AttendScratch::default();
+                    let mut paths = vec![vec![0f32; heads * dim]];
+                    attend_heads(
+                        &queries,
+                        dim,
+                        key,
+                        value,
+                        span.clone(),
                         0.125,
-                        &mut Vec::new(),
-                        &mut portable,
+                        &mut scratch,
+                        &mut paths[0],
                     );
-                    let paths = [&together[h * dim..][..dim], &portable[..]];
+                    for build in Build::all(dim) {
+                        let mut got = vec![0f32; heads * dim];
+                        attend_rows(build, &queries, dim, 0.125, &mut scratch, &mut got);
+                        paths.push(got);
+                    }
                     for (k, got) in paths.iter().enumerate() {
                         let same = got
                             .iter()
                             .zip(&want)
                             .all(|(a, b)| a.to_bits() == b.to_bits());
-                        assert!(same, "dim {dim} span {span:?} head {h} path {k}");
+                        assert!(same, "heads {heads} dim {dim} span {span:?} path {k}");
                     }
                 }
             }

@@ -26,6 +26,7 @@ pub mod blocks;
 pub mod dense;
 pub mod dot;
 pub mod llama;
+pub mod math;
 pub mod matmul;
 pub mod ops;
 pub mod quant;

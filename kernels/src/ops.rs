@@ -40,11 +40,9 @@ pub fn rope_interleaved(head: &mut [f32], cos: &[f32], sin: &[f32]) {
     }
 }
 
-/// SiLU(gate) · up, element-wise, into `gate`.
+/// SiLU(gate) · up, element-wise, into `gate` (with the kernels' own `exp`).
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
-    }
+    crate::math::silu_mul(gate, up);
 }
 
 /// GELU (tanh approximation, as Gemma's `gelu_pytorch_tanh`) of `gate`, times `up`,
