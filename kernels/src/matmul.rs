@@ -16,8 +16,14 @@ pub fn matmul(isa: Isa, weights: &Matrix, activations: &QuantizedRows, out: &mut
     let features = weights.rows;
     assert_eq!(activations.cols, weights.cols, "inner dimensions differ");
     assert_eq!(out.len(), batch * features, "output has the wrong size");
+    let threads = rayon::current_num_threads();
+    if threads <= 1 {
+        // One thread: one piece, every row written in place (no buffers to fill and copy).
+        groups(isa, weights, activations, 0, out, features);
+        return;
+    }
     // Enough pieces to balance the pool, each big enough to amortise scheduling.
-    let pieces = (rayon::current_num_threads() * 4).max(1);
+    let pieces = threads * 4;
     let groups_per_piece = weights.groups().div_ceil(pieces).max(1);
     let per_piece = groups_per_piece * GROUP;
     if batch == 1 {
@@ -147,22 +153,32 @@ mod tests {
         let weights = random_matrix(format, 203, 576, 1);
         let values = crate::quant::tests_support::random_values(7 * 576, 2);
         let batch = quantize_rows(&values, 576);
-        let mut together = vec![0f32; 7 * 203];
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .expect("pool");
-        pool.install(|| matmul(Isa::detect(), &weights, &batch, &mut together));
+        // One thread writes every row in place; several fill pieces and copy them.
+        for threads in [1, 3] {
+            let mut together = vec![0f32; 7 * 203];
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("pool");
+            pool.install(|| matmul(Isa::detect(), &weights, &batch, &mut together));
+            same_as_singles(&weights, &values, &together, threads);
+        }
+    }
+
+    fn same_as_singles(weights: &Matrix, values: &[f32], together: &[f32], threads: usize) {
         for r in 0..7 {
             let single = quantize_rows(&values[r * 576..(r + 1) * 576], 576);
             let mut alone = vec![0f32; 203];
-            matmul(Isa::SCALAR, &weights, &single, &mut alone);
+            matmul(Isa::SCALAR, weights, &single, &mut alone);
             let row = &together[r * 203..(r + 1) * 203];
             let same = row
                 .iter()
                 .zip(&alone)
                 .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "row {r} differs between batch and single");
+            assert!(
+                same,
+                "row {r} differs between batch ({threads} threads) and single"
+            );
         }
     }
 }

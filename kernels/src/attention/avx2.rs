@@ -134,10 +134,7 @@ pub(super) unsafe fn weighted_sums(weights: &[f32], values: &[&[f32]], out: &mut
 /// AVX2; every key is as long as every query, a multiple of 8; `keys` holds 8 rows.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn scores_group<const G: usize>(
-    queries: [&[f32]; G],
-    keys: &[&[f32]],
-) -> [[f32; KEYS]; G] {
+unsafe fn scores_group<const G: usize>(queries: [&[f32]; G], keys: &[&[f32]]) -> [[f32; KEYS]; G] {
     let mut rows = [std::ptr::null::<f32>(); KEYS];
     for (row, key) in rows.iter_mut().zip(keys) {
         *row = key.as_ptr();
