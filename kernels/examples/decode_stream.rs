@@ -1,7 +1,8 @@
 //! Decode-shaped matmuls streaming from memory: 64 distinct 1536×576 Q4_1 matrices
 //! (~68 MB, beyond the caches), one activation row each, as one decode step walks a
 //! model's layers. Prints the effective weight bandwidth against a plain read of the
-//! same bytes. `cargo run --release -p sharemesh-kernels --example decode_stream [ISA] [MATRICES]`
+//! same bytes. `cargo run --release -p sharemesh-kernels --example decode_stream [ISA] [MATRICES]`;
+//! `ROWS=192` sets another row count (SmolLM2's k/v shape), `Q8=1` Q8_0 blocks (its head).
 use std::time::Instant;
 
 use sharemesh_kernels::blocks::BlockType;
@@ -23,18 +24,27 @@ fn main() {
         .nth(2)
         .and_then(|c| c.parse().ok())
         .unwrap_or(64);
-    let (rows, cols) = (1536, 576);
+    let rows: usize = std::env::var("ROWS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1536);
+    let cols = 576;
+    let (kind, block) = if std::env::var("Q8").is_ok() {
+        (BlockType::Q8_0, 34)
+    } else {
+        (BlockType::Q4_1, 20)
+    };
     let matrices: Vec<Matrix> = (0..count)
         .map(|_| {
-            let mut data: Vec<u8> = (0..rows * cols / 32 * 20).map(|_| next()).collect();
-            for block in data.chunks_exact_mut(20) {
+            let mut data: Vec<u8> = (0..rows * cols / 32 * block).map(|_| next()).collect();
+            for block in data.chunks_exact_mut(block) {
                 block[1] = 0x20;
                 block[3] = 0x20;
             }
-            Matrix::new("bench", BlockType::Q4_1, rows, cols, data).expect("well-formed")
+            Matrix::new("bench", kind, rows, cols, data).expect("well-formed")
         })
         .collect();
-    let gguf_bytes = (count * rows * cols / 32 * 20) as f64;
+    let gguf_bytes = (count * rows * cols / 32 * block) as f64;
     let values: Vec<f32> = (0..cols).map(|_| f32::from(next()) / 64.0 - 2.0).collect();
     let acts = quantize_rows(&values, cols);
     let mut out = vec![0f32; rows];

@@ -1,4 +1,4 @@
-//! `exp` defined by the kernels, not by the C library.
+//! `exp` and `tanh` defined by the kernels, not by the C library.
 //!
 //! A verifier replays a provider's arithmetic bit for bit, so every operation in it must
 //! give the same bits on every machine. `f32::exp` calls the C library's `expf`, whose
@@ -10,7 +10,8 @@
 //! uses, so it gives that build's bits — on every input (tested exhaustively where that
 //! build is present) — but from IEEE operations alone. The vector builds (AVX2 + FMA,
 //! AVX-512) compute the same operations per lane, and let softmax and SiLU run eight or
-//! sixteen at a time instead of a library call per element.
+//! sixteen at a time instead of a library call per element. [`tanh`] (Gemma's GELU) is
+//! fdlibm's, as glibc up to 2.40 runs it.
 
 #![allow(unsafe_code)] // the vector builds, called after detection.
 
@@ -136,8 +137,11 @@ impl Vector {
     }
 }
 
+mod tanh;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+
+pub use tanh::tanh;
 
 #[cfg(test)]
 mod tests;

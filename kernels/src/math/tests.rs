@@ -28,41 +28,92 @@ fn same(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
 
-/// On glibc's x86-64 FMA build (what this machine's `f32::exp` calls where the CPU has
-/// FMA) the kernels' `exp` gives the library's bits: every 13th input here (all 2^32 of
-/// them agreed when this was written: `exp_equals_glibc_on_every_input`).
-#[test]
-#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
-fn exp_equals_glibc_fma_expf() {
-    if !std::is_x86_feature_detected!("fma") {
-        eprintln!("skipped: glibc runs its SSE2 expf on a CPU without FMA");
-        return;
+/// The C library this test binary runs on, where it is glibc: (major, minor).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn glibc() -> (u32, u32) {
+    unsafe extern "C" {
+        fn gnu_get_libc_version() -> *const std::ffi::c_char;
     }
-    let mut wrong = Vec::new();
-    for x in inputs(13, 5) {
-        if !same(exp(x), x.exp()) {
-            wrong.push((x, exp(x), x.exp()));
-        }
-    }
-    assert!(
-        wrong.is_empty(),
-        "{} inputs differ, first {:?}",
-        wrong.len(),
-        &wrong[..wrong.len().min(4)]
-    );
+    // SAFETY: glibc returns a static NUL-terminated string such as "2.36".
+    let version = unsafe { std::ffi::CStr::from_ptr(gnu_get_libc_version()) };
+    let mut parts = version
+        .to_str()
+        .unwrap_or("0.0")
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
-/// The exhaustive form of the test above (a minute in a release build).
+/// FNV-1a over the output bits of `f` on every 61st input: what the arithmetic is,
+/// recorded, so every machine checks the same bits whatever its C library.
+fn digest(f: impl Fn(f32) -> f32) -> u64 {
+    inputs(61, 0).fold(0xCBF2_9CE4_8422_2325, |hash, x| {
+        let y = f(x);
+        let bits = if y.is_nan() { 0x7FC0_0000 } else { y.to_bits() };
+        (hash ^ u64::from(bits)).wrapping_mul(0x0000_0100_0000_01B3)
+    })
+}
+
+/// The recorded digests, made where both functions equalled glibc 2.36's on all 2^32
+/// inputs (`exp_and_tanh_equal_glibc_on_every_input`).
+#[test]
+fn exp_and_tanh_give_the_recorded_bits() {
+    assert_eq!(digest(exp), EXP_DIGEST, "exp's bits moved");
+    assert_eq!(digest(tanh), TANH_DIGEST, "tanh's bits moved");
+}
+
+const EXP_DIGEST: u64 = 17622996482485295213;
+const TANH_DIGEST: u64 = 15114773377043612372;
+
+/// On glibc's x86-64 FMA build (what `f32::exp` calls here where the CPU has FMA) the
+/// kernels' `exp` gives the library's bits, and on glibc before 2.41 (fdlibm's `tanhf`)
+/// `tanh` gives its bits: every 13th input here.
+#[test]
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+fn exp_and_tanh_equal_glibc() {
+    if std::is_x86_feature_detected!("fma") {
+        let wrong: Vec<f32> = inputs(13, 5).filter(|&x| !same(exp(x), x.exp())).collect();
+        assert!(
+            wrong.is_empty(),
+            "exp: {} inputs differ, first {:?}",
+            wrong.len(),
+            wrong.first()
+        );
+    } else {
+        eprintln!("exp skipped: glibc runs its SSE2 expf on a CPU without FMA");
+    }
+    if glibc() < (2, 41) {
+        let wrong: Vec<f32> = inputs(13, 6)
+            .filter(|&x| !same(tanh(x), x.tanh()))
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "tanh: {} inputs differ, first {:?}",
+            wrong.len(),
+            wrong.first()
+        );
+    } else {
+        eprintln!(
+            "tanh skipped: glibc {:?} has a correctly rounded tanhf",
+            glibc()
+        );
+    }
+}
+
+/// The exhaustive form of the test above (a few minutes in a release build).
 #[test]
 #[ignore = "exhaustive: every f32; run with --ignored"]
 #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
-fn exp_equals_glibc_on_every_input() {
-    assert!(std::is_x86_feature_detected!("fma"));
-    let wrong = inputs(1, 0).filter(|&x| !same(exp(x), x.exp())).count();
-    assert_eq!(wrong, 0);
+fn exp_and_tanh_equal_glibc_on_every_input() {
+    assert!(std::is_x86_feature_detected!("fma") && glibc() < (2, 41));
+    assert_eq!(inputs(1, 0).filter(|&x| !same(exp(x), x.exp())).count(), 0);
+    assert_eq!(
+        inputs(1, 0).filter(|&x| !same(tanh(x), x.tanh())).count(),
+        0
+    );
 }
 
-/// The vector builds give the scalar `exp`'s bits (slices of every length, so the
+/// The vector builds give the scalar bits (slices of every length, so the
 /// leftovers after whole vectors run too), and SiLU · up is the scalar formula's.
 #[test]
 fn vector_builds_give_the_scalar_bits() {
@@ -131,4 +182,17 @@ fn exp_edges() {
     assert!(exp(OVERFLOW).is_finite() && exp(f32::from_bits(OVERFLOW.to_bits() + 1)).is_infinite());
     assert_eq!(exp(f32::from_bits(UNDERFLOW.to_bits() + 1)), 0.0);
     assert!((exp(1.0) - std::f32::consts::E).abs() <= f32::EPSILON * 3.0);
+}
+
+#[test]
+fn tanh_edges() {
+    assert_eq!(tanh(0.0).to_bits(), 0.0f32.to_bits());
+    assert_eq!(tanh(-0.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(tanh(f32::INFINITY), 1.0);
+    assert_eq!(tanh(f32::NEG_INFINITY), -1.0);
+    assert_eq!(tanh(30.0), 1.0);
+    assert!(tanh(f32::NAN).is_nan());
+    assert!((tanh(0.5) - 0.462_117_16).abs() <= 1e-7);
+    assert!((tanh(-2.0) + 0.964_027_6).abs() <= 1e-7);
+    assert!((super::tanh::expm1(1e-3) - 1.000_500_2e-3).abs() <= 1e-10);
 }
