@@ -11,7 +11,7 @@
 //! build is present) — but from IEEE operations alone. The vector builds (AVX2 + FMA,
 //! AVX-512) compute the same operations per lane, and let softmax and SiLU run eight or
 //! sixteen at a time instead of a library call per element. [`tanh`] (Gemma's GELU) is
-//! fdlibm's, as glibc up to 2.40 runs it.
+//! fdlibm's, as glibc up to 2.40 runs it, with an AVX-512 build for GELU.
 
 #![allow(unsafe_code)] // the vector builds, called after detection.
 
@@ -116,6 +116,29 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// √(2/π), GELU's tanh-form constant (as f32).
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+/// `gate ← 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))·up` with `x = gate` (Gemma's
+/// `gelu_pytorch_tanh` times up), element-wise, on the kernels' own `tanh`.
+pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "GELU's gate and up differ in length");
+    #[cfg(target_arch = "x86_64")]
+    if Vector::detect() == Some(Vector::Avx512) {
+        // SAFETY: detected; the lengths are equal.
+        return unsafe { tanh_avx512::gelu_mul_avx512(gate, up) };
+    }
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = gelu_mul_one(*g, u);
+    }
+}
+
+/// One element of [`gelu_mul`], in the operation order every build keeps.
+fn gelu_mul_one(x: f32, up: f32) -> f32 {
+    let inner = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+    0.5 * x * (1.0 + tanh(inner)) * up
+}
+
 /// Which vector build runs `exp`.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -138,6 +161,8 @@ impl Vector {
 }
 
 mod tanh;
+#[cfg(target_arch = "x86_64")]
+mod tanh_avx512;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

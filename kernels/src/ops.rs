@@ -48,12 +48,7 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
 /// GELU (tanh approximation, as Gemma's `gelu_pytorch_tanh`) of `gate`, times `up`,
 /// element-wise, into `gate` (with the kernels' own `tanh`).
 pub fn geglu(gate: &mut [f32], up: &[f32]) {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    for (g, &u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        let inner = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
-        *g = 0.5 * x * (1.0 + crate::math::tanh(inner)) * u;
-    }
+    crate::math::gelu_mul(gate, up);
 }
 
 #[cfg(test)]

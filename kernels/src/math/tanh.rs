@@ -4,16 +4,16 @@
 //! bit on some inputs: a library call would make a Gemma replay depend on the
 //! verifier's glibc release.
 
-const LN2_HI: f32 = f32::from_bits(0x3F31_7180);
-const LN2_LO: f32 = f32::from_bits(0x3717_F7D1);
-const INV_LN2: f32 = f32::from_bits(0x3FB8_AA3B);
+pub(super) const LN2_HI: f32 = f32::from_bits(0x3F31_7180);
+pub(super) const LN2_LO: f32 = f32::from_bits(0x3717_F7D1);
+pub(super) const INV_LN2: f32 = f32::from_bits(0x3FB8_AA3B);
 /// Above this `expm1` overflows (0x42b17180).
 const EXPM1_OVERFLOW: f32 = f32::from_bits(0x42B1_7180);
-const Q1: f32 = f32::from_bits(0xBD08_8889);
-const Q2: f32 = f32::from_bits(0x3AD0_0D01);
-const Q3: f32 = f32::from_bits(0xB8A6_70CD);
-const Q4: f32 = f32::from_bits(0x3686_7E54);
-const Q5: f32 = f32::from_bits(0xB457_EDBB);
+pub(super) const Q1: f32 = f32::from_bits(0xBD08_8889);
+pub(super) const Q2: f32 = f32::from_bits(0x3AD0_0D01);
+pub(super) const Q3: f32 = f32::from_bits(0xB8A6_70CD);
+pub(super) const Q4: f32 = f32::from_bits(0x3686_7E54);
+pub(super) const Q5: f32 = f32::from_bits(0xB457_EDBB);
 
 /// tanh x, as glibc 2.36's `tanhf` (fdlibm) gives it.
 pub fn tanh(x: f32) -> f32 {
