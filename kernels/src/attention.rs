@@ -1,16 +1,18 @@
 //! Attention of one row's query heads that share a KV head, over that head's cached
 //! positions. The arithmetic is fixed per (row, head): scores are scaled dot products
 //! in [`dot`]'s order, softmaxed with the maximum subtracted, and the output is
-//! Σ p_j v_j / Σ p_j, every sum in position order — so no output depends on which other
-//! heads, rows or sequences are computed alongside it.
+//! Σ p_j v_j / Σ p_j, every sum in position order (`exp` the kernels' own,
+//! [`crate::math`]) — so no output depends on which other heads, rows or sequences are
+//! computed alongside it.
 //!
 //! Where the CPU has AVX2 the same operations run on eight keys at a time (eight
 //! independent chains, each key's lanes as [`dot`] orders them) and on the value sum in
-//! registers: the same bits (tested against the one-key-at-a-time form), without the
-//! per-key lookups and the single dependency chain that made attention a quarter of a
-//! batched decode step.
+//! registers; with AVX-512 each cached row is loaded once for several heads of the group
+//! (`attention/avx512.rs`). The same bits (tested against the one-key-at-a-time form),
+//! without the per-key lookups and the single dependency chain that made attention a
+//! quarter of a batched decode step.
 
-#![allow(unsafe_code)] // the AVX2 build of the loops, called after detection.
+#![allow(unsafe_code)] // the AVX2 / AVX-512 builds of the loops, called after detection.
 
 use std::ops::Range;
 
@@ -53,6 +55,7 @@ pub fn attend_heads<'a>(
         scratch.keys.push(k);
         scratch.values.push(v);
     }
+    assert!(!scratch.keys.is_empty(), "attention over no positions");
     attend_rows(Build::for_dim(dim), queries, dim, scale, scratch, out);
 }
 
