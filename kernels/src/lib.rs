@@ -21,6 +21,7 @@
 /// verifiers replay jobs of a profile bit for bit (SPEC.md §12).
 pub const ARITHMETIC_VERSION: &str = "2";
 
+mod arena;
 pub mod attention;
 pub mod blocks;
 pub mod dense;

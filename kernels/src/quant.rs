@@ -11,6 +11,7 @@ pub use crate::blocks::{Format, BLOCK};
 
 use half::f16;
 
+use crate::arena::Bytes;
 use crate::blocks::{self, BlockType, KernelBlock};
 use crate::KernelError;
 
@@ -41,7 +42,7 @@ pub struct Matrix {
     pub format: Format,
     pub rows: usize,
     pub cols: usize,
-    quants: Vec<u8>,
+    quants: Bytes,
     scales: Store,
     mins: Store,
 }
@@ -239,10 +240,15 @@ impl Matrix {
             format,
             rows,
             cols,
-            quants,
+            quants: Bytes::Owned(quants),
             scales,
             mins,
         }
+    }
+
+    /// The packed quants' storage, for moving a model's matrices into one mapping.
+    pub(crate) fn quant_bytes(&mut self) -> &mut Bytes {
+        &mut self.quants
     }
 
     /// Row groups: `rows / 16`, rounded up.

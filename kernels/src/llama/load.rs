@@ -129,6 +129,10 @@ impl Llama {
             .thread_name(|i| format!("sharemesh-kernel-{i}"))
             .build()
             .map_err(|e| KernelError::ThreadPool(e.to_string()))?;
+        let mut embeddings = embeddings;
+        let mut layers = layers;
+        let mut output = output;
+        into_huge_pages(&mut embeddings, &mut layers, output.as_mut());
         Ok(Self {
             cache: config.kv_pool(usize::MAX).new_sequence(),
             config,
@@ -141,6 +145,32 @@ impl Llama {
             pool: Arc::new(pool),
         })
     }
+}
+
+/// Moves every matrix's quants, in the order decoding reads them, into one mapping
+/// advised for huge pages ([`crate::arena`]); where that is refused they stay put.
+fn into_huge_pages(embeddings: &mut Matrix, layers: &mut [Layer], output: Option<&mut Matrix>) {
+    let mut buffers = Vec::new();
+    for layer in layers.iter_mut() {
+        let Layer {
+            wq,
+            wk,
+            wv,
+            wo,
+            gate,
+            up,
+            down,
+            ..
+        } = layer;
+        for matrix in [wq, wk, wv, wo, gate, up, down] {
+            buffers.push(matrix.quant_bytes());
+        }
+    }
+    if let Some(output) = output {
+        buffers.push(output.quant_bytes());
+    }
+    buffers.push(embeddings.quant_bytes());
+    crate::arena::pack(&mut buffers);
 }
 
 fn load_layer<F: FnMut(&str) -> Fetched>(
