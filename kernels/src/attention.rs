@@ -96,16 +96,12 @@ fn attend_rows(
         Build::Avx512 => unsafe { avx512::scores(queries, dim, keys, scale, scores) },
     }
     totals.clear();
-    totals.extend(
-        scores
-            .chunks_exact_mut(positions.max(1))
-            .map(softmax_in_place),
-    );
+    totals.extend(scores.chunks_exact_mut(positions).map(softmax_in_place));
     match build {
         Build::Portable => {
             out.fill(0.0);
             for (weights, out) in scores
-                .chunks_exact(positions.max(1))
+                .chunks_exact(positions)
                 .zip(out.chunks_exact_mut(dim))
             {
                 for (&p, v) in weights.iter().zip(values.iter()) {

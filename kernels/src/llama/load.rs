@@ -101,8 +101,8 @@ impl Llama {
         let hidden = config.hidden;
         let raw_embeddings = tensors.required("token_embd.weight")?;
         let vocab = raw_embeddings.dims.first().copied().unwrap_or(0);
-        let embeddings = matrix("token_embd.weight", raw_embeddings, vocab, hidden)?;
-        let layers = (0..config.layers)
+        let mut embeddings = matrix("token_embd.weight", raw_embeddings, vocab, hidden)?;
+        let mut layers = (0..config.layers)
             .map(|i| load_layer(&config, &mut tensors, i))
             .collect::<Result<Vec<_>, _>>()?;
         let output_norm = tensors.vector("output_norm.weight", hidden)?;
@@ -120,7 +120,7 @@ impl Llama {
                 None,
             ));
         }
-        let output = match tensors.optional("output.weight")? {
+        let mut output = match tensors.optional("output.weight")? {
             Some(raw) => Some(matrix("output.weight", raw, vocab, hidden)?),
             None => None,
         };
@@ -129,9 +129,6 @@ impl Llama {
             .thread_name(|i| format!("sharemesh-kernel-{i}"))
             .build()
             .map_err(|e| KernelError::ThreadPool(e.to_string()))?;
-        let mut embeddings = embeddings;
-        let mut layers = layers;
-        let mut output = output;
         into_huge_pages(&mut embeddings, &mut layers, output.as_mut());
         Ok(Self {
             cache: config.kv_pool(usize::MAX).new_sequence(),
