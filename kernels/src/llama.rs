@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::blocks::BlockType;
 use crate::dot::Isa;
+use crate::math;
 use crate::ops::rms_norm;
 use crate::quant::Matrix;
 use crate::KernelError;
@@ -291,21 +292,23 @@ fn rope_thetas(base: f32, dims: usize, factors: Option<&[f32]>) -> Vec<f32> {
         .step_by(2)
         .enumerate()
         .map(|(pair, i)| {
-            let theta = 1f32 / base.powf(i as f32 / dims as f32);
+            let theta = 1f32 / math::pow(base, i as f32 / dims as f32);
             factors.map_or(theta, |f| theta / f[pair])
         })
         .collect()
 }
 
-/// cos and sin of every rotary pair's angle at each of `positions`.
+/// cos and sin of every rotary pair's angle at each of `positions` (the kernels' own
+/// `cos`/`sin`, like [`rope_thetas`]' `pow`: a library's last bit would differ between
+/// a provider and its verifier on another libm).
 fn rope_angles(thetas: &[f32], positions: &[usize]) -> Vec<(Vec<f32>, Vec<f32>)> {
     positions
         .iter()
         .map(|&p| {
             let angles: Vec<f32> = thetas.iter().map(|t| p as f32 * t).collect();
             (
-                angles.iter().map(|a| a.cos()).collect(),
-                angles.iter().map(|a| a.sin()).collect(),
+                angles.iter().map(|&a| math::cos(a)).collect(),
+                angles.iter().map(|&a| math::sin(a)).collect(),
             )
         })
         .collect()

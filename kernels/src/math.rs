@@ -1,4 +1,4 @@
-//! `exp` and `tanh` defined by the kernels, not by the C library.
+//! `exp`, `tanh`, `sin`, `cos` and `pow` defined by the kernels, not by the C library.
 //!
 //! A verifier replays a provider's arithmetic bit for bit, so every operation in it must
 //! give the same bits on every machine. `f32::exp` calls the C library's `expf`, whose
@@ -11,7 +11,9 @@
 //! build is present) — but from IEEE operations alone. The vector builds (AVX2 + FMA,
 //! AVX-512) compute the same operations per lane, and let softmax and SiLU run eight or
 //! sixteen at a time instead of a library call per element. [`tanh`] (Gemma's GELU) is
-//! fdlibm's, as glibc up to 2.40 runs it, with an AVX-512 build for GELU.
+//! fdlibm's, as glibc up to 2.40 runs it, with an AVX-512 build for GELU. [`sin`],
+//! [`cos`] and [`pow`] (the rotary tables) are glibc's FMA build's `sinf`, `cosf` and
+//! `powf`, the same way.
 
 #![allow(unsafe_code)] // the vector builds, called after detection.
 
@@ -160,13 +162,17 @@ impl Vector {
     }
 }
 
+mod pow;
 mod tanh;
 #[cfg(target_arch = "x86_64")]
 mod tanh_avx512;
+mod trig;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use pow::pow;
 pub use tanh::tanh;
+pub use trig::{cos, sin};
 
 #[cfg(test)]
 mod tests;

@@ -52,8 +52,12 @@ fn glibc() -> (u32, u32) {
 /// FNV-1a over the output bits of `f` on every 61st input: what the arithmetic is,
 /// recorded, so every machine checks the same bits whatever its C library.
 fn digest(f: impl Fn(f32) -> f32) -> u64 {
-    inputs(61, 0).fold(0xCBF2_9CE4_8422_2325, |hash, x| {
-        let y = f(x);
+    digest_of(inputs(61, 0).map(f))
+}
+
+/// FNV-1a over output bits, every NaN as one.
+fn digest_of(outputs: impl Iterator<Item = f32>) -> u64 {
+    outputs.fold(0xCBF2_9CE4_8422_2325, |hash, y| {
         let bits = if y.is_nan() { 0x7FC0_0000 } else { y.to_bits() };
         (hash ^ u64::from(bits)).wrapping_mul(0x0000_0100_0000_01B3)
     })
@@ -67,8 +71,34 @@ fn exp_and_tanh_give_the_recorded_bits() {
     assert_eq!(digest(tanh), TANH_DIGEST, "tanh's bits moved");
 }
 
+/// As above for the rotary tables' functions (made where `sin` and `cos` equalled glibc
+/// 2.36's on all 2^32 inputs and `pow` on every input `pow_equals_glibc` tries).
+#[test]
+fn sin_cos_and_pow_give_the_recorded_bits() {
+    assert_eq!(digest(sin), SIN_DIGEST, "sin's bits moved");
+    assert_eq!(digest(cos), COS_DIGEST, "cos's bits moved");
+    // pow over every 9973rd base and a spread of exponents, rotary ones included.
+    let exponents = [-2.5f32, -1.0, -0.03125, 0.015625, 0.3, 0.5, 1.0, 3.0, 7.25];
+    let pow_digest = |y: f32| digest_of(inputs(9973, 0).map(|x| pow(x, y)));
+    let pows: Vec<u64> = exponents.into_iter().map(pow_digest).collect();
+    assert_eq!(pows, POW_DIGESTS, "pow's bits moved");
+}
+
 const EXP_DIGEST: u64 = 17622996482485295213;
 const TANH_DIGEST: u64 = 15114773377043612372;
+const SIN_DIGEST: u64 = 15638058655024122675;
+const COS_DIGEST: u64 = 15902608639850899069;
+const POW_DIGESTS: [u64; 9] = [
+    9733111071366868831,
+    18236664733692836535,
+    13762997248600381841,
+    5318383267371499454,
+    16609945022399516574,
+    11016821285201519181,
+    8381360711698026335,
+    5301781571673194310,
+    722019817657008273,
+];
 
 /// Every f32 on which `ours` and the C library's `theirs` differ in bits (NaNs equal):
 /// the count and the first, the 2^32 inputs split among the machine's threads.
@@ -125,6 +155,88 @@ fn exp_and_tanh_equal_glibc_on_every_input() {
         eprintln!(
             "tanh skipped: glibc {:?} has a correctly rounded tanhf",
             glibc()
+        );
+    }
+}
+
+/// On glibc ≥ 2.28's x86-64 FMA build `sin` and `cos` give `sinf`'s and `cosf`'s bits on
+/// every f32 (half a minute of CPU each); without FMA glibc runs its SSE2 build, which
+/// rounds 34 inputs differently, and the recorded digests check the bits instead.
+#[test]
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+fn sin_and_cos_equal_glibc_on_every_input() {
+    if !std::is_x86_feature_detected!("fma") || glibc() < (2, 28) {
+        eprintln!(
+            "skipped: glibc {:?} without FMA is not the reference",
+            glibc()
+        );
+        return;
+    }
+    let (count, first) = disagreements(sin, f32::sin);
+    assert_eq!(
+        count, 0,
+        "sin differs from glibc's sinf, first at {first:?}"
+    );
+    let (count, first) = disagreements(cos, f32::cos);
+    assert_eq!(
+        count, 0,
+        "cos differs from glibc's cosf, first at {first:?}"
+    );
+}
+
+/// On glibc ≥ 2.28 `pow` gives `powf`'s bits on every rotary frequency of common bases
+/// and head sizes, on IEEE 754's special cases, and on 2·10^7 random pairs (both glibc
+/// builds agree on them: the algorithm rounds from ~2^-26 relative error).
+#[test]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn pow_equals_glibc() {
+    if glibc() < (2, 28) {
+        eprintln!("skipped: glibc {:?} predates its current powf", glibc());
+        return;
+    }
+    let check = |x: f32, y: f32| {
+        let (ours, theirs) = (pow(x, y), x.powf(y));
+        assert!(
+            same(ours, theirs),
+            "pow({x:e}, {y:e}) = {ours:e}, powf {theirs:e}"
+        );
+    };
+    for base in [1e4f32, 5e4, 1e5, 5e5, 1e6, 1e7, 8e6, 2.0, 3.5] {
+        for dims in [16u16, 32, 48, 64, 80, 96, 128, 160, 256, 512] {
+            for i in 0..dims {
+                let y = f32::from(i) / f32::from(dims);
+                check(base, y);
+                check(base, -y);
+            }
+        }
+    }
+    let specials = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -2.0,
+        3.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ];
+    let specials = specials
+        .into_iter()
+        .chain([f32::NAN, f32::from_bits(1), -f32::from_bits(5)]);
+    for x in specials.clone() {
+        for y in specials.clone() {
+            check(x, y);
+        }
+    }
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..20_000_000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        check(
+            f32::from_bits(seed as u32),
+            f32::from_bits((seed >> 32) as u32),
         );
     }
 }
