@@ -1,7 +1,9 @@
 //! Attention alone at decode shape: SmolLM2's 30 layers × 3 KV heads × 3 query heads of
 //! width 64, over POSITIONS cached positions in 16-position blocks laid out as the KV
 //! pool lays them out. Prints ns per (query head, key). A benchmark, not a test.
-//! `cargo run --release -p sharemesh-kernels --example attend_bench [POSITIONS] [ROUNDS]`
+//! `cargo run --release -p sharemesh-kernels --example attend_bench [POSITIONS] [ROUNDS]`;
+//! `EVICT=1` streams 96 MB (SmolLM2's weights) before each round, so the cache comes
+//! from memory as it does between two decoded tokens.
 use std::time::Instant;
 
 use sharemesh_kernels::attention::{attend_heads, AttendScratch};
@@ -32,7 +34,12 @@ fn main() {
     let mut out = vec![0f32; group * dim];
     let mut scratch = AttendScratch::default();
     let mut best = f64::MAX;
+    let evict = std::env::var_os("EVICT").is_some();
+    let mut weights = vec![1u8; if evict { 96 << 20 } else { 0 }];
     for _ in 0..rounds {
+        for byte in weights.iter_mut() {
+            *byte = byte.wrapping_add(1);
+        }
         let started = Instant::now();
         for layer in 0..layers {
             for head in 0..kv_heads {
