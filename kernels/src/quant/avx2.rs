@@ -21,10 +21,11 @@ pub(super) unsafe fn quantize_block(
     for x in v {
         lanes = _mm256_max_ps(_mm256_and_ps(x, magnitude), lanes);
     }
-    let mut stored = [0f32; 8];
-    // SAFETY: eight floats.
-    unsafe { _mm256_storeu_ps(stored.as_mut_ptr(), lanes) };
-    let amax = stored.iter().fold(0f32, |m, &v| m.max(v));
+    // Across the lanes in registers: the lanes hold magnitudes, never NaN, so their
+    // maximum is the reference's in any order.
+    let halves = _mm_max_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps::<1>(lanes));
+    let pairs = _mm_max_ps(halves, _mm_movehl_ps(halves, halves));
+    let amax = _mm_cvtss_f32(_mm_max_ss(pairs, _mm_shuffle_ps::<0b01>(pairs, pairs)));
     let scale = amax / 127.0;
     let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
     let inverse = _mm256_set1_ps(inverse);
@@ -51,11 +52,15 @@ pub(super) unsafe fn quantize_block(
     let ordered = _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     // SAFETY: as above.
     unsafe { _mm256_storeu_si256(quants.as_mut_ptr().cast(), ordered) };
+    // Integer sums, exact in any order, across the lanes in registers.
     let sum = |a: __m256i, b: __m256i| {
-        let mut words = [0i32; 8];
-        // SAFETY: eight i32 words.
-        unsafe { _mm256_storeu_si256(words.as_mut_ptr().cast(), _mm256_add_epi32(a, b)) };
-        words.iter().sum::<i32>()
+        let eight = _mm256_add_epi32(a, b);
+        let four = _mm_add_epi32(
+            _mm256_castsi256_si128(eight),
+            _mm256_extracti128_si256::<1>(eight),
+        );
+        let two = _mm_add_epi32(four, _mm_unpackhi_epi64(four, four));
+        _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32::<0b01>(two)))
     };
     (scale, [sum(ints[0], ints[1]), sum(ints[2], ints[3])])
 }
