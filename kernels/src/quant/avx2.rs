@@ -23,7 +23,10 @@ pub(super) unsafe fn quantize_block(
     }
     // Across the lanes in registers: the lanes hold magnitudes, never NaN, so their
     // maximum is the reference's in any order.
-    let halves = _mm_max_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps::<1>(lanes));
+    let halves = _mm_max_ps(
+        _mm256_castps256_ps128(lanes),
+        _mm256_extractf128_ps::<1>(lanes),
+    );
     let pairs = _mm_max_ps(halves, _mm_movehl_ps(halves, halves));
     let amax = _mm_cvtss_f32(_mm_max_ss(pairs, _mm_shuffle_ps::<0b01>(pairs, pairs)));
     let scale = amax / 127.0;
