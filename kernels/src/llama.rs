@@ -236,6 +236,18 @@ impl Llama {
                 .memory_bytes()
     }
 
+    /// Bytes of KV cache a token decoded at `position` reads: every layer's keys and
+    /// values (f32) at the positions it attends to (all up to its own, or a sliding
+    /// window's last). Between two decoded tokens the weights push the cache out to
+    /// memory, so decoding streams these as well as [`Self::decode_weight_bytes`].
+    pub fn decode_kv_bytes(&self, position: usize) -> usize {
+        kv_bytes_read(
+            self.layers.iter().map(|layer| layer.window),
+            self.config.kv_width(),
+            position,
+        )
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.embeddings.rows
     }
@@ -282,6 +294,18 @@ impl Llama {
         self.cache = cache;
         result
     }
+}
+
+/// [`Llama::decode_kv_bytes`] for layers with these windows and KV rows `kv_width` wide.
+fn kv_bytes_read(
+    windows: impl Iterator<Item = Option<usize>>,
+    kv_width: usize,
+    position: usize,
+) -> usize {
+    let attended: usize = windows
+        .map(|window| window.map_or(position + 1, |w| w.min(position + 1)))
+        .sum();
+    attended * kv_width * 2 * std::mem::size_of::<f32>()
 }
 
 /// Each rotary pair's angle per position: `base^(−2i/d)`, divided by the file's
@@ -337,6 +361,19 @@ fn add(x: &mut [f32], delta: &[f32]) {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+
+    /// A global layer reads every position up to the token's own, a sliding one at most
+    /// its window: keys and values, f32.
+    #[test]
+    fn decode_reads_the_kv_rows_each_layer_attends_to() {
+        let windows = [None, Some(4), Some(64)];
+        assert_eq!(
+            kv_bytes_read(windows.into_iter(), 8, 9),
+            (10 + 4 + 10) * 8 * 2 * 4
+        );
+        assert_eq!(kv_bytes_read(windows.into_iter(), 8, 0), 3 * 8 * 2 * 4);
+        assert_eq!(kv_bytes_read(std::iter::empty(), 8, 9), 0);
+    }
 
     pub(super) fn config() -> LlamaConfig {
         LlamaConfig {

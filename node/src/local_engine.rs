@@ -198,8 +198,15 @@ pub fn generate(data_dir: &Path, args: GenerateArgs) -> Result<()> {
             "load_seconds": model.load_seconds,
             "prefill_tokens_per_second": generation.prefill_tokens_per_second(),
             "generation_tokens_per_second": generation.generation_tokens_per_second(),
-            // Weights a decoded token streams (the kernels' models only).
+            // Weights a decoded token streams (the kernels' models only), and the KV cache
+            // it reads, averaged over this generation's decoded positions.
             "decode_weight_bytes": model.kernel_llama().map(|m| m.decode_weight_bytes()),
+            "decode_kv_bytes": model.kernel_llama().map(|m| {
+                let prompt = generation.prompt_tokens as usize;
+                let positions = prompt..prompt + generation.token_ids.len().saturating_sub(1);
+                let count = positions.len().max(1);
+                positions.map(|p| m.decode_kv_bytes(p)).sum::<usize>() / count
+            }),
         });
         println!("{out}");
     } else {
