@@ -114,8 +114,13 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
         None => {}
     }
     for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + exp(-*g)) * u;
+        *g = silu_mul_one(*g, u);
     }
+}
+
+/// One element of [`silu_mul`], in the operation order every build keeps.
+fn silu_mul_one(x: f32, up: f32) -> f32 {
+    x / (1.0 + exp(-x)) * up
 }
 
 /// √(2/π), GELU's tanh-form constant (as f32).

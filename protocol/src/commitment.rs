@@ -57,7 +57,7 @@ impl StepFingerprint {
             // Once the buffer is full, a chunk whose best cannot enter is skipped whole
             // (most of a vocabulary): one vectorized maximum instead of a branch per
             // logit, on the path every decoded token takes.
-            if let Some(&(_, worst)) = top.get(k.wrapping_sub(1)) {
+            if let Some(&(_, worst)) = top.last().filter(|_| top.len() == k) {
                 if largest(values) <= worst {
                     continue;
                 }

@@ -66,9 +66,7 @@ fn splat(v: f32) -> __m512 {
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn tanh16(x: __m512) -> __m512 {
-    let bits = _mm512_castps_si512(x);
-    let magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFF_FFFF));
-    let negative = sign_set(bits);
+    let (magnitude, negative) = magnitude_and_sign(x);
     let a = _mm512_castsi512_ps(magnitude);
     let at_least_one = _mm512_cmpge_epi32_mask(magnitude, _mm512_set1_epi32(0x3F80_0000));
     let two_a = _mm512_mul_ps(splat(2.0), a);
@@ -98,11 +96,16 @@ fn tanh16(x: __m512) -> __m512 {
     _mm512_mask_blend_ps(special, signed, edge)
 }
 
-/// Lanes whose sign bit is set.
+/// Each lane's bits without the sign (the scalar's `magnitude`), and the lanes whose
+/// sign bit is set.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn sign_set(bits: __m512i) -> __mmask16 {
-    _mm512_cmplt_epi32_mask(bits, _mm512_setzero_si512())
+fn magnitude_and_sign(v: __m512) -> (__m512i, __mmask16) {
+    let bits = _mm512_castps_si512(v);
+    (
+        _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFF_FFFF)),
+        _mm512_cmplt_epi32_mask(bits, _mm512_setzero_si512()),
+    )
 }
 
 /// `v` with the sign flipped (the scalar's unary minus).
@@ -126,9 +129,7 @@ fn scaled(v: __m512, exponent: __m512i) -> __m512 {
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn expm1_16(y: __m512) -> __m512 {
-    let bits = _mm512_castps_si512(y);
-    let magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFF_FFFF));
-    let negative = sign_set(bits);
+    let (magnitude, negative) = magnitude_and_sign(y);
     // |y| in (ln2/2, 1.5 ln2): k = ±1 and hi/lo from ln 2's two parts.
     let one_step = _mm512_cmplt_epi32_mask(magnitude, _mm512_set1_epi32(0x3F85_1592));
     let sign_half = _mm512_mask_blend_ps(negative, splat(0.5), splat(-0.5));

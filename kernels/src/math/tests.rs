@@ -256,7 +256,7 @@ fn vector_builds_give_the_scalar_bits() {
         let want: Vec<f32> = all[..len]
             .iter()
             .zip(&up)
-            .map(|(&g, &u)| g / (1.0 + exp(-g)) * u)
+            .map(|(&g, &u)| silu_mul_one(g, u))
             .collect();
         let mut got = all[..len].to_vec();
         silu_mul(&mut got, &up);
@@ -282,20 +282,27 @@ fn each_vector_build_gives_the_scalar_bits() {
     if Vector::detect() == Some(Vector::Avx512) {
         builds.push(("avx512", x86::exp_in_place_avx512));
     }
-    let mut inputs = inputs(7, 2);
-    loop {
-        let slice: Vec<f32> = inputs.by_ref().take(4096).collect();
-        if slice.is_empty() {
-            break;
-        }
+    in_slices(inputs(7, 2), |slice| {
         let want: Vec<f32> = slice.iter().map(|&x| exp(x)).collect();
         for (name, build) in &builds {
-            let mut got = slice.clone();
+            let mut got = slice.to_vec();
             // SAFETY: detected above.
             unsafe { build(&mut got) };
             let bad = first_difference(&got, &want);
             assert!(bad.is_none(), "{name}: input {:?}", bad.map(|i| slice[i]));
         }
+    });
+}
+
+/// `check` on `inputs` in slices of 4096 (the vector builds' leftovers included).
+#[cfg(target_arch = "x86_64")]
+fn in_slices(mut inputs: impl Iterator<Item = f32>, mut check: impl FnMut(&[f32])) {
+    loop {
+        let slice: Vec<f32> = inputs.by_ref().take(4096).collect();
+        if slice.is_empty() {
+            return;
+        }
+        check(&slice);
     }
 }
 
@@ -305,21 +312,14 @@ fn each_vector_build_gives_the_scalar_bits() {
 fn vector_tanh_and_gelu_give_the_scalar_bits() {
     #[cfg(target_arch = "x86_64")]
     if Vector::detect() == Some(Vector::Avx512) {
-        let mut inputs = inputs(7, 4);
-        loop {
-            let slice: Vec<f32> = inputs.by_ref().take(4096).collect();
-            if slice.is_empty() {
-                break;
-            }
-            let mut got = slice.clone();
+        in_slices(inputs(7, 4), |slice| {
+            let want: Vec<f32> = slice.iter().map(|&x| tanh(x)).collect();
+            let mut got = slice.to_vec();
             // SAFETY: detected above.
             unsafe { tanh_avx512::tanh_in_place_avx512(&mut got) };
-            let bad = got
-                .iter()
-                .zip(&slice)
-                .position(|(&g, &x)| !same(g, tanh(x)));
+            let bad = first_difference(&got, &want);
             assert!(bad.is_none(), "tanh of {:?}", bad.map(|i| slice[i]));
-        }
+        });
     }
     let all: Vec<f32> = inputs(7919, 9).collect();
     for len in [0, 1, 15, 16, 17, 40, all.len()] {

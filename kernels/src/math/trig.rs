@@ -43,30 +43,26 @@ const FOUR_OVER_PI: [u32; 24] = [
 
 /// sin x, as glibc's x86-64 FMA `sinf` gives it.
 pub fn sin(x: f32) -> f32 {
-    if top12(x) < top12(QUARTER_PI) {
-        if top12(x) < top12(TINY) {
-            return x;
-        }
-        let r = f64::from(x);
-        return polynomial(r, r * r, false, Quadrant::Sine);
-    }
-    match reduce(x) {
-        Some((r, n, negate)) => polynomial(r, r * r, negate, Quadrant::of(n)),
-        None => f32::NAN, // ±∞ or NaN
-    }
+    turned_sine(x, 0)
 }
 
 /// cos x, as glibc's x86-64 FMA `cosf` gives it.
 pub fn cos(x: f32) -> f32 {
+    turned_sine(x, 1)
+}
+
+/// sin(x + turns·π/2) for `turns` 0 (sine) or 1 (cosine): the two functions differ only
+/// in which polynomial a quadrant takes and in their value near zero.
+fn turned_sine(x: f32, turns: u64) -> f32 {
     if top12(x) < top12(QUARTER_PI) {
         if top12(x) < top12(TINY) {
-            return 1.0;
+            return if turns == 0 { x } else { 1.0 };
         }
         let r = f64::from(x);
-        return polynomial(r, r * r, false, Quadrant::Cosine);
+        return polynomial(r, r * r, false, Quadrant::of(turns));
     }
     match reduce(x) {
-        Some((r, n, negate)) => polynomial(r, r * r, negate, Quadrant::of(n ^ 1)),
+        Some((r, n, negate)) => polynomial(r, r * r, negate, Quadrant::of(n ^ turns)),
         None => f32::NAN, // ±∞ or NaN
     }
 }

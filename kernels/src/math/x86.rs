@@ -39,7 +39,7 @@ pub(super) unsafe fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {
         }
     }
     for (g, &u) in gates.into_remainder().iter_mut().zip(ups.remainder()) {
-        *g = *g / (1.0 + exp(-*g)) * u;
+        *g = super::silu_mul_one(*g, u);
     }
 }
 
@@ -126,7 +126,7 @@ pub(super) unsafe fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
         }
     }
     for (g, &u) in gates.into_remainder().iter_mut().zip(ups.remainder()) {
-        *g = *g / (1.0 + exp(-*g)) * u;
+        *g = super::silu_mul_one(*g, u);
     }
 }
 
