@@ -8,8 +8,8 @@
 mod support;
 
 use sharemesh_engine::{
-    BatchEntry, BatchSettings, Engine, EngineError, EngineEvent, GenerateRequest, LoadedModel,
-    SequenceCache, TokenEngine,
+    BatchEntry, BatchSettings, Engine, EngineError, EngineEvent, GenerateRequest, KvPool,
+    LoadedModel, SequenceCache, TokenEngine,
 };
 use sharemesh_protocol::{ChatMessage, FinishReason, Prompt, Role, Sampling};
 
@@ -358,7 +358,7 @@ fn greedy_request(model: &LoadedModel, prompt: Prompt, max_tokens: u32) -> Gener
 /// Bytes of KV cache for `blocks` blocks of the default model (30 layers, 3 KV heads of
 /// 64: keys and values of 16 positions).
 fn kv_blocks(blocks: usize) -> usize {
-    blocks * 30 * 2 * 16 * 3 * 64 * 4
+    blocks * KvPool::new(30, 3, 64, 0).block_bytes()
 }
 
 /// A KV budget too small for every job at once: decoding runs out of blocks, the

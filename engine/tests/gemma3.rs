@@ -57,10 +57,11 @@ fn sentencepiece_tokenizer_matches_llama_cpp() {
     }
 }
 
-/// Greedy ids on raw text equal llama.cpp's for all 16 tokens of the story and France
-/// prompts (a float pass of the same weights parts from llama.cpp on France at position
-/// 11, where its margin is 0.014: the kernels round activations to 8 bits as llama.cpp
-/// does), and on the long prompt, which makes the sliding-window layers mask old keys
+/// Greedy ids on raw text equal llama.cpp's for all 16 tokens of the story prompt and
+/// the first 11 of the France prompt (position 11 is a near-tie, llama.cpp's margin
+/// 0.014, where a float pass of the same weights parts from llama.cpp too; the kernels'
+/// arithmetic version 2 happened to take llama.cpp's side, version 3 — half-precision
+/// KV cache — the float pass's), and on the long prompt, which makes the sliding-window layers mask old keys
 /// in the prefill and while decoding, until position 5, where llama.cpp's own top-2
 /// margin is 0.002. Wherever they part, llama.cpp's margin must be under 0.25 logits.
 #[test]
@@ -70,7 +71,7 @@ fn greedy_ids_match_llama_cpp() {
     let long = long_prompt();
     for (raw, at_least) in [
         ("Once upon a time, there was a little", 16),
-        ("The capital of France is", 16),
+        ("The capital of France is", 11),
         (long.as_str(), 5),
     ] {
         let case = generation_case(raw);

@@ -1,11 +1,12 @@
 //! Attention alone at decode shape: SmolLM2's 30 layers × 3 KV heads × 3 query heads of
-//! width 64, over POSITIONS cached positions in 16-position blocks laid out as the KV
-//! pool lays them out. Prints ns per (query head, key). A benchmark, not a test.
+//! width 64, over POSITIONS cached positions (half precision) in 16-position blocks laid
+//! out as the KV pool lays them out. Prints ns per (query head, key). A benchmark, not a test.
 //! `cargo run --release -p sharemesh-kernels --example attend_bench [POSITIONS] [ROUNDS]`;
 //! `EVICT=1` streams 96 MB (SmolLM2's weights) before each round, so the cache comes
 //! from memory as it does between two decoded tokens.
 use std::time::Instant;
 
+use half::f16;
 use sharemesh_kernels::attention::{attend_heads, AttendScratch};
 
 fn main() {
@@ -19,10 +20,10 @@ fn main() {
         .unwrap_or(20);
     let (layers, kv_heads, group, dim, block) = (30, 3, 3, 64, 16);
     let block_len = layers * 2 * kv_heads * block * dim;
-    let blocks: Vec<Vec<f32>> = (0..positions.div_ceil(block))
+    let blocks: Vec<Vec<f16>> = (0..positions.div_ceil(block))
         .map(|b| {
             (0..block_len)
-                .map(|i| ((i + b) as f32 * 0.001).sin())
+                .map(|i| f16::from_f32(((i + b) as f32 * 0.001).sin()))
                 .collect()
         })
         .collect();
@@ -62,6 +63,6 @@ fn main() {
         "{positions} positions: {:.3} ms per token, {:.2} ns per (query head, key), KV {:.1} MB",
         best * 1e3,
         best * 1e9 / pairs,
-        (layers * kv_heads * 2 * positions * dim * 4) as f64 / 1e6
+        (layers * kv_heads * 2 * positions * dim * 2) as f64 / 1e6
     );
 }

@@ -16,6 +16,8 @@
 
 use std::ops::Range;
 
+use half::f16;
+
 use crate::ops::dot;
 
 /// Reusable buffers of [`attend_heads`]: one task's scores and the rows it reads.
@@ -24,20 +26,24 @@ pub struct AttendScratch<'a> {
     /// Every head's scores (then softmax weights), head after head.
     scores: Vec<f32>,
     totals: Vec<f32>,
-    keys: Vec<&'a [f32]>,
-    values: Vec<&'a [f32]>,
+    keys: Vec<&'a [f16]>,
+    values: Vec<&'a [f16]>,
+    /// The portable build's one row widened to f32.
+    widened: Vec<f32>,
 }
 
 /// Queries of consecutive heads (`queries.len() = heads × dim`) that share one KV head,
 /// attending to its positions `keys` (all of them up to the row's own, or a sliding
 /// window's last ones), whose key and value at position `j` are `key(j)` and
-/// `value(j)` (each `dim` long). Each head's output goes to its `dim` values of `out`.
+/// `value(j)` (each `dim` long, half precision as the KV cache keeps them: widened to
+/// f32 exactly, so the arithmetic is the f32 one on those values). Each head's output
+/// goes to its `dim` values of `out`.
 #[allow(clippy::too_many_arguments)] // the accessors and the span are one call's inputs
 pub fn attend_heads<'a>(
     queries: &[f32],
     dim: usize,
-    key: impl Fn(usize) -> &'a [f32],
-    value: impl Fn(usize) -> &'a [f32],
+    key: impl Fn(usize) -> &'a [f16],
+    value: impl Fn(usize) -> &'a [f16],
     keys: Range<usize>,
     scale: f32,
     scratch: &mut AttendScratch<'a>,
@@ -65,9 +71,9 @@ pub fn attend_heads<'a>(
 /// walks every cached row of the head before the scores start, so the rows of blocks
 /// scattered through memory arrive in parallel rather than one block's run at a time.
 #[inline(always)]
-fn prefetch_row(row: &[f32]) {
+fn prefetch_row(row: &[f16]) {
     #[cfg(target_arch = "x86_64")]
-    for line in (0..row.len()).step_by(16) {
+    for line in (0..row.len()).step_by(32) {
         // SAFETY: a prefetch only hints the cache; it reads nothing the program sees
         // and does not fault.
         unsafe {
@@ -93,6 +99,7 @@ fn attend_rows(
         totals,
         keys,
         values,
+        widened,
     } = scratch;
     let positions = keys.len();
     scores.clear();
@@ -104,7 +111,8 @@ fn attend_rows(
                 .zip(scores.chunks_exact_mut(positions))
             {
                 for (score, k) in scores.iter_mut().zip(keys.iter()) {
-                    *score = dot(query, k) * scale;
+                    widen(k, widened);
+                    *score = dot(query, widened) * scale;
                 }
             }
         }
@@ -125,7 +133,8 @@ fn attend_rows(
                 .zip(out.chunks_exact_mut(dim))
             {
                 for (&p, v) in weights.iter().zip(values.iter()) {
-                    for (o, &v) in out.iter_mut().zip(*v) {
+                    widen(v, widened);
+                    for (o, &v) in out.iter_mut().zip(widened.iter()) {
                         *o += p * v;
                     }
                 }
@@ -144,13 +153,19 @@ fn attend_rows(
     }
 }
 
+/// `row` widened to f32 (exact) into `out`.
+fn widen(row: &[f16], out: &mut Vec<f32>) {
+    out.clear();
+    out.extend(row.iter().map(|v| v.to_f32()));
+}
+
 /// Which build of the score and value loops runs; all give the same bits.
 #[derive(Clone, Copy, Debug)]
 enum Build {
     /// The reference order, one key at a time.
     Portable,
     /// Eight keys at a time and value sums in registers, one head after another: only
-    /// handed out where the CPU has AVX2 and the head width is a multiple of 8.
+    /// handed out where the CPU has AVX2 and F16C and the head width is a multiple of 8.
     #[cfg(target_arch = "x86_64")]
     Avx2,
     /// As AVX2, but each key and value row is loaded once for up to three (scores) or
@@ -162,8 +177,13 @@ enum Build {
 impl Build {
     fn for_dim(dim: usize) -> Self {
         #[cfg(target_arch = "x86_64")]
-        if dim.is_multiple_of(8) && std::is_x86_feature_detected!("avx2") {
-            if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl")
+        if dim.is_multiple_of(8)
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("f16c")
+        {
+            if std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512vl")
+                && std::is_x86_feature_detected!("avx512bw")
             {
                 return Build::Avx512;
             }
@@ -212,8 +232,13 @@ mod avx512;
 mod tests {
     use super::*;
 
+    fn halves(values: &[f32]) -> Vec<f16> {
+        values.iter().map(|&v| f16::from_f32(v)).collect()
+    }
+
     fn attend_single(q: &[f32], keys: &[f32], values: &[f32], span: Range<usize>) -> Vec<f32> {
         let dim = q.len();
+        let (keys, values) = (halves(keys), halves(values));
         let mut out = vec![0f32; dim];
         attend_heads(
             q,
@@ -275,13 +300,20 @@ mod tests {
         }
         let wave =
             |n: usize, f: f32| -> Vec<f32> { (0..n).map(|i| (i as f32 * f).sin() * 2.0).collect() };
+        // The cache's half-precision values, and the same values widened.
+        let cached = |n: usize, f: f32| {
+            let values = halves(&wave(n, f));
+            let widened: Vec<f32> = values.iter().map(|v| v.to_f32()).collect();
+            (values, widened)
+        };
         for heads in [1, 3, 4, 7] {
             for dim in [36, 40, 64, 72, 256] {
-                let (keys, values) = (wave(29 * dim, 0.37), wave(29 * dim, 0.11));
+                let ((keys_f16, keys), (values_f16, values)) =
+                    (cached(29 * dim, 0.37), cached(29 * dim, 0.11));
                 let queries = wave(heads * dim, 0.73);
                 for span in [0..1, 0..4, 0..8, 0..7, 3..13, 5..9, 0..29, 2..27] {
-                    let key = |j: usize| &keys[j * dim..][..dim];
-                    let value = |j: usize| &values[j * dim..][..dim];
+                    let key = |j: usize| &keys_f16[j * dim..][..dim];
+                    let value = |j: usize| &values_f16[j * dim..][..dim];
                     let want: Vec<f32> = queries
                         .chunks_exact(dim)
                         .flat_map(|q| one_at_a_time(q, &keys, &values, span.clone()))

@@ -1,4 +1,5 @@
-//! The llama-family forward pass on the quantized kernels, with an f32 KV cache:
+//! The llama-family forward pass on the quantized kernels, with a half-precision KV
+//! cache ([`kv`]):
 //! GGUF `llama` models (SmolLM2 and others), `qwen2` (llama with q/k/v biases and the
 //! NEOX rotary layout) and `gemma3` (llama.cpp's graph: see [`Gemma`]).
 //!
@@ -237,7 +238,7 @@ impl Llama {
     }
 
     /// Bytes of KV cache a token decoded at `position` reads: every layer's keys and
-    /// values (f32) at the positions it attends to (all up to its own, or a sliding
+    /// values (f16) at the positions it attends to (all up to its own, or a sliding
     /// window's last). Between two decoded tokens the weights push the cache out to
     /// memory, so decoding streams these as well as [`Self::decode_weight_bytes`].
     pub fn decode_kv_bytes(&self, position: usize) -> usize {
@@ -305,7 +306,7 @@ fn kv_bytes_read(
     let attended: usize = windows
         .map(|window| window.map_or(position + 1, |w| w.min(position + 1)))
         .sum();
-    attended * kv_width * 2 * std::mem::size_of::<f32>()
+    attended * kv_width * 2 * std::mem::size_of::<half::f16>()
 }
 
 /// Each rotary pair's angle per position: `base^(−2i/d)`, divided by the file's
@@ -363,15 +364,15 @@ pub(super) mod tests {
     use super::*;
 
     /// A global layer reads every position up to the token's own, a sliding one at most
-    /// its window: keys and values, f32.
+    /// its window: keys and values, two bytes each.
     #[test]
     fn decode_reads_the_kv_rows_each_layer_attends_to() {
         let windows = [None, Some(4), Some(64)];
         assert_eq!(
             kv_bytes_read(windows.into_iter(), 8, 9),
-            (10 + 4 + 10) * 8 * 2 * 4
+            (10 + 4 + 10) * 8 * 2 * 2
         );
-        assert_eq!(kv_bytes_read(windows.into_iter(), 8, 0), 3 * 8 * 2 * 4);
+        assert_eq!(kv_bytes_read(windows.into_iter(), 8, 0), 3 * 8 * 2 * 2);
         assert_eq!(kv_bytes_read(std::iter::empty(), 8, 9), 0);
     }
 

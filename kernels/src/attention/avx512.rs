@@ -9,6 +9,8 @@
 
 use std::arch::x86_64::*;
 
+use half::f16;
+
 use super::avx2::{prefetch_rows, scores_pass, AHEAD, KEYS};
 
 /// Heads whose scores share each loaded key row.
@@ -20,13 +22,13 @@ const VALUE_REGISTERS: usize = 4;
 /// As [`super::avx2::scores`], up to three heads per pass over the keys.
 ///
 /// # Safety
-/// AVX2, AVX-512 F/VL; every query and key is `dim` long, a multiple of 8; `scores`
-/// holds heads · n.
-#[target_feature(enable = "avx2,avx512f,avx512vl")]
+/// AVX2, F16C, AVX-512 F/VL/BW; every query and key is `dim` long, a multiple of 8;
+/// `scores` holds heads · n.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512vl,avx512bw")]
 pub(super) unsafe fn scores(
     queries: &[f32],
     dim: usize,
-    keys: &[&[f32]],
+    keys: &[&[f16]],
     scale: f32,
     scores: &mut [f32],
 ) {
@@ -53,9 +55,9 @@ pub(super) unsafe fn scores(
 /// runs of 64 dimensions (four registers per head; a last partial register masked).
 ///
 /// # Safety
-/// AVX-512 F; every value row is `out.len() / heads` long.
-#[target_feature(enable = "avx2,avx512f,avx512vl")]
-pub(super) unsafe fn weighted_sums(weights: &[f32], values: &[&[f32]], out: &mut [f32]) {
+/// AVX2, F16C, AVX-512 F/VL/BW; every value row is `out.len() / heads` long.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512vl,avx512bw")]
+pub(super) unsafe fn weighted_sums(weights: &[f32], values: &[&[f16]], out: &mut [f32]) {
     let positions = values.len().max(1);
     let heads = weights.len() / positions;
     let dim = out.len() / heads.max(1);
@@ -88,10 +90,10 @@ pub(super) unsafe fn weighted_sums(weights: &[f32], values: &[&[f32]], out: &mut
 /// # Safety
 /// As [`weighted_sums`]; `width ≤ 64`, `at + width ≤ dim`.
 #[inline]
-#[target_feature(enable = "avx2,avx512f,avx512vl")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512vl,avx512bw")]
 unsafe fn value_pass<const G: usize>(
     weights: &[f32],
-    values: &[&[f32]],
+    values: &[&[f16]],
     dim: usize,
     at: usize,
     width: usize,
@@ -109,8 +111,11 @@ unsafe fn value_pass<const G: usize>(
         }
         let v = v.as_ptr();
         // SAFETY: masked lanes are not read; the rest lie inside the row.
-        let x: [__m512; VALUE_REGISTERS] =
-            std::array::from_fn(|r| unsafe { _mm512_maskz_loadu_ps(masks[r], v.add(at + 16 * r)) });
+        let x: [__m512; VALUE_REGISTERS] = std::array::from_fn(|r| {
+            _mm512_cvtph_ps(unsafe {
+                _mm256_maskz_loadu_epi16(masks[r], v.add(at + 16 * r).cast())
+            })
+        });
         for g in 0..G {
             let p = _mm512_set1_ps(weights[g * positions + j]);
             for r in 0..VALUE_REGISTERS {

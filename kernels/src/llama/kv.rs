@@ -10,6 +10,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use half::f16;
+
 use super::LlamaConfig;
 use crate::KernelError;
 
@@ -19,8 +21,8 @@ pub const BLOCK_POSITIONS: usize = 16;
 struct PoolState {
     capacity: usize,
     live: AtomicUsize,
-    /// Floats per block: layers × (keys, values) × KV heads × positions × head width.
-    block_floats: usize,
+    /// Values per block: layers × (keys, values) × KV heads × positions × head width.
+    block_values: usize,
     layers: usize,
     heads: usize,
     dim: usize,
@@ -40,7 +42,7 @@ impl KvPool {
             state: Arc::new(PoolState {
                 capacity,
                 live: AtomicUsize::new(0),
-                block_floats: layers * 2 * heads * BLOCK_POSITIONS * dim,
+                block_values: layers * 2 * heads * BLOCK_POSITIONS * dim,
                 layers,
                 heads,
                 dim,
@@ -65,7 +67,7 @@ impl KvPool {
 
     /// Bytes of one block.
     pub fn block_bytes(&self) -> usize {
-        self.state.block_floats * std::mem::size_of::<f32>()
+        self.state.block_values * std::mem::size_of::<f16>()
     }
 
     /// Blocks a sequence of `positions` positions holds.
@@ -98,7 +100,7 @@ impl KvPool {
             });
         }
         Ok(KvBlock {
-            data: vec![0f32; state.block_floats].into_boxed_slice(),
+            data: vec![f16::ZERO; state.block_values].into_boxed_slice(),
             state: Arc::clone(state),
         })
     }
@@ -113,9 +115,13 @@ impl KvPool {
     }
 }
 
-/// Keys and values of [`BLOCK_POSITIONS`] positions in every layer.
+/// Keys and values of [`BLOCK_POSITIONS`] positions in every layer, as IEEE half
+/// precision: the forward pass computes them in f32 and stores each rounded to the
+/// nearest f16 (ties to even), which halves what attention reads per position — the
+/// memory traffic that bounds long contexts and batched decoding — and the positions a
+/// KV budget holds. Every reader widens them exactly, so all builds see the same values.
 pub struct KvBlock {
-    data: Box<[f32]>,
+    data: Box<[f16]>,
     state: Arc<PoolState>,
 }
 
@@ -135,22 +141,31 @@ impl KvBlock {
         (((layer * 2 + kind) * state.heads + head) * BLOCK_POSITIONS + slot) * state.dim
     }
 
-    fn row(&self, layer: usize, kind: usize, head: usize, slot: usize) -> &[f32] {
+    fn row(&self, layer: usize, kind: usize, head: usize, slot: usize) -> &[f16] {
         &self.data[self.at(layer, kind, head, slot)..][..self.state.dim]
     }
 
-    /// Stores one position's row (every KV head, `heads × dim` floats) of `kind`.
+    /// Stores one position's row (every KV head, `heads × dim` floats) of `kind`,
+    /// each value rounded to the nearest f16 ([`to_kv`]).
     fn put(&mut self, layer: usize, kind: usize, slot: usize, row: &[f32]) {
         let dim = self.state.dim;
         for (head, part) in row.chunks_exact(dim).enumerate() {
             let at = self.at(layer, kind, head, slot);
-            self.data[at..at + dim].copy_from_slice(part);
+            to_kv(part, &mut self.data[at..at + dim]);
         }
     }
 }
 
 const KEYS: usize = 0;
 const VALUES: usize = 1;
+
+/// Rounds `values` to the nearest f16, ties to even (overflow to ±∞, NaN stays NaN):
+/// F16C's `vcvtps2ph` where the CPU has it, otherwise the same rounding in software —
+/// the same bits on every input (checked on all 2^32).
+pub fn to_kv(values: &[f32], out: &mut [f16]) {
+    use half::slice::HalfFloatSliceExt;
+    out.convert_from_f32_slice(values);
+}
 
 /// One sequence's KV cache (one job's context): its blocks, in position order.
 #[derive(Clone)]
@@ -262,14 +277,14 @@ impl SequenceCache {
 
     /// `layer`'s key of KV head `head` at `position` (head dimension long).
     #[inline]
-    pub(super) fn key(&self, layer: usize, head: usize, position: usize) -> &[f32] {
+    pub(super) fn key(&self, layer: usize, head: usize, position: usize) -> &[f16] {
         let slot = position % BLOCK_POSITIONS;
         self.blocks[position / BLOCK_POSITIONS].row(layer, KEYS, head, slot)
     }
 
     /// `layer`'s value of KV head `head` at `position`.
     #[inline]
-    pub(super) fn value(&self, layer: usize, head: usize, position: usize) -> &[f32] {
+    pub(super) fn value(&self, layer: usize, head: usize, position: usize) -> &[f16] {
         let slot = position % BLOCK_POSITIONS;
         self.blocks[position / BLOCK_POSITIONS].row(layer, VALUES, head, slot)
     }
@@ -288,6 +303,10 @@ impl SequenceCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn widened(row: &[f16]) -> Vec<f32> {
+        row.iter().map(|v| v.to_f32()).collect()
+    }
 
     fn filled(pool: &KvPool, positions: usize, seed: f32) -> SequenceCache {
         let mut cache = pool.new_sequence();
@@ -310,14 +329,56 @@ mod tests {
         let mut cache = filled(&pool, 40, 0.0);
         assert_eq!((cache.blocks(), pool.in_use(), pool.free()), (3, 3, 7));
         assert_eq!(cache.full_blocks().len(), 2);
-        assert_eq!(cache.key(1, 0, 33), &[33.0, 1.0, 0.5]);
-        assert_eq!(cache.key(1, 1, 33), &[133.0, 1.0, 1.5]);
-        assert_eq!(cache.value(0, 0, 17), &[-17.0, -0.0, -0.5]);
-        assert_eq!(cache.value(0, 1, 17), &[-117.0, -0.0, -1.5]);
+        assert_eq!(widened(cache.key(1, 0, 33)), [33.0, 1.0, 0.5]);
+        assert_eq!(widened(cache.key(1, 1, 33)), [133.0, 1.0, 1.5]);
+        assert_eq!(widened(cache.value(0, 0, 17)), [-17.0, -0.0, -0.5]);
+        assert_eq!(widened(cache.value(0, 1, 17)), [-117.0, -0.0, -1.5]);
         cache.truncate(16);
         assert_eq!((cache.blocks(), pool.in_use()), (1, 1));
         drop(cache);
         assert_eq!(pool.in_use(), 0);
+    }
+
+    /// The cache rounds to the nearest f16, ties to even, overflowing to ±∞; F16C's
+    /// conversion (what `to_kv` runs on this CPU, where it has one) and the software
+    /// rounding (a CPU without) agree on every one of the 2^32 inputs, NaNs included.
+    #[test]
+    fn kv_rounding_is_the_same_with_and_without_f16c_on_every_input() {
+        let stored = |x: f32| {
+            let mut out = [f16::ZERO];
+            to_kv(&[x], &mut out);
+            out[0].to_bits()
+        };
+        let one = f16::ONE.to_bits();
+        assert_eq!(
+            stored(1.0 + 2f32.powi(-11)),
+            one,
+            "a tie rounds to even (down)"
+        );
+        assert_eq!(
+            stored(1.0 + 3.0 * 2f32.powi(-11)),
+            one + 2,
+            "a tie rounds to even (up)"
+        );
+        assert_eq!(stored(65519.0), f16::MAX.to_bits());
+        assert_eq!(stored(65520.0), f16::INFINITY.to_bits());
+        assert_eq!(stored(-1e9), f16::NEG_INFINITY.to_bits());
+        assert!(f16::from_bits(stored(f32::NAN)).is_nan());
+        let slices: Vec<u32> = (0..1u32 << 16).collect();
+        let mismatch = slices.chunks(64).find_map(|chunk| {
+            let mut inputs = Vec::with_capacity(chunk.len() << 16);
+            for &high in chunk {
+                inputs.extend((0..1u32 << 16).map(|low| f32::from_bits(high << 16 | low)));
+            }
+            let mut out = vec![f16::ZERO; inputs.len()];
+            to_kv(&inputs, &mut out);
+            inputs
+                .iter()
+                .zip(&out)
+                .find(|(x, h)| f16::from_f32_const(**x).to_bits() != h.to_bits())
+                .map(|(x, _)| x.to_bits())
+        });
+        assert_eq!(mismatch, None, "f32 bits {mismatch:x?} round differently");
     }
 
     #[test]
@@ -349,15 +410,15 @@ mod tests {
         second.write(0, 18, &[9.0; 6], &[8.0; 6]);
         second.advance(1);
         assert_eq!(pool.in_use(), 3);
-        assert_eq!(second.key(0, 1, 18), &[9.0, 9.0, 9.0]);
+        assert_eq!(widened(second.key(0, 1, 18)), [9.0, 9.0, 9.0]);
         assert_eq!(
-            first.key(0, 0, 18),
-            &[18.0, 0.0, 0.5],
+            widened(first.key(0, 0, 18)),
+            [18.0, 0.0, 0.5],
             "the original is untouched"
         );
         assert_eq!(
-            second.key(1, 1, 17),
-            first.key(1, 1, 17),
+            widened(second.key(1, 1, 17)),
+            widened(first.key(1, 1, 17)),
             "the prefix is the same"
         );
         // Whole shared blocks are never copied: appending after a block boundary.
