@@ -24,14 +24,12 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use sharemesh_kernels::llama::{
-    BatchEntry, KvBlock, KvPool, Llama, SequenceCache, BLOCK_POSITIONS,
-};
+use sharemesh_kernels::llama::{BatchEntry, KvPool, Llama, SequenceCache, BLOCK_POSITIONS};
 use sharemesh_kernels::KernelError;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
 use crate::generate::{Decoder, Step};
-use crate::prefix::{extend_chain, BlockHash, PrefixIndex};
+use crate::prefix::{extend_chain, BlockHash, PrefixIndex, PrefixMatch};
 use crate::{EngineError, EngineEvent, GenerateRequest, LoadedModel};
 
 /// Jobs decoding together at most, unless the provider sets it (`--max-batch`).
@@ -100,25 +98,33 @@ impl Running {
     }
 
     /// The hash chain of the job's history but its last token (at least one token runs,
-    /// for logits), and the blocks of its longest indexed prefix.
-    fn longest_prefix(&self, kv: &mut ModelKv) -> (Vec<BlockHash>, Vec<Arc<KvBlock>>) {
+    /// for logits), and its longest indexed prefix.
+    fn longest_prefix(&self, kv: &mut ModelKv) -> (Vec<BlockHash>, PrefixMatch) {
         let history = self.decoder.to_prefill();
         let mut chain = Vec::new();
         extend_chain(&mut chain, &self.prefix_salt, &history[..history.len() - 1]);
-        let blocks = kv.prefixes.longest(&chain);
-        (chain, blocks)
+        let found = self.prefix_of(kv, &chain);
+        (chain, found)
     }
 
-    /// Starts the cache from `blocks` (the first links of `chain`), the rest of the
-    /// history pending.
+    /// The longest indexed prefix of the job's history but its last token, whose full
+    /// blocks hash to `chain`.
+    fn prefix_of(&self, kv: &mut ModelKv, chain: &[BlockHash]) -> PrefixMatch {
+        let history = self.decoder.to_prefill();
+        let usable = &history[..history.len() - 1];
+        kv.prefixes.longest(&self.prefix_salt, chain, usable)
+    }
+
+    /// Starts the cache from `found` (whose whole blocks are the first links of
+    /// `chain`), the rest of the history pending.
     fn start_from(
         &mut self,
         pool: &KvPool,
         mut chain: Vec<BlockHash>,
-        blocks: Vec<Arc<KvBlock>>,
+        found: PrefixMatch,
     ) -> Result<(), KernelError> {
-        let reused = blocks.len() * BLOCK_POSITIONS;
-        self.cache = SequenceCache::from_prefix(pool, blocks, reused)?;
+        let reused = found.positions;
+        self.cache = SequenceCache::from_prefix(pool, found.blocks, reused)?;
         self.history_chain.clone_from(&chain);
         chain.truncate(reused / BLOCK_POSITIONS);
         self.indexed = chain.len();
@@ -136,8 +142,12 @@ impl Running {
         let cached = &self.decoder.to_prefill()[..self.cache.positions()];
         extend_chain(&mut self.chain, &self.prefix_salt, cached);
         let blocks = self.cache.full_blocks();
-        for (hash, block) in self.chain.iter().zip(blocks).skip(self.indexed) {
-            index.insert(*hash, block);
+        for (i, (hash, block)) in self.chain.iter().zip(blocks).enumerate().skip(self.indexed) {
+            let parent = i
+                .checked_sub(1)
+                .map_or(&self.prefix_salt, |p| &self.chain[p]);
+            let tokens = &cached[i * BLOCK_POSITIONS..][..BLOCK_POSITIONS];
+            index.insert(*hash, parent, tokens, block);
         }
         self.indexed = blocks.len();
     }
@@ -307,13 +317,15 @@ impl Batch {
             };
             let alone = self.running.iter().all(|r| r.model != job.model);
             let kv = self.model_kv(job.model, llama);
-            let (chain, blocks) = job.longest_prefix(kv);
-            let needed = KvPool::blocks_for(job.decoder.to_prefill().len()) - blocks.len() + 1;
+            let (chain, found) = job.longest_prefix(kv);
+            // A partly shared last block is copied when written: it counts as needed.
+            let whole = found.positions / BLOCK_POSITIONS;
+            let needed = KvPool::blocks_for(job.decoder.to_prefill().len()) - whole + 1;
             if !alone && needed > kv.available() {
                 self.waiting.push_front(job);
                 return;
             }
-            if let Err(err) = job.start_from(&kv.pool, chain, blocks) {
+            if let Err(err) = job.start_from(&kv.pool, chain, found) {
                 job.fail(EngineError::Inference(err.to_string()));
             }
             self.running.push(job);
@@ -438,10 +450,10 @@ impl Batch {
                 continue;
             }
             // The history is unchanged since the job started: its chain still holds.
-            let blocks = kv.prefixes.longest(&r.history_chain);
-            if blocks.len() * BLOCK_POSITIONS > r.cache.positions() {
+            let found = r.prefix_of(kv, &r.history_chain);
+            if found.positions > r.cache.positions() {
                 let chain = r.history_chain.clone();
-                if let Err(err) = r.start_from(&kv.pool, chain, blocks) {
+                if let Err(err) = r.start_from(&kv.pool, chain, found) {
                     r.fail(EngineError::Inference(err.to_string()));
                 }
             }

@@ -5,6 +5,13 @@
 //! blocks of its longest indexed prefix instead of prefilling it. A block's contents
 //! depend only on those tokens (batch invariance), so reuse is exact.
 //!
+//! A prefix need not end at a block boundary: past its last whole indexed block, a job
+//! also takes the first positions of an indexed block that continues the same chain
+//! with tokens its own next ones begin with (a system prompt of 24 tokens shares 24
+//! positions, not 16). It shares that block too, and copies it before writing into it
+//! (`SequenceCache`); positions past the shared ones are never read before the job
+//! writes its own.
+//!
 //! Indexed blocks nobody else holds stay in the pool until it needs room; then the
 //! least recently used go first.
 
@@ -42,42 +49,104 @@ pub(crate) fn extend_chain(chain: &mut Vec<BlockHash>, salt: &BlockHash, tokens:
 
 struct Indexed {
     block: Arc<KvBlock>,
+    /// The hash of the block before it (the salt for a first block) and its tokens: what
+    /// a job that shares only part of it compares with.
+    parent: BlockHash,
+    tokens: [u32; BLOCK_POSITIONS],
     last_used: u64,
+}
+
+/// The longest indexed prefix of a job's tokens: its blocks, in order (the last one
+/// possibly shared only in part), and how many positions they give.
+#[derive(Default)]
+pub(crate) struct PrefixMatch {
+    pub(crate) blocks: Vec<Arc<KvBlock>>,
+    pub(crate) positions: usize,
 }
 
 /// One model's indexed blocks.
 #[derive(Default)]
 pub(crate) struct PrefixIndex {
     blocks: HashMap<BlockHash, Indexed>,
+    /// Indexed blocks by the hash they continue (the salt for first blocks).
+    children: HashMap<BlockHash, Vec<BlockHash>>,
     clock: u64,
 }
 
 impl PrefixIndex {
-    /// The blocks of the longest indexed prefix of `chain`, in order.
-    pub(crate) fn longest(&mut self, chain: &[BlockHash]) -> Vec<Arc<KvBlock>> {
+    /// The longest indexed prefix of `tokens` (salted with `salt`; `chain` the hashes of
+    /// its full blocks): every indexed whole block in order, then the first positions of
+    /// the indexed block after them whose tokens begin as the job's next ones do.
+    pub(crate) fn longest(
+        &mut self,
+        salt: &BlockHash,
+        chain: &[BlockHash],
+        tokens: &[u32],
+    ) -> PrefixMatch {
         self.clock += 1;
-        let mut found = Vec::new();
+        let mut found = PrefixMatch::default();
         for hash in chain {
             let Some(indexed) = self.blocks.get_mut(hash) else {
                 break;
             };
             indexed.last_used = self.clock;
-            found.push(Arc::clone(&indexed.block));
+            found.blocks.push(Arc::clone(&indexed.block));
+        }
+        let whole = found.blocks.len();
+        found.positions = whole * BLOCK_POSITIONS;
+        let next = &tokens[found.positions.min(tokens.len())..];
+        let parent = whole.checked_sub(1).map_or(salt, |last| &chain[last]);
+        let partial = self
+            .children
+            .get(parent)
+            .into_iter()
+            .flatten()
+            .map(|child| {
+                let shared = self.blocks[child]
+                    .tokens
+                    .iter()
+                    .zip(next)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                (shared, *child)
+            })
+            .max_by_key(|&(shared, _)| shared);
+        if let Some((shared, child)) = partial.filter(|&(shared, _)| shared > 0) {
+            let indexed = self.blocks.get_mut(&child).expect("children are indexed");
+            indexed.last_used = self.clock;
+            found.blocks.push(Arc::clone(&indexed.block));
+            found.positions += shared;
         }
         found
     }
 
-    /// Indexes `block` under `hash` (a block already indexed there stays).
-    pub(crate) fn insert(&mut self, hash: BlockHash, block: &Arc<KvBlock>) {
+    /// Indexes `block`, whose tokens are `tokens`, under `hash`, continuing the block
+    /// hashed `parent` (a block already indexed there stays).
+    pub(crate) fn insert(
+        &mut self,
+        hash: BlockHash,
+        parent: &BlockHash,
+        tokens: &[u32],
+        block: &Arc<KvBlock>,
+    ) {
         self.clock += 1;
         let clock = self.clock;
-        self.blocks
-            .entry(hash)
-            .and_modify(|indexed| indexed.last_used = clock)
-            .or_insert_with(|| Indexed {
+        if let Some(indexed) = self.blocks.get_mut(&hash) {
+            indexed.last_used = clock;
+            return;
+        }
+        let mut copy = [0; BLOCK_POSITIONS];
+        copy.copy_from_slice(&tokens[..BLOCK_POSITIONS]);
+        self.blocks.insert(
+            hash,
+            Indexed {
                 block: Arc::clone(block),
+                parent: *parent,
+                tokens: copy,
                 last_used: clock,
-            });
+            },
+        );
+        self.children.entry(*parent).or_default().push(hash);
     }
 
     /// Indexed blocks that only the index holds: what eviction can give back.
@@ -100,7 +169,15 @@ impl PrefixIndex {
         candidates.sort_unstable();
         let dropped = candidates.len().min(count);
         for (_, hash) in &candidates[..dropped] {
-            self.blocks.remove(hash);
+            let Some(gone) = self.blocks.remove(hash) else {
+                continue;
+            };
+            if let Some(siblings) = self.children.get_mut(&gone.parent) {
+                siblings.retain(|sibling| sibling != hash);
+                if siblings.is_empty() {
+                    self.children.remove(&gone.parent);
+                }
+            }
         }
         dropped
     }
@@ -164,22 +241,82 @@ mod tests {
             .map(|_| Arc::new(pool.take_block().unwrap()))
             .collect();
         let filled = SequenceCache::from_prefix(&pool, blocks, 48).unwrap();
-        let mut index = PrefixIndex::default();
-        for (hash, block) in chain.iter().zip(filled.full_blocks()) {
-            index.insert(*hash, block);
-        }
+        let mut index = index_of(&chain, &tokens, filled.full_blocks());
         assert_eq!(index.evictable(), 0, "the sequence still holds them");
         let mut other = tokens.clone();
         other[40] = 7;
-        assert_eq!(index.longest(&chain_of(&other)).len(), 2);
-        assert_eq!(index.longest(&chain_of(&tokens[..47])).len(), 2);
+        let longest = |index: &mut PrefixIndex, tokens: &[u32]| {
+            let found = index.longest(&SALT, &chain_of(tokens), tokens);
+            (found.blocks.len(), found.positions)
+        };
+        // Two whole blocks, then block 2's first eight positions (40 differs).
+        assert_eq!(longest(&mut index, &other), (3, 40));
+        assert_eq!(longest(&mut index, &other[..36]), (3, 36));
+        assert_eq!(longest(&mut index, &tokens[..47]), (3, 47));
+        other[20] = 7;
+        assert_eq!(longest(&mut index, &other), (2, 20), "block 1 in part");
+        other[0] = 7;
+        assert_eq!(longest(&mut index, &other), (0, 0));
         drop(filled);
         assert_eq!((index.evictable(), pool.in_use()), (3, 3));
-        // Block 2 was used last by neither lookup above: it goes first.
+        // Block 0 was used last by the lookups above: 2, then 1, go first.
         assert_eq!(index.evict(1), 1);
         assert_eq!((index.len(), pool.in_use()), (2, 2));
-        assert_eq!(index.longest(&chain).len(), 2);
+        assert_eq!(
+            longest(&mut index, &tokens),
+            (2, 32),
+            "an evicted block is no part"
+        );
         assert_eq!(index.evict(5), 2);
         assert_eq!(pool.in_use(), 0);
+        assert!(index.children.is_empty(), "no child outlives its block");
+    }
+
+    const SALT: BlockHash = [0; 32];
+
+    fn index_of(chain: &[BlockHash], tokens: &[u32], blocks: &[Arc<KvBlock>]) -> PrefixIndex {
+        let mut index = PrefixIndex::default();
+        for (i, (hash, block)) in chain.iter().zip(blocks).enumerate() {
+            let parent = i.checked_sub(1).map_or(&SALT, |p| &chain[p]);
+            index.insert(*hash, parent, &tokens[i * BLOCK_POSITIONS..], block);
+        }
+        index
+    }
+
+    /// Of two indexed blocks continuing the same prefix, a job takes the one sharing
+    /// more of its next tokens; another buyer's (another salt) shares nothing.
+    #[test]
+    fn a_partial_block_is_the_continuation_sharing_most_tokens() {
+        let pool = KvPool::new(1, 1, 2, 10);
+        let shared: Vec<u32> = (0..16).collect();
+        let tail = |from: u32, same: usize| -> Vec<u32> {
+            let mut tokens = shared.clone();
+            tokens.extend((0..16).map(|i| {
+                if i < same {
+                    100 + i as u32
+                } else {
+                    from + i as u32
+                }
+            }));
+            tokens
+        };
+        let (a, b) = (tail(500, 3), tail(900, 9));
+        let mut index = PrefixIndex::default();
+        for tokens in [&a, &b] {
+            let blocks: Vec<_> = (0..2)
+                .map(|_| Arc::new(pool.take_block().unwrap()))
+                .collect();
+            let fresh = index_of(&chain_of(tokens), tokens, &blocks);
+            for (hash, indexed) in fresh.blocks {
+                index.insert(hash, &indexed.parent, &indexed.tokens, &indexed.block);
+            }
+        }
+        assert_eq!(index.len(), 3, "block 0 is indexed once");
+        let mut job = tail(0, 12);
+        job.truncate(30);
+        let found = index.longest(&SALT, &chain_of(&job), &job);
+        assert_eq!((found.blocks.len(), found.positions), (2, 16 + 9));
+        let other_buyer = index.longest(&[7; 32], &salted_chain(&[7; 32], &job), &job);
+        assert_eq!((other_buyer.blocks.len(), other_buyer.positions), (0, 0));
     }
 }

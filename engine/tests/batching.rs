@@ -348,6 +348,15 @@ fn system_chat(system: &str, question: &str) -> Prompt {
     ])
 }
 
+/// How many prompt tokens `a` and `b` share from the start.
+fn common_prefix(model: &LoadedModel, a: &Prompt, b: &Prompt) -> usize {
+    let (a, b) = (
+        model.prompt_tokens(a).unwrap(),
+        model.prompt_tokens(b).unwrap(),
+    );
+    a.iter().zip(&b).take_while(|(x, y)| x == y).count()
+}
+
 fn greedy_request(model: &LoadedModel, prompt: Prompt, max_tokens: u32) -> GenerateRequest {
     GenerateRequest {
         ignore_eos: true,
@@ -410,8 +419,9 @@ fn jobs_preempted_for_kv_memory_resume_with_their_solo_tokens() {
 }
 
 /// Jobs that share a system prompt start from the blocks an earlier job filled (its
-/// full 16-position blocks, found by prefix hash), and still get their solo tokens;
-/// a job salted for another buyer does not.
+/// full 16-position blocks found by prefix hash, and the block where the prompts part
+/// up to their last common token), and still get their solo tokens; a job salted for
+/// another buyer does not.
 #[test]
 fn a_shared_prefix_is_reused_from_indexed_blocks() {
     let path = support::default_model_path();
@@ -419,9 +429,14 @@ fn a_shared_prefix_is_reused_from_indexed_blocks() {
     let system = "You are a careful assistant for a lighthouse museum. Answer in one short \
                   sentence, use plain words, and never invent dates, names or numbers.";
     let chat = |question: &str| system_chat(system, question);
-    let shared = model.prompt_tokens(&chat("a")).unwrap().len();
-    let first = greedy_request(&model, chat("What is a lighthouse?"), 8);
-    let second = greedy_request(&model, chat("Who kept the light?"), 8);
+    let (first, second) = (chat("What is a lighthouse?"), chat("Who kept the light?"));
+    let shared = common_prefix(&model, &first, &second);
+    assert!(
+        !shared.is_multiple_of(16),
+        "the prompts part mid-block ({shared})"
+    );
+    let first = greedy_request(&model, first, 8);
+    let second = greedy_request(&model, second, 8);
     let solo = solo_runs(&mut model, &[first.clone(), second.clone()]);
     let engine = Engine::spawn(vec![model], 8);
     let runtime = runtime();
@@ -429,12 +444,10 @@ fn a_shared_prefix_is_reused_from_indexed_blocks() {
         |request: &GenerateRequest| runtime.block_on(engine.complete(request.clone())).unwrap();
     let (a, b) = (run(&first), run(&second));
     assert_eq!(a.reused_tokens, 0);
-    assert!(
-        b.reused_tokens as usize >= (shared - 16) / 16 * 16 && b.reused_tokens > 0,
-        "reused {} of a {shared}-token shared prefix",
-        b.reused_tokens
+    assert_eq!(
+        b.reused_tokens as usize, shared,
+        "every common token is reused"
     );
-    assert_eq!(b.reused_tokens % 16, 0, "whole blocks");
     assert_eq!((&a.token_ids, &b.token_ids), (&solo[0].0, &solo[1].0));
     // Another buyer (another salt) shares nothing, however alike the prompts.
     let stranger = GenerateRequest {
@@ -459,17 +472,22 @@ fn jobs_waiting_to_prefill_pick_up_the_prefix_an_earlier_job_filled() {
                   plain words, never invent dates, names or numbers, and say so when the \
                   museum's records do not tell.";
     let chat = |question: &str| system_chat(system, question);
-    let shared = model.prompt_tokens(&chat("a")).unwrap().len();
-    assert!(
-        shared > 64,
-        "the first job alone takes half the step's budget ({shared})"
-    );
     let questions = [
         "What is a lens?",
         "Who kept the light?",
         "Why fog?",
         "What ships?",
     ];
+    // What each job shares with the first, the one that computes the prefix.
+    let shared: Vec<usize> = questions
+        .iter()
+        .map(|q| common_prefix(&model, &chat(questions[0]), &chat(q)))
+        .collect();
+    assert!(
+        shared[1] > 64 && !shared[1].is_multiple_of(16),
+        "the first job alone takes half the step's budget; the prompts part mid-block \
+         ({shared:?})"
+    );
     let jobs: Vec<GenerateRequest> = questions
         .iter()
         .map(|q| greedy_request(&model, chat(q), 4))
@@ -497,14 +515,13 @@ fn jobs_waiting_to_prefill_pick_up_the_prefix_an_earlier_job_filled() {
             panic!("no end");
         },
     )));
-    let reused: Vec<u32> = finished.iter().map(|g| g.reused_tokens).collect();
+    let reused: Vec<usize> = finished.iter().map(|g| g.reused_tokens as usize).collect();
     assert_eq!(reused[0], 0, "the first job computes the prefix");
-    for (i, g) in finished.iter().enumerate().skip(1) {
-        assert!(
-            g.reused_tokens as usize >= (shared - 16) / 16 * 16 && g.reused_tokens % 16 == 0,
-            "job {i} reused {reused:?} of a {shared}-token shared prefix"
-        );
-    }
+    assert_eq!(
+        reused[1..],
+        shared[1..],
+        "each later job reuses all it shares"
+    );
     for (i, (g, alone)) in finished.iter().zip(&solo).enumerate() {
         assert_eq!(g.token_ids, alone.0, "job {i}");
     }
