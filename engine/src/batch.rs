@@ -142,11 +142,12 @@ impl Running {
         let cached = &self.decoder.to_prefill()[..self.cache.positions()];
         extend_chain(&mut self.chain, &self.prefix_salt, cached);
         let blocks = self.cache.full_blocks();
-        for (i, (hash, block)) in self.chain.iter().zip(blocks).enumerate().skip(self.indexed) {
+        let (block_tokens, _) = cached.as_chunks::<BLOCK_POSITIONS>();
+        let full = self.chain.iter().zip(blocks).zip(block_tokens);
+        for (i, ((hash, block), tokens)) in full.enumerate().skip(self.indexed) {
             let parent = i
                 .checked_sub(1)
                 .map_or(&self.prefix_salt, |p| &self.chain[p]);
-            let tokens = &cached[i * BLOCK_POSITIONS..][..BLOCK_POSITIONS];
             index.insert(*hash, parent, tokens, block);
         }
         self.indexed = blocks.len();

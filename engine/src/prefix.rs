@@ -126,7 +126,7 @@ impl PrefixIndex {
         &mut self,
         hash: BlockHash,
         parent: &BlockHash,
-        tokens: &[u32],
+        tokens: &[u32; BLOCK_POSITIONS],
         block: &Arc<KvBlock>,
     ) {
         self.clock += 1;
@@ -135,14 +135,12 @@ impl PrefixIndex {
             indexed.last_used = clock;
             return;
         }
-        let mut copy = [0; BLOCK_POSITIONS];
-        copy.copy_from_slice(&tokens[..BLOCK_POSITIONS]);
         self.blocks.insert(
             hash,
             Indexed {
                 block: Arc::clone(block),
                 parent: *parent,
-                tokens: copy,
+                tokens: *tokens,
                 last_used: clock,
             },
         );
@@ -276,9 +274,10 @@ mod tests {
 
     fn index_of(chain: &[BlockHash], tokens: &[u32], blocks: &[Arc<KvBlock>]) -> PrefixIndex {
         let mut index = PrefixIndex::default();
-        for (i, (hash, block)) in chain.iter().zip(blocks).enumerate() {
+        let (block_tokens, _) = tokens.as_chunks::<BLOCK_POSITIONS>();
+        for (i, ((hash, block), tokens)) in chain.iter().zip(blocks).zip(block_tokens).enumerate() {
             let parent = i.checked_sub(1).map_or(&SALT, |p| &chain[p]);
-            index.insert(*hash, parent, &tokens[i * BLOCK_POSITIONS..], block);
+            index.insert(*hash, parent, tokens, block);
         }
         index
     }

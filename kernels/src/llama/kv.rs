@@ -162,7 +162,7 @@ const VALUES: usize = 1;
 /// Rounds `values` to the nearest f16, ties to even (overflow to ±∞, NaN stays NaN):
 /// F16C's `vcvtps2ph` where the CPU has it, otherwise the same rounding in software —
 /// the same bits on every input (checked on all 2^32).
-pub fn to_kv(values: &[f32], out: &mut [f16]) {
+fn to_kv(values: &[f32], out: &mut [f16]) {
     use half::slice::HalfFloatSliceExt;
     out.convert_from_f32_slice(values);
 }
