@@ -443,6 +443,9 @@ pub struct ActivationRow<'a> {
 /// scale `max|v| / 127`, quants `round(v / scale)` and their sums. Where the CPU has
 /// AVX2 a block runs as eight-lane vectors ([`avx2`]: the same operations, so the same
 /// bits; `round` and the saturating cast were a libm call and a scalar clamp per value).
+/// Blocks are independent, so many rows (a prefill) are quantized in pieces across the
+/// current thread pool: the same bits, without one thread quantizing while the others
+/// wait for the next matmul.
 pub fn quantize_rows(values: &[f32], cols: usize) -> QuantizedRows {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
@@ -458,8 +461,9 @@ pub fn quantize_rows(values: &[f32], cols: usize) -> QuantizedRows {
 fn quantize_rows_with(
     values: &[f32],
     cols: usize,
-    block: impl Fn(&[f32; BLOCK], &mut [i8; BLOCK]) -> (f32, [i32; 2]),
+    block: impl Fn(&[f32; BLOCK], &mut [i8; BLOCK]) -> (f32, [i32; 2]) + Sync,
 ) -> QuantizedRows {
+    use rayon::prelude::*;
     assert!(cols.is_multiple_of(BLOCK) && values.len().is_multiple_of(cols));
     let blocks = values.len() / BLOCK;
     let mut out = QuantizedRows {
@@ -471,14 +475,43 @@ fn quantize_rows_with(
     };
     let (values, _) = values.as_chunks::<BLOCK>();
     let (quants, _) = out.quants.as_chunks_mut::<BLOCK>();
-    for (b, (values, quants)) in values.iter().zip(quants).enumerate() {
-        let (scale, halves) = block(values, quants);
-        out.scales[b] = scale;
-        out.sums[b] = scale * (halves[0] + halves[1]) as f32;
-        out.half_sums[2 * b..][..2].copy_from_slice(&halves);
+    let piece = |(((values, quants), scales), sums): Piece<'_>, half_sums: &mut [i32]| {
+        let outputs = quants.iter_mut().zip(scales).zip(sums);
+        for ((values, ((quants, scale), sum)), halves) in values
+            .iter()
+            .zip(outputs)
+            .zip(half_sums.as_chunks_mut::<2>().0)
+        {
+            (*scale, *halves) = block(values, quants);
+            *sum = *scale * (halves[0] + halves[1]) as f32;
+        }
+    };
+    if blocks <= QUANTIZE_PIECE {
+        piece(
+            (((values, quants), &mut out.scales), &mut out.sums),
+            &mut out.half_sums,
+        );
+    } else {
+        values
+            .par_chunks(QUANTIZE_PIECE)
+            .zip(quants.par_chunks_mut(QUANTIZE_PIECE))
+            .zip(out.scales.par_chunks_mut(QUANTIZE_PIECE))
+            .zip(out.sums.par_chunks_mut(QUANTIZE_PIECE))
+            .zip(out.half_sums.par_chunks_mut(2 * QUANTIZE_PIECE))
+            .for_each(|(parts, half_sums)| piece(parts, half_sums));
     }
     out
 }
+
+/// One piece of [`quantize_rows_with`]'s blocks: values, quants, scales and sums.
+type Piece<'a> = (
+    ((&'a [[f32; BLOCK]], &'a mut [[i8; BLOCK]]), &'a mut [f32]),
+    &'a mut [f32],
+);
+
+/// Blocks per piece when quantizing in parallel (4,096 values: a decoded row or two
+/// stays on the calling thread).
+const QUANTIZE_PIECE: usize = 128;
 
 /// One block, the reference: the maximum magnitude in eight lanes, then across them
 /// (`max` of magnitudes is exact in any order), quants rounded half away from zero and
@@ -569,6 +602,32 @@ mod tests {
 
     /// The AVX2 build of the quantization gives the portable build's bits, halves of
     /// a step included (where `round` goes away from zero), and the sums it keeps.
+    #[test]
+    fn many_rows_quantized_in_parallel_pieces_equal_each_row_alone() {
+        // 67 rows of 96: 201 blocks, past one piece and not a multiple of it.
+        let values = random_values(67 * 96, 3);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let together = pool.install(|| quantize_rows(&values, 96));
+            for (r, row) in values.chunks_exact(96).enumerate() {
+                let alone = quantize_rows(row, 96);
+                let blocks = r * 3..(r + 1) * 3;
+                assert_eq!(
+                    &together.quants[r * 96..][..96],
+                    &alone.quants[..],
+                    "row {r}"
+                );
+                assert_eq!(bits(&together.scales[blocks.clone()]), bits(&alone.scales));
+                assert_eq!(bits(&together.sums[blocks.clone()]), bits(&alone.sums));
+                assert_eq!(&together.half_sums[2 * r * 3..][..6], &alone.half_sums[..]);
+            }
+        }
+    }
+
     #[test]
     fn every_build_of_the_quantization_gives_the_same_bits() {
         let mut values = random_values(32 * 40, 9);
