@@ -29,7 +29,7 @@ use sharemesh_kernels::KernelError;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
 use crate::generate::{Decoder, Step};
-use crate::prefix::{extend_chain, BlockHash, PrefixIndex, PrefixMatch};
+use crate::prefix::{extend_chain, parent_of, BlockHash, PrefixIndex, PrefixMatch};
 use crate::{EngineError, EngineEvent, GenerateRequest, LoadedModel};
 
 /// Jobs decoding together at most, unless the provider sets it (`--max-batch`).
@@ -145,10 +145,12 @@ impl Running {
         let (block_tokens, _) = cached.as_chunks::<BLOCK_POSITIONS>();
         let full = self.chain.iter().zip(blocks).zip(block_tokens);
         for (i, ((hash, block), tokens)) in full.enumerate().skip(self.indexed) {
-            let parent = i
-                .checked_sub(1)
-                .map_or(&self.prefix_salt, |p| &self.chain[p]);
-            index.insert(*hash, parent, tokens, block);
+            index.insert(
+                *hash,
+                parent_of(&self.chain, &self.prefix_salt, i),
+                tokens,
+                block,
+            );
         }
         self.indexed = blocks.len();
     }

@@ -47,6 +47,18 @@ pub(crate) fn extend_chain(chain: &mut Vec<BlockHash>, salt: &BlockHash, tokens:
     }
 }
 
+/// The hash block `index` of a chain continues: the previous block's, or the salt for
+/// the first.
+pub(crate) fn parent_of<'a>(
+    chain: &'a [BlockHash],
+    salt: &'a BlockHash,
+    index: usize,
+) -> &'a BlockHash {
+    index
+        .checked_sub(1)
+        .map_or(salt, |previous| &chain[previous])
+}
+
 struct Indexed {
     block: Arc<KvBlock>,
     /// The hash of the block before it (the salt for a first block) and its tokens: what
@@ -95,7 +107,7 @@ impl PrefixIndex {
         let whole = found.blocks.len();
         found.positions = whole * BLOCK_POSITIONS;
         let next = &tokens[found.positions.min(tokens.len())..];
-        let parent = whole.checked_sub(1).map_or(salt, |last| &chain[last]);
+        let parent = parent_of(chain, salt, whole);
         let partial = self
             .children
             .get(parent)
@@ -239,7 +251,8 @@ mod tests {
             .map(|_| Arc::new(pool.take_block().unwrap()))
             .collect();
         let filled = SequenceCache::from_prefix(&pool, blocks, 48).unwrap();
-        let mut index = index_of(&chain, &tokens, filled.full_blocks());
+        let mut index = PrefixIndex::default();
+        index_into(&mut index, &chain, &tokens, filled.full_blocks());
         assert_eq!(index.evictable(), 0, "the sequence still holds them");
         let mut other = tokens.clone();
         other[40] = 7;
@@ -272,14 +285,18 @@ mod tests {
 
     const SALT: BlockHash = [0; 32];
 
-    fn index_of(chain: &[BlockHash], tokens: &[u32], blocks: &[Arc<KvBlock>]) -> PrefixIndex {
-        let mut index = PrefixIndex::default();
+    /// Indexes `blocks` as the full blocks of `tokens` (hashed `chain`, salted `SALT`).
+    fn index_into(
+        index: &mut PrefixIndex,
+        chain: &[BlockHash],
+        tokens: &[u32],
+        blocks: &[Arc<KvBlock>],
+    ) {
         let (block_tokens, _) = tokens.as_chunks::<BLOCK_POSITIONS>();
-        for (i, ((hash, block), tokens)) in chain.iter().zip(blocks).zip(block_tokens).enumerate() {
-            let parent = i.checked_sub(1).map_or(&SALT, |p| &chain[p]);
-            index.insert(*hash, parent, tokens, block);
+        let full = chain.iter().zip(blocks).zip(block_tokens);
+        for (i, ((hash, block), tokens)) in full.enumerate() {
+            index.insert(*hash, parent_of(chain, &SALT, i), tokens, block);
         }
-        index
     }
 
     /// Of two indexed blocks continuing the same prefix, a job takes the one sharing
@@ -305,10 +322,7 @@ mod tests {
             let blocks: Vec<_> = (0..2)
                 .map(|_| Arc::new(pool.take_block().unwrap()))
                 .collect();
-            let fresh = index_of(&chain_of(tokens), tokens, &blocks);
-            for (hash, indexed) in fresh.blocks {
-                index.insert(hash, &indexed.parent, &indexed.tokens, &indexed.block);
-            }
+            index_into(&mut index, &chain_of(tokens), tokens, &blocks);
         }
         assert_eq!(index.len(), 3, "block 0 is indexed once");
         let mut job = tail(0, 12);

@@ -58,8 +58,13 @@ pub fn attend_heads<'a>(
             k.len() == dim && v.len() == dim,
             "a cached row is not one head wide"
         );
-        prefetch_row(k);
-        prefetch_row(v);
+        // The gather walks every cached row of the head before the scores start, so the
+        // rows of blocks scattered through memory arrive in parallel (into L2) rather
+        // than one block's run at a time.
+        #[cfg(target_arch = "x86_64")]
+        for row in [k, v] {
+            prefetch_row::<{ std::arch::x86_64::_MM_HINT_T1 }>(row);
+        }
         scratch.keys.push(k);
         scratch.values.push(v);
     }
@@ -67,22 +72,17 @@ pub fn attend_heads<'a>(
     attend_rows(Build::for_dim(dim), queries, dim, scale, scratch, out);
 }
 
-/// Asks for `row` in the core's L2 cache (a hint: no effect on any result). The gather
-/// walks every cached row of the head before the scores start, so the rows of blocks
-/// scattered through memory arrive in parallel rather than one block's run at a time.
+/// Hints the cache (`HINT`: which level) to fetch every line of `row`: no effect on any
+/// result.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn prefetch_row(row: &[f16]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in (0..row.len()).step_by(32) {
-        // SAFETY: a prefetch only hints the cache; it reads nothing the program sees
-        // and does not fault.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-                row.as_ptr().wrapping_add(line).cast(),
-            )
-        };
+fn prefetch_row<const HINT: i32>(row: &[f16]) {
+    let start = row.as_ptr().cast::<i8>();
+    for line in (0..std::mem::size_of_val(row)).step_by(64) {
+        // SAFETY: a prefetch only hints the cache; it reads nothing the program sees and
+        // does not fault.
+        unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(start.wrapping_add(line)) };
     }
-    let _ = row;
 }
 
 /// [`attend_heads`] over the rows already gathered in `scratch`, on `build`'s loops.

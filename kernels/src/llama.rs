@@ -306,7 +306,7 @@ fn kv_bytes_read(
     let attended: usize = windows
         .map(|window| window.map_or(position + 1, |w| w.min(position + 1)))
         .sum();
-    attended * kv_width * 2 * std::mem::size_of::<half::f16>()
+    attended * kv_width * 2 * kv::VALUE_BYTES
 }
 
 /// Each rotary pair's angle per position: `base^(−2i/d)`, divided by the file's

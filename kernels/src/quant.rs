@@ -475,39 +475,50 @@ fn quantize_rows_with(
     };
     let (values, _) = values.as_chunks::<BLOCK>();
     let (quants, _) = out.quants.as_chunks_mut::<BLOCK>();
-    let piece = |(((values, quants), scales), sums): Piece<'_>, half_sums: &mut [i32]| {
-        let outputs = quants.iter_mut().zip(scales).zip(sums);
-        for ((values, ((quants, scale), sum)), halves) in values
-            .iter()
-            .zip(outputs)
-            .zip(half_sums.as_chunks_mut::<2>().0)
-        {
-            (*scale, *halves) = block(values, quants);
-            *sum = *scale * (halves[0] + halves[1]) as f32;
-        }
-    };
+    let (half_sums, _) = out.half_sums.as_chunks_mut::<2>();
     if blocks <= QUANTIZE_PIECE {
-        piece(
-            (((values, quants), &mut out.scales), &mut out.sums),
-            &mut out.half_sums,
+        quantize_piece(
+            &block,
+            values,
+            quants,
+            &mut out.scales,
+            &mut out.sums,
+            half_sums,
         );
     } else {
-        values
-            .par_chunks(QUANTIZE_PIECE)
-            .zip(quants.par_chunks_mut(QUANTIZE_PIECE))
-            .zip(out.scales.par_chunks_mut(QUANTIZE_PIECE))
-            .zip(out.sums.par_chunks_mut(QUANTIZE_PIECE))
-            .zip(out.half_sums.par_chunks_mut(2 * QUANTIZE_PIECE))
-            .for_each(|(parts, half_sums)| piece(parts, half_sums));
+        (
+            values.par_chunks(QUANTIZE_PIECE),
+            quants.par_chunks_mut(QUANTIZE_PIECE),
+            out.scales.par_chunks_mut(QUANTIZE_PIECE),
+            out.sums.par_chunks_mut(QUANTIZE_PIECE),
+            half_sums.par_chunks_mut(QUANTIZE_PIECE),
+        )
+            .into_par_iter()
+            .for_each(|(values, quants, scales, sums, half_sums)| {
+                quantize_piece(&block, values, quants, scales, sums, half_sums)
+            });
     }
     out
 }
 
-/// One piece of [`quantize_rows_with`]'s blocks: values, quants, scales and sums.
-type Piece<'a> = (
-    ((&'a [[f32; BLOCK]], &'a mut [[i8; BLOCK]]), &'a mut [f32]),
-    &'a mut [f32],
-);
+/// Quantizes the blocks `values` (a piece of [`quantize_rows_with`]'s) into their
+/// quants, scales, sums and half sums (each slice one entry per block).
+#[inline(always)]
+fn quantize_piece(
+    block: &impl Fn(&[f32; BLOCK], &mut [i8; BLOCK]) -> (f32, [i32; 2]),
+    values: &[[f32; BLOCK]],
+    quants: &mut [[i8; BLOCK]],
+    scales: &mut [f32],
+    sums: &mut [f32],
+    half_sums: &mut [[i32; 2]],
+) {
+    for (b, values) in values.iter().enumerate() {
+        let (scale, halves) = block(values, &mut quants[b]);
+        scales[b] = scale;
+        sums[b] = scale * (halves[0] + halves[1]) as f32;
+        half_sums[b] = halves;
+    }
+}
 
 /// Blocks per piece when quantizing in parallel (4,096 values: a decoded row or two
 /// stays on the calling thread).

@@ -23,12 +23,7 @@ pub(super) const AHEAD: usize = 16;
 pub(super) fn prefetch_rows(rows: &[&[f16]], span: std::ops::Range<usize>) {
     let span = span.start.min(rows.len())..span.end.min(rows.len());
     for row in &rows[span] {
-        let start = row.as_ptr().cast::<i8>();
-        for line in (0..std::mem::size_of_val(*row)).step_by(64) {
-            // SAFETY: a prefetch only hints the cache; it reads nothing the program sees
-            // and does not fault.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(line)) };
-        }
+        super::prefetch_row::<_MM_HINT_T0>(row);
     }
 }
 

@@ -18,6 +18,9 @@ use crate::KernelError;
 /// Positions per block.
 pub const BLOCK_POSITIONS: usize = 16;
 
+/// Bytes of one cached key or value element (half precision).
+pub(super) const VALUE_BYTES: usize = std::mem::size_of::<f16>();
+
 struct PoolState {
     capacity: usize,
     live: AtomicUsize,
@@ -67,7 +70,7 @@ impl KvPool {
 
     /// Bytes of one block.
     pub fn block_bytes(&self) -> usize {
-        self.state.block_values * std::mem::size_of::<f16>()
+        self.state.block_values * VALUE_BYTES
     }
 
     /// Blocks a sequence of `positions` positions holds.
