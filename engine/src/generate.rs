@@ -112,6 +112,9 @@ pub(crate) struct Decoder {
     guide: Option<sharemesh_constrain::Guide>,
     /// Testnet adversary kit: tokens that cost no model work.
     garbage: bool,
+    /// Testnet adversary kit: how the real model's tokens are chosen rather than drawn
+    /// (`Cheat::ChooseTokens`, `Cheat::NeverStop`; anything else draws honestly).
+    cheat: crate::Cheat,
     vocab: u32,
     /// The next completion index.
     index: usize,
@@ -203,6 +206,7 @@ impl Decoder {
             out_text: String::new(),
             guide,
             garbage,
+            cheat: model.cheat,
             vocab,
             index: request.resume.len(),
             finish: FinishReason::Length,
@@ -268,13 +272,42 @@ impl Decoder {
                     .map_err(|e| EngineError::Inference(format!("response format: {e}")))?;
             }
             let generated = self.history.len() - self.prompt_len;
-            let token = sampler::sample(
-                &mut logits,
-                &self.history,
-                generated,
-                sampling,
-                index as u64,
-            );
+            let token = match self.cheat {
+                crate::Cheat::ChooseTokens => {
+                    let own = Sampling {
+                        seed: sampling.seed ^ crate::OWN_STREAM,
+                        ..sampling.clone()
+                    };
+                    sampler::sample(&mut logits, &self.history, generated, &own, index as u64)
+                }
+                crate::Cheat::NeverStop => {
+                    let mut kept = logits.clone();
+                    let drawn = sampler::sample(
+                        &mut kept,
+                        &self.history,
+                        generated,
+                        sampling,
+                        index as u64,
+                    );
+                    if tokenizer.is_end(drawn) {
+                        for (id, logit) in logits.iter_mut().enumerate() {
+                            if tokenizer.is_end(id as u32) {
+                                *logit = f32::NEG_INFINITY;
+                            }
+                        }
+                        sampler::argmax(&logits)
+                    } else {
+                        drawn
+                    }
+                }
+                _ => sampler::sample(
+                    &mut logits,
+                    &self.history,
+                    generated,
+                    sampling,
+                    index as u64,
+                ),
+            };
             (token, fingerprint)
         };
         // A finished format allows only an end token: the text ends there, even for a

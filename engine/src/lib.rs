@@ -15,6 +15,7 @@ mod gemma3;
 mod generate;
 mod prefix;
 pub mod progress;
+mod redraw;
 pub mod sampler;
 pub mod scripted;
 mod seam;
@@ -101,12 +102,21 @@ pub enum Cheat {
     /// nodes have it re-run to verify someone else's work): a lazy verifier that skips
     /// the costly re-prefill of a context it is paid to recompute.
     LazyResume,
+    /// Runs the real model (its fingerprints are honest) but draws each sampled token
+    /// from its own random stream instead of the request's seed: free to steer the text.
+    ChooseTokens,
+    /// Runs the real model, but where the sampler draws an end token takes the best
+    /// other one instead: it never stops before `max_tokens`, and bills them all.
+    NeverStop,
 }
+
+/// The seed the `ChooseTokens` cheat draws with instead of the request's.
+pub(crate) const OWN_STREAM: u64 = 0x0c40_05e5_0000_0001;
 
 impl Cheat {
     fn serves_garbage(self, jobs_run: u32, resumed: bool) -> bool {
         match self {
-            Cheat::None => false,
+            Cheat::None | Cheat::ChooseTokens | Cheat::NeverStop => false,
             Cheat::Garbage => true,
             Cheat::Camouflage { honest_jobs } => jobs_run >= honest_jobs,
             Cheat::LazyResume => resumed,
@@ -279,6 +289,14 @@ impl LoadedModel {
             )));
         }
         let mut fingerprints = Vec::with_capacity(outputs.len() - request.from);
+        let mut drawn = Vec::with_capacity(outputs.len() - request.from);
+        let mut redraw =
+            redraw::Redraw::new(self, &prompt, &request.sampling, &outputs[..request.from])?;
+        let mut score = |logits: &[f32], step: usize| -> Result<(), EngineError> {
+            fingerprints.push(StepFingerprint::from_logits(logits));
+            drawn.push(redraw.step(logits, outputs[step])?);
+            Ok(())
+        };
         if self.weights.batch_invariant() {
             // Step i's logits follow prompt ‖ outputs[..i]: the rows at positions
             // prompt.len() - 1 + i of that sequence.
@@ -295,7 +313,9 @@ impl LoadedModel {
                 let logits = self
                     .weights
                     .forward_rows(&sequence[position..end], position, rows)?;
-                fingerprints.extend(logits.chunks_exact(width).map(StepFingerprint::from_logits));
+                for (row, step_logits) in logits.chunks_exact(width).enumerate() {
+                    score(step_logits, start_row + row + 1 - prompt.len())?;
+                }
                 position = end;
             }
         } else {
@@ -303,7 +323,7 @@ impl LoadedModel {
             let mut position = prompt.len();
             for (i, &token) in outputs.iter().enumerate() {
                 if i >= request.from {
-                    fingerprints.push(StepFingerprint::from_logits(&logits));
+                    score(&logits, i)?;
                 }
                 if i + 1 < outputs.len() {
                     logits = self.weights.forward(&[token], position, &self.device)?;
@@ -313,6 +333,7 @@ impl LoadedModel {
         }
         Ok(Replayed {
             fingerprints,
+            drawn,
             profile: self.profile(),
         })
     }

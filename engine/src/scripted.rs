@@ -26,6 +26,9 @@ use crate::{
 
 /// Distinct scripted tokens (ids 1..=VOCABULARY; 0 is never produced).
 const VOCABULARY: u32 = 512;
+/// The script's end token: never one of its words (those are 1..=VOCABULARY), what its
+/// sampler draws where the script ends.
+pub const END_TOKEN: u32 = 0;
 
 /// How the scripted engine behaves.
 #[derive(Clone, Debug)]
@@ -168,6 +171,8 @@ impl ScriptedEngine {
     fn completion_length(&self, request: &GenerateRequest) -> u32 {
         let max = request.sampling.max_tokens;
         match self.script.stop_after {
+            // The never-stop cheat goes on where the script ends, to bill `max_tokens`.
+            Some(_) if self.script.cheat == Cheat::NeverStop => max,
             Some(stop) if !request.ignore_eos => stop.min(max),
             _ => max,
         }
@@ -199,8 +204,16 @@ impl ScriptedEngine {
             let token_id = if garbage {
                 let seed = request.sampling.seed.wrapping_add(0x5eed);
                 Self::token_of(&request.model, &request.prompt, seed, index)
+            } else if self.script.cheat == Cheat::ChooseTokens {
+                // The script's own "logits" (its fingerprint below), another token.
+                let seed = request.sampling.seed ^ crate::OWN_STREAM;
+                Self::token_of(&request.model, &request.prompt, seed, index)
             } else {
                 Self::token(&request, index)
+            };
+            let fingerprint = match self.script.cheat {
+                Cheat::ChooseTokens => Self::fingerprint(Self::token(&request, index)),
+                _ => Self::fingerprint(token_id),
             };
             let delta = Self::text(token_id);
             token_ids.push(token_id);
@@ -210,7 +223,7 @@ impl ScriptedEngine {
                 token_id,
                 text_delta: delta,
                 prompt_tokens,
-                fingerprint: Self::fingerprint(token_id),
+                fingerprint,
                 // A script has no distribution to report.
                 logprobs: None,
             };
@@ -311,19 +324,33 @@ impl TokenEngine for ScriptedEngine {
             return Err(EngineError::UnknownModel(request.model));
         }
         let (answer, receiver) = oneshot::channel();
-        let fingerprints = (request.from..request.outputs.len())
-            .map(|i| {
-                let index = u32::try_from(i).unwrap_or(u32::MAX);
-                Self::fingerprint(Self::token_of(
-                    &request.model,
-                    &request.prompt,
-                    request.seed,
-                    index,
-                ))
-            })
-            .collect();
+        // The script's token is both its step's only "logit" and what its sampler draws,
+        // but where the script ends: there it draws the end token.
+        let script_token = |i: usize| {
+            let index = u32::try_from(i).unwrap_or(u32::MAX);
+            Self::token_of(
+                &request.model,
+                &request.prompt,
+                request.sampling.seed,
+                index,
+            )
+        };
+        let ends_at = self.script.stop_after.map_or(usize::MAX, |s| s as usize);
+        let steps = request.from..request.outputs.len();
         let _ = answer.send(Ok(Replayed {
-            fingerprints,
+            fingerprints: steps
+                .clone()
+                .map(|i| Self::fingerprint(script_token(i)))
+                .collect(),
+            drawn: steps
+                .map(|i| {
+                    if i >= ends_at {
+                        END_TOKEN
+                    } else {
+                        script_token(i)
+                    }
+                })
+                .collect(),
             profile: Self::scripted_profile(),
         }));
         Ok(receiver)

@@ -57,7 +57,7 @@ fn kernels_jobs_replayed_on_candle_separate_honest_from_truncated() {
                 prompt: prompt(question),
                 outputs: tokens.to_vec(),
                 from: 0,
-                seed: 0,
+                sampling: Default::default(),
             })
             .unwrap()
             .fingerprints

@@ -137,15 +137,19 @@ fn a_verifier_replays_a_constrained_job_bit_for_bit() {
     };
     let (tokens, committed) = serve(&mut model, vec![]);
     assert!(person(&model.vocabulary.tokenizer.decode(&tokens)).is_ok());
+    // The redraw does know it: each delivered token is the seeded draw under the
+    // format's mask (fresh, or after a resumed prefix the mask has followed).
     let replay = |model: &mut LoadedModel, from: usize| {
         let request = ReplayRequest {
             model: model.descriptor.id,
             prompt: prompt.clone(),
             outputs: tokens.clone(),
             from,
-            seed: 0,
+            sampling: sampling.clone(),
         };
-        model.replay(&request).unwrap().fingerprints
+        let replayed = model.replay(&request).unwrap();
+        assert_eq!(replayed.drawn, tokens[from..], "draws from {from}");
+        replayed.fingerprints
     };
     assert_eq!(replay(&mut model, 0), committed);
     let cut = tokens.len() / 2;

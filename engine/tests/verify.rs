@@ -32,16 +32,27 @@ fn serve(
 }
 
 fn replay(model: &mut LoadedModel, outputs: &[u32], from: usize) -> Vec<StepFingerprint> {
+    replay_drawing(model, outputs, from, &Sampling::default()).fingerprints
+}
+
+/// The replay of `outputs` from step `from`, redrawn with `sampling`.
+fn replay_drawing(
+    model: &mut LoadedModel,
+    outputs: &[u32],
+    from: usize,
+    sampling: &Sampling,
+) -> sharemesh_engine::Replayed {
     let request = ReplayRequest {
         model: model.descriptor.id,
         prompt: prompt(),
         outputs: outputs.to_vec(),
         from,
-        seed: 0,
+        sampling: sampling.clone(),
     };
     let replayed = model.replay(&request).unwrap();
     assert_eq!(replayed.profile, model.profile());
-    replayed.fingerprints
+    assert_eq!(replayed.drawn.len(), replayed.fingerprints.len());
+    replayed
 }
 
 /// Largest |logit difference| over the tokens both fingerprints list (∞ if none).
@@ -59,10 +70,17 @@ fn honest_job_and_resume_replay(
 ) -> (Vec<u32>, Vec<StepFingerprint>) {
     let (tokens, committed) = serve(model, sampled.clone(), vec![]);
     assert_eq!(committed.len(), tokens.len());
-    assert_eq!(replay(model, &tokens, 0), committed);
+    let replayed = replay_drawing(model, &tokens, 0, sampled);
+    assert_eq!(replayed.fingerprints, committed);
+    assert_eq!(
+        replayed.drawn, tokens,
+        "every delivered token is the seeded draw"
+    );
     let (resumed, resumed_committed) = serve(model, sampled.clone(), tokens[..resume_at].to_vec());
     assert_eq!(resumed, tokens, "exact resume");
-    assert_eq!(replay(model, &resumed, resume_at), resumed_committed);
+    let replayed = replay_drawing(model, &resumed, resume_at, sampled);
+    assert_eq!(replayed.fingerprints, resumed_committed);
+    assert_eq!(replayed.drawn, tokens[resume_at..]);
     assert_eq!(resumed_committed, committed[resume_at..]);
     (tokens, committed)
 }
@@ -130,6 +148,66 @@ fn an_honest_job_replays_bit_for_bit_and_cheats_do_not() {
         "honest same-profile replays: 0 differing steps of {}",
         committed.len() + 40
     );
+}
+
+/// A provider that runs the real model but chooses its tokens: its fingerprints are
+/// honest (the real model's logits over the tokens it delivered), so only the redraw
+/// catches it. Three ways: sampling from its own random stream instead of the request's
+/// seed; the "prefill forgery" (a cheaper network's tokens, fingerprinted afterwards by
+/// a teacher-forced pass of the real model); and a greedy job where one token is
+/// swapped for the runner-up (an injected word, or refusing to end).
+#[test]
+fn tokens_the_seeded_sampler_does_not_draw_are_caught_by_the_redraw() {
+    let mut model = load();
+    let request = Sampling {
+        temperature: 0.8,
+        seed: 42,
+        max_tokens: 40,
+        ..Sampling::default()
+    };
+    // Its own stream: the real model, seed 4242, under a request that said 42.
+    let own_stream = Sampling {
+        seed: 4242,
+        ..request.clone()
+    };
+    let (chosen, committed) = serve(&mut model, own_stream, vec![]);
+    let replayed = replay_drawing(&mut model, &chosen, 0, &request);
+    assert_eq!(
+        replayed.fingerprints, committed,
+        "its logits are the model's"
+    );
+    let (step, drawn) = replayed
+        .first_other_draw(&chosen)
+        .expect("a token off the request's seed");
+    assert_ne!(drawn, chosen[step]);
+    println!(
+        "own random stream: first chosen token at step {step} of {}",
+        chosen.len()
+    );
+
+    // Prefill forgery: a two-layers-short network's tokens, honest fingerprints.
+    let mut cheap = load();
+    cheap.truncate_layers(2).unwrap();
+    let (forged, _) = serve(&mut cheap, request.clone(), vec![]);
+    let replayed = replay_drawing(&mut model, &forged, 0, &request);
+    let (step, _) = replayed
+        .first_other_draw(&forged)
+        .expect("a cheaper network's tokens are not the seeded draws");
+    println!(
+        "prefill forgery: first other draw at step {step} of {}",
+        forged.len()
+    );
+
+    // Greedy, one token swapped for the runner-up at step 5: caught exactly there.
+    let greedy = Sampling {
+        max_tokens: 12,
+        ..Sampling::default()
+    };
+    let (mut tokens, committed) = serve(&mut model, greedy.clone(), vec![]);
+    let runner_up = committed[5].top[1].0;
+    tokens[5] = runner_up;
+    let replayed = replay_drawing(&mut model, &tokens, 0, &greedy);
+    assert_eq!(replayed.first_other_draw(&tokens).map(|(s, _)| s), Some(5));
 }
 
 /// Gemma 3 on the kernels is verifiable the same way: an honest sampled job and its

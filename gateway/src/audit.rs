@@ -66,6 +66,8 @@ pub struct AuditStats {
     pub frauds_confirmed_from_gossip: u64,
     pub proofs_unconfirmed: u64,
     pub proofs_refuted: u64,
+    /// Gossiped proofs over their reporter's or accused's hourly budget, not checked.
+    pub proofs_rate_limited: u64,
     pub skipped: u64,
     pub replayed_tokens: u64,
 }
@@ -384,7 +386,7 @@ pub async fn examine(
         prompt: transcript.request.prompt.clone(),
         outputs: transcript.outputs(),
         from: transcript.request.resume.len(),
-        seed: transcript.request.sampling.seed,
+        sampling: transcript.request.sampling.clone(),
     };
     let replayed = match replayer.replay(job).await {
         Ok(replayed) => replayed,
@@ -397,20 +399,31 @@ pub async fn examine(
         // Another profile: no bit-exact proof, only a calibrated tolerance.
         let committed: Vec<StepFingerprint> = transcript.committed().into_iter().cloned().collect();
         let gap = median_gap(&committed, &replayed.fingerprints).unwrap_or(0.0);
-        return if gap > CROSS_PROFILE_TOLERANCE {
+        // A NaN gap (a replay that produced NaN) is no evidence of honesty.
+        return if gap.is_nan() || gap > CROSS_PROFILE_TOLERANCE {
             Finding::Suspicious { gap }
         } else {
             Finding::Honest { steps: sent }
         };
     }
-    match transcript.first_disagreement(&replayed.fingerprints) {
-        None => Finding::Honest { steps: sent },
-        Some(found) => {
-            match transcript.proof(reporter, found.index, found.replayed, replayed.profile) {
-                Some(proof) => Finding::Fraud(Box::new(proof)),
-                None => Finding::Unchecked("the differing step is too far in to prove".into()),
-            }
+    // The same logits, then the same draws: a token the request's seeded sampler
+    // does not pick from them was chosen by the provider, not drawn.
+    let disputed = match transcript.first_disagreement(&replayed.fingerprints) {
+        Some(found) => Some((found.index, found.replayed)),
+        None => {
+            let resumed = transcript.request.resume.len();
+            let delivered = &transcript.outputs()[resumed..];
+            replayed
+                .first_other_draw(delivered)
+                .map(|(step, _)| (resumed + step, replayed.fingerprints[step].clone()))
         }
+    };
+    let Some((index, fingerprint)) = disputed else {
+        return Finding::Honest { steps: sent };
+    };
+    match transcript.proof(reporter, index, fingerprint, replayed.profile) {
+        Some(proof) => Finding::Fraud(Box::new(proof)),
+        None => Finding::Unchecked("the differing step is too far in to prove".into()),
     }
 }
 
@@ -454,15 +467,18 @@ pub async fn check_proof(proof: &FraudProof, replayer: Option<Arc<dyn Replayer>>
         prompt: evidence.request.prompt.clone(),
         outputs,
         from,
-        seed: evidence.request.sampling.seed,
+        sampling: evidence.request.sampling.clone(),
     };
     match replayer.replay(job).await {
-        Ok(replayed) => match replayed.fingerprints.first() {
-            Some(step) if evidence.contradicted_by(step, &replayed.profile) => {
+        Ok(replayed) => match (replayed.fingerprints.first(), replayed.drawn.first()) {
+            (Some(step), Some(&drawn))
+                if evidence.contradicted_by(step, &replayed.profile)
+                    || evidence.draw_contradicted_by(drawn, &replayed.profile) =>
+            {
                 ProofCheck::Confirmed
             }
-            Some(_) => ProofCheck::Refuted,
-            None => ProofCheck::Unconfirmed("the replay scored nothing".into()),
+            (Some(_), Some(_)) => ProofCheck::Refuted,
+            _ => ProofCheck::Unconfirmed("the replay scored nothing".into()),
         },
         Err(err) => ProofCheck::Unconfirmed(format!("replay failed: {err}")),
     }
@@ -568,6 +584,9 @@ mod tests {
     struct Fixed {
         engine: &'static str,
         logit: f32,
+        /// The completion index at which the seeded sampler draws another token than
+        /// the one delivered (`None`: every draw is the delivered token).
+        other_draw: Option<usize>,
     }
 
     impl Replayer for Fixed {
@@ -579,10 +598,14 @@ mod tests {
                 .iter()
                 .map(|&t| fp(t, self.logit))
                 .collect();
+            let drawn = (job.from..job.outputs.len())
+                .map(|i| job.outputs[i] + u32::from(self.other_draw == Some(i)))
+                .collect();
             let profile = profile(self.engine);
             async move {
                 Ok(ReplayResult {
                     fingerprints,
+                    drawn,
                     profile,
                 })
             }
@@ -591,8 +614,56 @@ mod tests {
     }
 
     async fn finding(engine: &'static str, logit: f32) -> Finding {
-        let replayer: Arc<dyn Replayer> = Arc::new(Fixed { engine, logit });
+        finding_drawing(engine, logit, None).await
+    }
+
+    async fn finding_drawing(
+        engine: &'static str,
+        logit: f32,
+        other_draw: Option<usize>,
+    ) -> Finding {
+        let replayer: Arc<dyn Replayer> = Arc::new(Fixed {
+            engine,
+            logit,
+            other_draw,
+        });
         examine(&transcript(), Some(replayer), NodeId::from_bytes([9; 32])).await
+    }
+
+    /// A provider that ran the real model (its fingerprints replay exactly) but chose
+    /// its own token at step 1 instead of the seeded draw: fraud on the same profile,
+    /// with a proof a third party confirms by redrawing and an honest one refutes.
+    #[tokio::test]
+    async fn a_token_the_seeded_sampler_does_not_draw_is_fraud() {
+        let Finding::Fraud(proof) = finding_drawing("sharemesh-kernels", 5.0, Some(1)).await else {
+            panic!("same logits, another token: chosen, not drawn");
+        };
+        assert_eq!(proof.step, 0, "the disputed chunk holds one token");
+        let evidence = proof.evidence().unwrap();
+        assert_eq!(
+            (evidence.before.as_slice(), evidence.token),
+            (&[10][..], 20)
+        );
+        let redraws = |other_draw| -> Option<Arc<dyn Replayer>> {
+            Some(Arc::new(Fixed {
+                engine: "sharemesh-kernels",
+                logit: 5.0,
+                other_draw,
+            }))
+        };
+        assert_eq!(
+            check_proof(&proof, redraws(Some(1))).await,
+            ProofCheck::Confirmed
+        );
+        assert_eq!(
+            check_proof(&proof, redraws(None)).await,
+            ProofCheck::Refuted
+        );
+        // Across profiles a draw proves nothing on its own (other logits, other draws).
+        assert!(matches!(
+            finding_drawing("candle", 5.0, Some(1)).await,
+            Finding::Honest { steps: 3 }
+        ));
     }
 
     #[tokio::test]

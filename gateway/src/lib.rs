@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod openai;
 pub mod outsource;
 pub mod plan;
+pub mod proof_limits;
 pub mod quote;
 mod respond;
 mod responses;
@@ -338,6 +339,13 @@ async fn trust_view(State(state): State<GatewayState>) -> Json<Value> {
     view["hardware_findings"] = json!(trust.attestations.findings());
     if let Some(outsourcing) = trust.outsourcing() {
         view["outsourced"] = json!(outsourcing.stats());
+    }
+    let verification = trust.verification();
+    view["verification"] = json!(verification.name());
+    if verification == trust::Verification::Off {
+        view["warning"] = json!(
+            "verification is off (--no-verify): providers' work is not checked, and a provider serving a substitute under the model's name is paid in full"
+        );
     }
     Json(view)
 }

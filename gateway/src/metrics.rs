@@ -48,6 +48,8 @@ pub struct GatewayMetrics {
     pub waits: Counter,
     pub tokens: Counter,
     pub spent_nano_usd: Counter,
+    /// What verification windows bought from providers cost (not in `spent_nano_usd`).
+    pub verification_spent_nano_usd: Counter,
     pub quote_round: Histogram,
     pub time_to_first_token: Histogram,
 }
@@ -68,6 +70,7 @@ impl GatewayMetrics {
             waits: Counter::default(),
             tokens: Counter::default(),
             spent_nano_usd: Counter::default(),
+            verification_spent_nano_usd: Counter::default(),
             // 1 ms .. ~16 s.
             quote_round: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
             time_to_first_token: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
@@ -121,6 +124,11 @@ impl GatewayMetrics {
             "spent_nano_usd",
             "What this gateway's receipts acknowledged, in nano-USD",
             metrics.spent_nano_usd.clone(),
+        );
+        r.register(
+            "verification_spent_nano_usd",
+            "What this gateway paid providers to re-run windows of others' jobs (verification), in nano-USD; not in spent_nano_usd",
+            metrics.verification_spent_nano_usd.clone(),
         );
         r.register(
             "quote_round_seconds",

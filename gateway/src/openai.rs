@@ -159,13 +159,26 @@ pub(crate) fn routing(
         Some(p) => Some(p),
         None => header("x-sharemesh-max-price-per-mtok")
             .map(|v| {
-                v.parse::<f64>().map_err(|_| {
-                    ApiError::invalid("x-sharemesh-max-price-per-mtok", "must be a number")
-                })
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|p| p.is_finite() && (0.0..=1e9).contains(p))
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "x-sharemesh-max-price-per-mtok",
+                            "must be a number from 0 to 1e9 (USD per million tokens)",
+                        )
+                    })
             })
             .transpose()?,
     };
-    routing.max_price_per_token = price.and_then(NanoUsd::per_token_from_usd_per_mtok);
+    // A ceiling the caller named is never silently replaced by the default one.
+    routing.max_price_per_token = match price {
+        None => None,
+        Some(p) => Some(NanoUsd::per_token_from_usd_per_mtok(p).ok_or_else(|| {
+            ApiError::invalid("sharemesh.max_price_per_mtok", "is not a usable price")
+        })?),
+    };
     let tier = string(options, "tier")?
         .map(str::to_owned)
         .or_else(|| header("x-sharemesh-tier"));
@@ -555,5 +568,30 @@ mod tests {
         assert_eq!(err.param.as_deref(), Some("x-sharemesh-hedge"));
         let absent = parse(body, true, &axum::http::HeaderMap::new()).unwrap();
         assert_eq!(absent.routing.hedge, None);
+    }
+
+    /// A price ceiling that is not a usable price is an error naming it, never the
+    /// gateway's default ceiling in its place.
+    #[test]
+    fn a_price_header_that_is_no_price_is_refused() {
+        let body = br#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert("x-sharemesh-max-price-per-mtok", "0.2".parse().unwrap());
+        assert_eq!(
+            parse(body, true, &headers)
+                .unwrap()
+                .routing
+                .max_price_per_token,
+            Some(NanoUsd(200))
+        );
+        for bad in ["NaN", "-1", "inf", "1e12", "cheap", ""] {
+            headers.insert("x-sharemesh-max-price-per-mtok", bad.parse().unwrap());
+            let err = parse(body, true, &headers).unwrap_err();
+            assert_eq!(
+                err.param.as_deref(),
+                Some("x-sharemesh-max-price-per-mtok"),
+                "{bad}"
+            );
+        }
     }
 }

@@ -34,6 +34,10 @@ use crate::buyer::{Billing, JobEvent};
 use crate::segment::{SegmentTerms, Segments};
 use crate::transcript::Transcript;
 
+/// The API key id verification windows' receipts are booked under, so spend reports
+/// show what checks cost as a line of its own (`per_api_key`); the parentheses keep it
+/// apart from every key id `sharemesh keys` makes.
+pub const VERIFICATION_SPEND: &str = "(verification)";
 /// Steps re-run per check, by default: a cheater that serves a cheaper network differs
 /// at every step, so a short window catches it; where it falls is drawn after delivery.
 pub const DEFAULT_WINDOW: usize = 16;
@@ -43,6 +47,9 @@ pub const DEFAULT_CANARY_RATE: f64 = 0.1;
 const KNOWN_WINDOWS: usize = 32;
 /// Providers whose execution profile is remembered; beyond it the map starts over.
 const MAX_PROFILES: usize = 10_000;
+/// How long a provider's adverts must have been in this node's book before it is
+/// preferred as a verifier over keys seen more recently.
+pub const ESTABLISHED_MS: u64 = 10 * 60 * 1000;
 /// How long a verification window may take from request to last token.
 const WINDOW_DEADLINE: Duration = Duration::from_secs(300);
 
@@ -102,6 +109,9 @@ enum Comparison {
     Differs(usize),
     /// Equal fingerprints, yet another token was drawn at this step.
     Diverged(usize),
+    /// Equal up to this step, where the second run ended (drew an end token) and the
+    /// first went on.
+    Ended(usize),
 }
 
 fn compare(a: &[(u32, StepFingerprint)], b: &[(u32, StepFingerprint)]) -> Comparison {
@@ -130,6 +140,18 @@ fn steps_of(transcript: &Transcript, from: usize, end: usize) -> Vec<(u32, StepF
         .collect()
 }
 
+/// A check's window over a segment of `sent` steps: its width (the policy's, at most
+/// an eighth of the segment rounded up, at least one step) and the first offset it may
+/// start at (after the first step whenever the segment is longer than the window: a
+/// resumed window bills no prompt). A check then costs about an eighth of the tokens it
+/// checks — even while every job of new providers is checked, verification stays
+/// within 15% of spend; substitutes and garbage differ at every step, so a few catch
+/// them.
+fn window_span(policy_window: usize, sent: usize) -> (usize, usize) {
+    let width = policy_window.min(sent.div_ceil(8)).max(1);
+    (width, usize::from(sent > width))
+}
+
 /// Which of two differing runs a third provider agreed with.
 enum Side {
     A,
@@ -142,12 +164,26 @@ enum Side {
 struct Ran {
     transcript: Transcript,
     steps: Vec<(u32, StepFingerprint)>,
+    /// The run ended by drawing an end token (before the window's end, if `steps` is
+    /// shorter than the window).
+    stopped: bool,
+}
+
+/// What verification windows are paid from and counted in.
+#[derive(Default)]
+pub struct WindowSpending {
+    /// Each window's worst case is held against these before it runs; one that does
+    /// not fit is not bought (the check is skipped, counted in `windows_failed`).
+    pub budgets: Option<Arc<crate::budget::Budgets>>,
+    /// `sharemesh_gateway_verification_spent_nano_usd`.
+    pub spent: Option<prometheus_client::metrics::counter::Counter>,
 }
 
 /// Buys verification windows from providers.
 pub struct Outsourcing {
     segments: Segments,
     policy: OutsourcePolicy,
+    spending: WindowSpending,
     /// The execution profile each provider named in its last `Accept`.
     profiles: Mutex<HashMap<NodeId, ExecutionProfile>>,
     known: Mutex<VecDeque<Known>>,
@@ -155,10 +191,11 @@ pub struct Outsourcing {
 }
 
 impl Outsourcing {
-    pub fn new(segments: Segments, policy: OutsourcePolicy) -> Self {
+    pub fn new(segments: Segments, policy: OutsourcePolicy, spending: WindowSpending) -> Self {
         Self {
             segments,
             policy,
+            spending,
             profiles: Mutex::default(),
             known: Mutex::default(),
             stats: Mutex::default(),
@@ -186,15 +223,41 @@ impl Outsourcing {
         }
     }
 
-    /// A provider to re-run a window of `model`: not one of `excluded`, at a price this
-    /// node pays; one known to run `profile` or not known yet if there is any, else any;
-    /// at random within that group (no provider can count on verifying a given job).
+    /// The most a window of `model` is paid per token: the audited job's own price or
+    /// the model's median offer, whichever is higher, and never above this node's
+    /// ceiling. A key that offers verification at the gateway's full ceiling is never
+    /// drawn, and a check costs about what the job it checks did.
+    fn price_cap(
+        &self,
+        live: &[Arc<BookEntry>],
+        model: &ModelId,
+        audited: Option<NanoUsd>,
+    ) -> NanoUsd {
+        let mut prices: Vec<NanoUsd> = live
+            .iter()
+            .filter_map(|e| e.advert.offer(model)?.price_for(Tier::OnDemand))
+            .collect();
+        prices.sort();
+        let median = prices.get(prices.len() / 2).copied().unwrap_or(NanoUsd(0));
+        audited
+            .unwrap_or(NanoUsd(0))
+            .max(median)
+            .min(self.policy.max_price_per_token)
+    }
+
+    /// A provider to re-run a window of `model`: not one of `excluded`, at most `cap`
+    /// per token; one known to run `profile` or not known yet if there is any, else
+    /// any; within that group among the keys whose adverts this node has seen for
+    /// [`ESTABLISHED_MS`] if there is any (a flood of fresh keys is not drawn while
+    /// established providers are there), at random (no provider can count on
+    /// verifying a given job).
     fn choose(
         &self,
         live: &[Arc<BookEntry>],
         model: &ModelId,
         profile: &ExecutionProfile,
         excluded: &[NodeId],
+        cap: NanoUsd,
     ) -> Option<(Arc<BookEntry>, Tier, NanoUsd)> {
         let profiles = self.profiles.lock().ok()?;
         let mut groups: [Vec<(Arc<BookEntry>, Tier, NanoUsd)>; 2] = Default::default();
@@ -210,7 +273,7 @@ impl Outsourcing {
                 .into_iter()
                 .filter(|tier| advert.tiers.contains(tier))
                 .find_map(|tier| Some((tier, offer.price_for(tier)?)))
-                .filter(|(_, price)| *price <= self.policy.max_price_per_token);
+                .filter(|(_, price)| *price <= cap);
             let Some((tier, price)) = priced else {
                 continue;
             };
@@ -223,11 +286,17 @@ impl Outsourcing {
             };
             groups[group].push((entry.clone(), tier, price));
         }
-        let mut rng = rand::rng();
-        groups
-            .iter()
-            .find(|g| !g.is_empty())
-            .and_then(|g| g.choose(&mut rng).cloned())
+        let group = groups.into_iter().find(|g| !g.is_empty())?;
+        let now = now_ms();
+        let (established, fresh): (Vec<_>, Vec<_>) = group
+            .into_iter()
+            .partition(|(entry, _, _)| now.saturating_sub(entry.first_seen_ms) >= ESTABLISHED_MS);
+        let pool = if established.is_empty() {
+            fresh
+        } else {
+            established
+        };
+        pool.choose(&mut rand::rng()).cloned()
     }
 
     /// Runs `request`'s steps `prefix.len()..end` on the chosen provider, paid like any
@@ -258,8 +327,34 @@ impl Outsourcing {
             audit_commitment,
         };
         let terms = SegmentTerms {
-            billing: Billing::Metered(None),
+            billing: Billing::Metered(Some(VERIFICATION_SPEND.into())),
             counted: None,
+        };
+        // Held against the budgets before it is spent: the window's tokens, and the
+        // prompt when it starts at the first step (a fresh job bills it).
+        let billed = (end - prefix.len()) as u64
+            + if prefix.is_empty() {
+                request.prompt.token_bound()
+            } else {
+                0
+            };
+        let worst_case = price.0.saturating_mul(billed);
+        let _reservation = match &self.spending.budgets {
+            Some(budgets) => Some(
+                budgets
+                    .reserve(
+                        self.segments.ledger.as_deref(),
+                        &self.segments.key.node_id(),
+                        worst_case,
+                        None,
+                        now_ms(),
+                    )
+                    .map_err(|err| {
+                        self.count(|s| s.windows_failed += 1);
+                        format!("not within the budgets: {}", err.message)
+                    })?,
+            ),
+            None => None,
         };
         let ran = tokio::time::timeout(WINDOW_DEADLINE, async {
             let mut opened = self
@@ -279,22 +374,30 @@ impl Outsourcing {
                 }
             };
             self.count(|s| s.spent_nano_usd += paid);
+            if let Some(spent) = &self.spending.spent {
+                spent.inc_by(paid);
+            }
             let finish: FinishReason = end?;
             tracing::debug!(?finish, "verification window ran");
             opened
                 .transcript()
                 .cloned()
+                .map(|transcript| (transcript, finish == FinishReason::Stop))
                 .ok_or_else(|| "no transcript".to_owned())
         })
         .await
         .map_err(|_| "the window took too long".to_owned())
         .and_then(|r| r);
         match ran {
-            Ok(transcript) => {
+            Ok((transcript, stopped)) => {
                 self.count(|s| s.windows_run += 1);
                 self.learn(transcript.provider(), transcript.profile());
                 let steps = steps_of(&transcript, prefix.len(), end);
-                Ok(Ran { transcript, steps })
+                Ok(Ran {
+                    transcript,
+                    steps,
+                    stopped,
+                })
             }
             Err(why) => {
                 self.count(|s| s.windows_failed += 1);
@@ -316,15 +419,16 @@ impl Outsourcing {
             return Finding::Honest { steps: 0 };
         }
         let resumed = audited.request.resume.len();
-        let width = self.policy.window.clamp(1, sent);
-        let from = resumed + rand::rng().random_range(0..=sent - width);
+        let (width, first) = window_span(self.policy.window, sent);
+        let from = resumed + rand::rng().random_range(first..=sent - width);
         let end = from + width;
         let outputs = audited.outputs();
         let provider = audited.provider();
         let expected = steps_of(audited, from, end);
         let model = audited.request.model;
-        let Some(verifier) = self.choose(live, &model, audited.profile(), &[provider, reporter])
-        else {
+        let cap = self.price_cap(live, &model, Some(audited.accept.price_per_token));
+        let excluded = [provider, reporter];
+        let Some(verifier) = self.choose(live, &model, audited.profile(), &excluded, cap) else {
             return Finding::Unchecked(format!("no other provider of {model} to verify with"));
         };
         let first = match self
@@ -353,7 +457,22 @@ impl Outsourcing {
                 Finding::Honest { steps: a.len() }
             };
         }
-        match compare(&expected, &first.steps) {
+        let comparison = match compare(&expected, &first.steps) {
+            Comparison::Same(steps) if steps < expected.len() && first.stopped => {
+                Comparison::Ended(steps)
+            }
+            other => other,
+        };
+        match comparison {
+            // The verifier drew an end token where the audited provider went on (one
+            // that never stops bills up to `max_tokens`), or stopped where it should
+            // not have: a third run settles which.
+            Comparison::Ended(step) => {
+                self.count(|s| s.disputes += 1);
+                let ran = (first, from, end, step);
+                self.settle_end(audited, &expected, ran, live, reporter)
+                    .await
+            }
             Comparison::Same(0) => Finding::Unchecked("the verifier ran no step".into()),
             Comparison::Same(steps) => {
                 self.remember(Known {
@@ -364,10 +483,10 @@ impl Outsourcing {
                 });
                 Finding::Honest { steps }
             }
-            Comparison::Diverged(_) => Finding::Disputed {
-                parties: vec![provider, verifier_id],
-            },
-            Comparison::Differs(step) => {
+            // Equal logits yet another token: one of the two chose its token instead of
+            // drawing it with the request's seed. A third run settles which, as for
+            // differing logits; its proof is one any holder of the model redraws.
+            Comparison::Diverged(step) | Comparison::Differs(step) => {
                 self.count(|s| s.disputes += 1);
                 self.settle(audited, &expected, first, (from, end, step), live, reporter)
                     .await
@@ -390,7 +509,8 @@ impl Outsourcing {
         b: &[(u32, StepFingerprint)],
         excluded: &[NodeId],
     ) -> Option<Side> {
-        let third = self.choose(live, &request.model, profile, excluded)?;
+        let cap = self.price_cap(live, &request.model, None);
+        let third = self.choose(live, &request.model, profile, excluded, cap)?;
         let tie = self.run_window(&third, request, prefix, end).await.ok()?;
         if !profile.replays_exactly(tie.transcript.profile()) {
             return None;
@@ -406,6 +526,63 @@ impl Outsourcing {
             (false, true) => Side::B(tie.transcript.provider()),
             _ => Side::Neither,
         })
+    }
+
+    /// A third provider re-runs a window whose verifier ended at `step` where the
+    /// audited provider went on. Ending there too convicts the audited provider: its
+    /// token at that step is not what the request's seeded sampler draws (an end
+    /// token), which any holder of the model confirms by redrawing. Going on as the
+    /// audited provider did leaves the verifier suspect (a stop carries no token to
+    /// prove anything with); anything else leaves both suspect.
+    async fn settle_end(
+        &self,
+        audited: &Transcript,
+        expected: &[(u32, StepFingerprint)],
+        (first, from, end, step): (Ran, usize, usize, usize),
+        live: &[Arc<BookEntry>],
+        reporter: NodeId,
+    ) -> Finding {
+        let provider = audited.provider();
+        let verifier = first.transcript.provider();
+        let outputs = audited.outputs();
+        let profile = audited.profile();
+        let cap = self.price_cap(live, &audited.request.model, None);
+        let excluded = [provider, verifier, reporter];
+        let Some(third) = self.choose(live, &audited.request.model, profile, &excluded, cap) else {
+            return Finding::Disputed {
+                parties: vec![provider, verifier],
+            };
+        };
+        let tie = self
+            .run_window(&third, &audited.request, &outputs[..from], end)
+            .await
+            .ok()
+            .filter(|t| profile.replays_exactly(t.transcript.profile()));
+        let Some(tie) = tie else {
+            return Finding::Disputed {
+                parties: vec![provider, verifier],
+            };
+        };
+        let ended_too = tie.stopped
+            && compare(&first.steps, &tie.steps) == Comparison::Same(step)
+            && tie.steps.len() == step;
+        let went_on = compare(&expected[..=step], &tie.steps) == Comparison::Same(step + 1);
+        if ended_too {
+            proof_finding(audited.proof(
+                reporter,
+                from + step,
+                expected[step].1.clone(),
+                first.transcript.profile().clone(),
+            ))
+        } else if went_on {
+            Finding::Disputed {
+                parties: vec![verifier],
+            }
+        } else {
+            Finding::Disputed {
+                parties: vec![provider, verifier],
+            }
+        }
     }
 
     /// A third provider re-runs the disputed window; whoever it contradicts gets the
@@ -503,7 +680,8 @@ impl Outsourcing {
         };
         let profile = self.profiles.lock().ok()?.get(&known.parties[0]).cloned()?;
         let excluded = [known.parties[0], known.parties[1], reporter];
-        let verifier = self.choose(live, &known.request.model, &profile, &excluded)?;
+        let cap = self.price_cap(live, &known.request.model, None);
+        let verifier = self.choose(live, &known.request.model, &profile, &excluded, cap)?;
         self.count(|s| s.canaries_sent += 1);
         let from = known.prefix.len();
         let end = from + known.steps.len();
@@ -516,11 +694,8 @@ impl Outsourcing {
         }
         let verifier = ran.transcript.provider();
         match compare(&known.steps, &ran.steps) {
-            Comparison::Same(_) => Some(Finding::Honest { steps: 0 }),
-            Comparison::Diverged(_) => Some(Finding::Disputed {
-                parties: vec![verifier],
-            }),
-            Comparison::Differs(step) => {
+            Comparison::Same(_) | Comparison::Ended(_) => Some(Finding::Honest { steps: 0 }),
+            Comparison::Diverged(step) | Comparison::Differs(step) => {
                 // The verifier is wrong, or the two that agreed on the window were
                 // (colluders): a third provider settles it before anyone is convicted.
                 let excluded = [known.parties[0], known.parties[1], verifier, reporter];
@@ -593,5 +768,19 @@ mod tests {
         let mut c = a.clone();
         c[2].0 = 9;
         assert_eq!(compare(&a, &c), Comparison::Diverged(2));
+    }
+
+    #[test]
+    fn a_window_is_at_most_an_eighth_of_the_segment_and_starts_after_its_prompt() {
+        assert_eq!(window_span(16, 1), (1, 0));
+        assert_eq!(window_span(16, 2), (1, 1));
+        assert_eq!(window_span(16, 12), (2, 1));
+        assert_eq!(window_span(16, 200), (16, 1));
+        assert_eq!(window_span(0, 40), (1, 1));
+        for sent in 1..300 {
+            let (width, first) = window_span(16, sent);
+            assert!(first + width <= sent, "{sent}");
+            assert!(width * 8 <= sent + 7, "{sent}");
+        }
     }
 }

@@ -22,6 +22,30 @@ use crate::outsource::Outsourcing;
 use crate::standing::Standing;
 use crate::transcript::Transcript;
 
+/// How a node checks providers' work (`GET /v1/trust`'s `verification`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verification {
+    /// Not at all (`gateway --no-verify`).
+    Off,
+    /// Replayed on the model this node holds.
+    Replay,
+    /// Windows bought from other providers.
+    Outsourced,
+    /// Replayed where it holds the model, bought elsewhere.
+    ReplayAndOutsourced,
+}
+
+impl Verification {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verification::Off => "off",
+            Verification::Replay => "replay",
+            Verification::Outsourced => "outsourced",
+            Verification::ReplayAndOutsourced => "replay+outsourced",
+        }
+    }
+}
+
 /// A fraud proof is signed for this long (receivers open it within).
 const PROOF_LIFETIME_MS: u64 = 30 * 24 * 3_600_000;
 /// How long a gossiped proof waits for a replay slot before it is dropped.
@@ -54,6 +78,8 @@ pub struct Trust {
     outsourcing: OnceLock<Arc<Outsourcing>>,
     /// A hash of the dealings last saved to the ledger.
     saved_dealings: AtomicU64,
+    /// How many gossiped proofs are checked per reporter and per accused.
+    proof_limits: Mutex<crate::proof_limits::ProofLimits>,
 }
 
 /// One segment to consider for verification.
@@ -85,6 +111,7 @@ impl Trust {
             seq: SeqCounter::default(),
             outsourcing: OnceLock::new(),
             saved_dealings: AtomicU64::new(0),
+            proof_limits: Mutex::default(),
         });
         trust.restore_bans();
         trust.listen_for_proofs();
@@ -100,6 +127,19 @@ impl Trust {
 
     pub fn outsourcing(&self) -> Option<&Arc<Outsourcing>> {
         self.outsourcing.get()
+    }
+
+    /// How this node checks providers' work.
+    pub fn verification(&self) -> Verification {
+        match (
+            self.auditor.replayer().is_some(),
+            self.outsourcing().is_some(),
+        ) {
+            (false, false) => Verification::Off,
+            (true, false) => Verification::Replay,
+            (false, true) => Verification::Outsourced,
+            (true, true) => Verification::ReplayAndOutsourced,
+        }
     }
 
     /// Live adverts, less providers dropped for fraud.
@@ -208,6 +248,17 @@ impl Trust {
             }
             Err(err) => tracing::warn!(%err, "could not read fraud proofs from the ledger"),
         }
+    }
+
+    /// Whether `node` has standing here: this node verified its work, or its
+    /// EigenTrust view gives it trust.
+    fn has_standing(&self, node: &NodeId) -> bool {
+        let verified = self
+            .auditor
+            .dealings()
+            .get(node)
+            .is_some_and(|d| d.verified_jobs > 0);
+        verified || self.standing.trust().get(node).is_some_and(|&t| t > 0.0)
     }
 
     fn record(&self, provider: NodeId, outcome: Outcome) {
@@ -461,6 +512,16 @@ impl Trust {
             return;
         };
         let reporter = opened.body.reporter;
+        let admitted = self
+            .proof_limits
+            .lock()
+            .map_err(|_| crate::proof_limits::ProofLimited::Reporter)
+            .and_then(|mut limits| limits.admit(reporter, accused, now_ms()));
+        if let Err(why) = admitted {
+            tracing::debug!(%accused, %reporter, %why, "gossiped proof not checked");
+            self.auditor.count(|s| s.proofs_rate_limited += 1);
+            return;
+        }
         // Replays are bounded: a flood of well-formed proofs (each needs the accused's
         // own signatures, so it costs the flooder identities) waits its turn, and what
         // waits too long is dropped.
@@ -484,8 +545,13 @@ impl Trust {
                 self.auditor.count(|s| s.proofs_refuted += 1);
             }
             ProofCheck::Unconfirmed(_) => {
-                // An accusation this node cannot check only raises its scrutiny.
-                self.auditor.suspect(accused);
+                // An accusation this node cannot check only raises its scrutiny, and
+                // only from a reporter of standing here: a fresh key's well-formed
+                // proof against an honest provider would otherwise cost it every
+                // light node's trust for good.
+                if self.has_standing(&reporter) {
+                    self.auditor.suspect(accused);
+                }
                 self.auditor.count(|s| s.proofs_unconfirmed += 1);
             }
         }

@@ -79,17 +79,20 @@ pub struct GatewayArgs {
     /// Ranking score: how strongly an unreliable provider is penalised.
     #[arg(long, default_value_t = sharemesh_market::ScoreWeights::default().unreliability)]
     pub score_unreliability: f64,
-    /// Hold this model (catalog name, model id or GGUF path) and verify jobs served
-    /// with it by replaying them (SPEC §12): every job of a new, cheap or suspected
-    /// provider, fewer as its record grows. Also confirms fraud proofs others gossip.
+    /// Also hold this model (catalog name, model id or GGUF path) and verify jobs
+    /// served with it by replaying them here (SPEC §12) instead of buying the check;
+    /// also confirms fraud proofs others gossip.
     #[arg(long)]
     pub verify: Option<String>,
-    /// Where this node cannot replay a job's model itself, buy a window of it re-run by
-    /// another provider as an ordinary paid job, and compare (SPEC §12): bit-exact on
-    /// the same execution profile, a third provider settling a difference.
-    #[arg(long)]
-    pub verify_by_providers: bool,
-    /// Steps per window bought with --verify-by-providers.
+    /// Do not verify providers' work at all (not advised: a provider serving a cheaper
+    /// model under the name you asked for is then paid in full). By default every job
+    /// of a new, cheap or suspected provider is checked, fewer as its record grows: a
+    /// window of it re-run by another provider as an ordinary paid job and compared
+    /// bit for bit on the same execution profile, a third provider settling a
+    /// difference (SPEC §12), or replayed here with --verify.
+    #[arg(long, conflicts_with = "verify")]
+    pub no_verify: bool,
+    /// Steps per verification window bought from providers.
     #[arg(long, default_value_t = sharemesh_gateway::outsource::DEFAULT_WINDOW, value_parser = clap::value_parser!(usize))]
     pub verify_window: usize,
     /// CPU threads for verification replays (with --verify; default: all cores).
@@ -163,7 +166,11 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             let replayer = crate::replay::EngineReplayer(engine);
             dispatcher.trust().auditor.set_replayer(Arc::new(replayer));
         }
-        if args.verify_by_providers {
+        if args.no_verify {
+            tracing::warn!(
+                "verification is off (--no-verify): providers' work is not checked, and a provider serving a substitute under the model's name is paid in full"
+            );
+        } else {
             if args.verify_window == 0 {
                 anyhow::bail!("--verify-window must be at least 1 step");
             }

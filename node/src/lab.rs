@@ -108,8 +108,11 @@ pub struct GatewaySpec {
     /// The gateway holds the lab model and verifies jobs by replaying them on an
     /// honest scripted engine (`gateway --verify`).
     pub verify: bool,
-    /// The gateway buys verification windows from other providers
-    /// (`gateway --verify-by-providers`).
+    /// Where the replaying engine's script ends an answer (the honest providers'
+    /// `Script::stop_after`; `None`: only `max_tokens` ends one).
+    pub verify_stop_after: Option<u32>,
+    /// The gateway buys verification windows from other providers (`sharemesh
+    /// gateway`'s default; `None` here: the lab's gateways verify only when a test asks).
     pub outsource: Option<sharemesh_gateway::outsource::OutsourcePolicy>,
 }
 
@@ -273,7 +276,8 @@ impl Lab {
             ledger.clone(),
             gateway.budget,
         );
-        equip_verification(&dispatcher, gateway.verify, gateway.outsource);
+        let replay = gateway.verify.then_some(gateway.verify_stop_after);
+        equip_verification(&dispatcher, replay, gateway.outsource);
         let lab = Self {
             providers: started,
             gateway: dispatcher,
@@ -507,7 +511,8 @@ impl Lab {
             ledger,
             spec.budget,
         );
-        equip_verification(&dispatcher, spec.verify, spec.outsource);
+        let replay = spec.verify.then_some(spec.verify_stop_after);
+        equip_verification(&dispatcher, replay, spec.outsource);
         Ok((dispatcher, mesh))
     }
 
@@ -517,15 +522,19 @@ impl Lab {
     }
 }
 
-/// A lab gateway's verification: replays on the lab model (`--verify`), windows bought
-/// from providers (`--verify-by-providers`), reports at the lab's pace.
+/// A lab gateway's verification: replays on the lab model (`--verify`; `replay` says
+/// where its script ends an answer), windows bought from providers, reports at the
+/// lab's pace.
 fn equip_verification(
     dispatcher: &Dispatcher,
-    verify: bool,
+    replay: Option<Option<u32>>,
     outsource: Option<sharemesh_gateway::outsource::OutsourcePolicy>,
 ) {
-    if verify {
-        dispatcher.trust().auditor.set_replayer(lab_replayer());
+    if let Some(stop_after) = replay {
+        dispatcher
+            .trust()
+            .auditor
+            .set_replayer(lab_replayer(stop_after));
     }
     if let Some(policy) = outsource {
         dispatcher.outsource_verification(policy);
@@ -534,8 +543,12 @@ fn equip_verification(
 }
 
 /// An honest scripted engine serving the lab model: what a verifying gateway replays on.
-fn lab_replayer() -> Arc<crate::replay::EngineReplayer> {
-    let engine = ScriptedEngine::new(vec![ScriptedEngine::model(LAB_MODEL)], Script::default());
+fn lab_replayer(stop_after: Option<u32>) -> Arc<crate::replay::EngineReplayer> {
+    let script = Script {
+        stop_after,
+        ..Script::default()
+    };
+    let engine = ScriptedEngine::new(vec![ScriptedEngine::model(LAB_MODEL)], script);
     Arc::new(crate::replay::EngineReplayer(Arc::new(engine)))
 }
 

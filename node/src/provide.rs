@@ -269,6 +269,8 @@ fn apply_engine_adversary(model: &mut LoadedModel, adversary: Option<Adversary>)
     match adversary {
         Some(Adversary::Garbage) => model.cheat = engine::Cheat::Garbage,
         Some(Adversary::LazyVerifier) => model.cheat = engine::Cheat::LazyResume,
+        Some(Adversary::ChooseTokens) => model.cheat = engine::Cheat::ChooseTokens,
+        Some(Adversary::NeverStop) => model.cheat = engine::Cheat::NeverStop,
         Some(Adversary::Camouflage(honest_jobs)) => {
             model.cheat = engine::Cheat::Camouflage { honest_jobs }
         }

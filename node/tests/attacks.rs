@@ -90,6 +90,69 @@ async fn an_overbilling_provider_gets_nothing() {
     );
 }
 
+/// Attack: a provider signs its `Accept` and chunks with a throwaway key, so receipts
+/// (and any fraud proof) would name an identity it can drop while its own keeps its
+/// standing. The buyer refuses an answer not signed by the provider it addressed, before
+/// a token is relayed or paid: the honest provider serves, the cheat's real key is marked
+/// as misbehaving and nothing is booked to either key of the cheat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_answering_under_another_key_gets_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, cheat, honest) = cheat_beside_honest(Adversary::AliasKey, &dir).await;
+    let request = Lab::request("who signs this", 10, RoutingOptions::default());
+    let (ids, _) = lab.expected(&request).unwrap();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids);
+    assert_eq!(
+        done.providers,
+        vec![honest],
+        "no token relayed from the alias"
+    );
+    let books = booked(&lab);
+    assert_eq!(books.len(), 1, "receipts only to the honest key: {books:?}");
+    assert!(books.contains_key(&honest));
+    assert!(
+        lab.gateway.reputation(&cheat) < -7.9,
+        "the addressed key is marked as misbehaving"
+    );
+}
+
+/// Attack: a provider names an execution profile no verifier runs (its device with a
+/// trailing space), so that an exact replay would never apply and any fraud would be
+/// at most "suspected". Profiles are a closed set of names: the `Accept` is refused as
+/// terms we did not ask for, before any token, and the honest provider serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_naming_a_profile_nobody_runs_gets_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, cheat, honest) = cheat_beside_honest(Adversary::ForeignProfile, &dir).await;
+    let request = Lab::request("what runs this", 10, RoutingOptions::default());
+    let (ids, _) = lab.expected(&request).unwrap();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids);
+    assert_eq!(done.providers, vec![honest]);
+    assert!(!booked(&lab).contains_key(&cheat));
+    assert!(lab.gateway.reputation(&cheat) < -7.9);
+}
+
+/// Attack: a provider commits NaN logits (NaN compares false in every tolerance, so a
+/// cross-profile check would pass it as honest). A fingerprint must be finite: its
+/// first chunk is a bad chunk, nothing of it is relayed or paid, and the response
+/// continues exactly on the honest provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_committing_nan_logits_is_cut_off_at_its_first_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, cheat, honest) = cheat_beside_honest(Adversary::NanLogits, &dir).await;
+    let request = Lab::request("count for me please", 10, RoutingOptions::default());
+    let (ids, text) = lab.expected(&request).unwrap();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids);
+    assert_eq!(done.text, text);
+    assert_eq!(done.providers, vec![cheat, honest]);
+    assert_eq!(done.segments[0].completion_tokens, 0);
+    assert!(!booked(&lab).contains_key(&cheat));
+    assert!(lab.gateway.reputation(&cheat) < -7.9);
+}
+
 /// Attack: after three tokens a provider numbers its chunks one further than it sent
 /// (billing a token it never delivered). The buyer stops at the gap, pays nothing more,
 /// and the response continues exactly on the honest provider.

@@ -28,6 +28,31 @@ fn verifying(dir: &tempfile::TempDir) -> GatewaySpec {
     }
 }
 
+/// Sends `request` to the lab, which routes it to the cheapest provider `cheat`, whose
+/// answer is not the honest one; waits for the gateway's check to convict it. Returns
+/// the answer the client got.
+async fn served_by_cheat_then_convicted(
+    lab: &Lab,
+    request: sharemesh_gateway::openai::CompletionRequest,
+    cheat: NodeId,
+    why: &str,
+) -> sharemesh_node::lab::Completion {
+    let (expected, _) = lab.expected(&request).unwrap();
+    let served = lab.complete(request).await.unwrap();
+    assert_eq!(served.providers, vec![cheat]);
+    assert_ne!(served.token_ids, expected, "{why}");
+    let auditor = &lab.gateway.trust().auditor;
+    eventually(
+        Duration::from_secs(20),
+        "the buyer's check convicts the cheat",
+        // Counted once the cheat is out of routing and its pay voided.
+        || auditor.stats().frauds_found == 1,
+    )
+    .await;
+    assert!(auditor.is_banned(&cheat));
+    served
+}
+
 fn knows(gateway: &Dispatcher, provider: NodeId) -> bool {
     gateway
         .mesh()
@@ -68,19 +93,9 @@ async fn a_garbage_provider_is_caught_unpaid_and_dropped_across_the_mesh() {
     // tell until the replay.
     let request = Lab::request("tell me a story", 12, RoutingOptions::default());
     let (expected, _) = lab.expected(&request).unwrap();
-    let served = lab.complete(request.clone()).await.unwrap();
-    assert_eq!(served.providers, vec![cheat]);
-    assert_ne!(served.token_ids, expected, "garbage under the model's name");
-
+    let why = "garbage under the model's name";
+    let served = served_by_cheat_then_convicted(&lab, request.clone(), cheat, why).await;
     let auditor = &lab.gateway.trust().auditor;
-    eventually(
-        Duration::from_secs(10),
-        "the buyer's replay convicts the cheat",
-        // Counted once the cheat is out of routing and its pay voided.
-        || auditor.stats().frauds_found == 1,
-    )
-    .await;
-    assert!(auditor.is_banned(&cheat));
     let stats = auditor.stats();
     assert_eq!(stats.frauds_found, 1);
     // Its pay is void: the buyer's money is back in its budgets.
@@ -440,28 +455,21 @@ async fn a_gateway_without_the_model_has_providers_check_and_catches_garbage() {
     .unwrap();
     let cheat = lab.providers[0].node_id;
     let request = Lab::request("tell me a story", 12, RoutingOptions::default());
-    let served = lab.complete(request).await.unwrap();
-    assert_eq!(served.providers, vec![cheat]);
+    let served = served_by_cheat_then_convicted(&lab, request, cheat, "garbage").await;
     let trust = lab.gateway.trust();
-    eventually(
-        Duration::from_secs(20),
-        "the bought check convicts the cheat",
-        || trust.auditor.stats().frauds_found == 1,
-    )
-    .await;
-    assert!(trust.auditor.is_banned(&cheat));
     let bought = trust.outsourcing().unwrap().stats();
     assert_eq!(bought.disputes, 1, "{bought:?}");
     assert_eq!(bought.windows_run, 2, "check and tie-break: {bought:?}");
     assert_eq!(bought.verifiers_caught, 0);
-    // The verifiers were paid like any job: six steps, and the five prompt tokens too
-    // when the window starts at the first step (a fresh job, not a resume).
+    // The verifiers were paid like any job: an eighth of the 12 steps rounded up (the
+    // policy's window of 6 is more), resumed after at least one token, so no prompt is
+    // billed.
     let paid = booked(&lab);
     let mut spent = 0;
     for verifier in &lab.providers[1..] {
         let (tokens, amount) = paid[&verifier.node_id];
-        assert_eq!(tokens, 6, "a window of six steps");
-        assert!(amount == 600 || amount == 1100, "{amount}");
+        assert_eq!(tokens, 2, "a window of two steps");
+        assert_eq!(amount, 200);
         spent += amount;
     }
     assert_eq!(bought.spent_nano_usd, spent);
@@ -474,6 +482,225 @@ async fn a_gateway_without_the_model_has_providers_check_and_catches_garbage() {
     for verifier in &lab.providers[1..] {
         assert!(!trust.auditor.is_suspected(&verifier.node_id));
         assert!(!trust.auditor.is_banned(&verifier.node_id));
+    }
+}
+
+/// A sampled request (temperature 0.8, its own seed): the draw is the request's.
+fn sampled(prompt: &str, max_tokens: u32) -> sharemesh_gateway::openai::CompletionRequest {
+    let mut request = Lab::request(prompt, max_tokens, RoutingOptions::default());
+    request.sampling.temperature = 0.8;
+    request.sampling.seed = 7;
+    request
+}
+
+/// A provider that runs the model but draws its sampled tokens from its own random
+/// stream (honest fingerprints, chosen text: never ending, steering, or a cheaper
+/// model's tokens fingerprinted afterwards). The replay's redraw with the request's
+/// seed differs at its first chosen token: convicted, its pay voided, and the next
+/// request is served honestly and verifies clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_choosing_its_own_tokens_is_caught_by_the_redraw() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = Lab::start(
+        vec![cheating(50, Cheat::ChooseTokens), provider(100)],
+        verifying(&dir),
+    )
+    .await
+    .unwrap();
+    let (cheat, honest) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    let request = sampled("tell me a story", 12);
+    let (expected, _) = lab.expected(&request).unwrap();
+    let why = "tokens of its own choosing";
+    let served = served_by_cheat_then_convicted(&lab, request.clone(), cheat, why).await;
+    let auditor = &lab.gateway.trust().auditor;
+    let settlement = lab
+        .ledger
+        .as_ref()
+        .unwrap()
+        .settlement(&lab.gateway.node_id(), Side::Spend, now_ms())
+        .unwrap();
+    assert_eq!(settlement.voided_nano_usd, served.cost.0);
+    let again = lab.complete(request).await.unwrap();
+    assert_eq!(again.providers, vec![honest]);
+    assert_eq!(again.token_ids, expected);
+    eventually(Duration::from_secs(10), "the honest job verifies", || {
+        auditor.stats().verified_ok >= 1
+    })
+    .await;
+    assert_eq!(auditor.stats().frauds_found, 1, "no honest false positive");
+}
+
+/// The same cheat under checks bought from providers: the verifier's window (same
+/// seed, same profile) has equal fingerprints but other tokens; a third provider's
+/// run agrees with the verifier, and the cheat is convicted — the honest verifier is
+/// not made a suspect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chosen_tokens_are_settled_by_a_third_provider_under_bought_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = Lab::start(
+        vec![
+            cheating(50, Cheat::ChooseTokens),
+            provider(100),
+            provider(100),
+        ],
+        buying_checks(&dir, 0.0),
+    )
+    .await
+    .unwrap();
+    let cheat = lab.providers[0].node_id;
+    let request = sampled("tell me a story", 12);
+    served_by_cheat_then_convicted(&lab, request, cheat, "chosen tokens").await;
+    let trust = lab.gateway.trust();
+    let bought = trust.outsourcing().unwrap().stats();
+    assert_eq!(bought.windows_run, 2, "check and tie-break: {bought:?}");
+    for verifier in &lab.providers[1..] {
+        assert!(!trust.auditor.is_suspected(&verifier.node_id));
+        assert!(!trust.auditor.is_banned(&verifier.node_id));
+    }
+}
+
+/// Scripted providers whose answers end after five tokens; `cheat` plays the
+/// never-stop adversary at half the price (it goes on to `max_tokens`).
+fn ending_after_five(cheat: bool) -> ProviderSpec {
+    let mut spec = if cheat {
+        cheating(50, Cheat::NeverStop)
+    } else {
+        provider(100)
+    };
+    spec.script.stop_after = Some(5);
+    spec
+}
+
+/// A provider that never ends (where the sampler draws an end token it takes another,
+/// billing up to `max_tokens`): a replay redraws the end token there and convicts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_never_stops_is_caught_by_the_redraw() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = GatewaySpec {
+        verify_stop_after: Some(5),
+        ..verifying(&dir)
+    };
+    let lab = Lab::start(
+        vec![ending_after_five(true), ending_after_five(false)],
+        spec,
+    )
+    .await
+    .unwrap();
+    let cheat = lab.providers[0].node_id;
+    let served = lab.complete(sampled("tell me a story", 12)).await.unwrap();
+    assert_eq!(served.providers, vec![cheat]);
+    assert_eq!(served.token_ids.len(), 12, "billed to max_tokens, not 5");
+    let auditor = &lab.gateway.trust().auditor;
+    eventually(
+        Duration::from_secs(10),
+        "the redraw convicts the cheat",
+        || auditor.stats().frauds_found == 1,
+    )
+    .await;
+    assert!(auditor.is_banned(&cheat));
+    let again = lab.complete(sampled("tell me a story", 12)).await.unwrap();
+    assert_eq!(again.token_ids.len(), 5);
+}
+
+/// The same cheat under checks bought from providers: a window that reaches where the
+/// answer ends has its verifier stop there; a third provider stops there too, and the
+/// cheat is convicted with its own token at that step (which any holder of the model
+/// confirms by redrawing). Honest providers are never accused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_never_stops_is_caught_under_bought_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = Lab::start(
+        vec![
+            ending_after_five(true),
+            ending_after_five(false),
+            ending_after_five(false),
+        ],
+        buying_checks(&dir, 0.0),
+    )
+    .await
+    .unwrap();
+    let cheat = lab.providers[0].node_id;
+    let trust = lab.gateway.trust();
+    // A window falls where the answer should have ended in 7 of 10 checks.
+    for i in 0..8 {
+        let done = lab
+            .complete(sampled(&format!("tell me story {i}"), 12))
+            .await
+            .unwrap();
+        if done.providers != vec![cheat] {
+            break;
+        }
+        let checked = |s: &sharemesh_gateway::audit::AuditStats| s.verified_ok + s.frauds_found;
+        let before = checked(&trust.auditor.stats());
+        eventually(Duration::from_secs(20), "this job's check", || {
+            trust.auditor.is_banned(&cheat) || checked(&trust.auditor.stats()) > before
+        })
+        .await;
+        if trust.auditor.is_banned(&cheat) {
+            break;
+        }
+    }
+    assert!(
+        trust.auditor.is_banned(&cheat),
+        "{:?}",
+        trust.outsourcing().unwrap().stats()
+    );
+    for honest in &lab.providers[1..] {
+        assert!(!trust.auditor.is_suspected(&honest.node_id));
+        assert!(!trust.auditor.is_banned(&honest.node_id));
+    }
+}
+
+/// What verification costs in an honest network under the default policy (windows
+/// bought from providers, 16 steps at most an eighth of a segment, a plant now and
+/// then): 24 requests of 32 tokens to three fresh providers — a provider's first eight
+/// jobs are all checked — cost at most 15% of what the answers cost, and nobody is
+/// accused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verification_costs_at_most_a_sixth_of_spend_in_an_honest_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = GatewaySpec {
+        outsource: Some(Default::default()),
+        ..with_ledger(&dir)
+    };
+    let lab = Lab::start(vec![provider(100), provider(100), provider(100)], spec)
+        .await
+        .unwrap();
+    let trust = lab.gateway.trust();
+    let mut answers = 0;
+    for i in 0..24 {
+        let prompt = format!("please write a short note about the river number {i}");
+        let done = lab
+            .complete(Lab::request(&prompt, 32, RoutingOptions::default()))
+            .await
+            .unwrap();
+        answers += done.cost.0;
+        eventually(Duration::from_secs(20), "this job's check", || {
+            let s = trust.auditor.stats();
+            s.verified_ok + s.frauds_found >= s.drawn
+        })
+        .await;
+    }
+    let stats = trust.auditor.stats();
+    let bought = trust.outsourcing().unwrap().stats();
+    let share = bought.spent_nano_usd as f64 / answers as f64;
+    println!(
+        "verification: {} of 24 jobs checked, {} windows, {} nano-USD = {:.1}% of {} spent on answers",
+        stats.drawn,
+        bought.windows_run,
+        bought.spent_nano_usd,
+        100.0 * share,
+        answers
+    );
+    assert!(
+        stats.drawn >= 8,
+        "a newcomer's jobs are all checked: {stats:?}"
+    );
+    assert_eq!(stats.frauds_found, 0);
+    assert_eq!(bought.disputes, 0);
+    assert!(share <= 0.15, "{share}");
+    for provider in &lab.providers {
+        assert!(!trust.auditor.is_suspected(&provider.node_id));
     }
 }
 

@@ -200,12 +200,13 @@ fn a_substituted_file_is_caught_and_unpaid() {
     );
 }
 
-/// `gateway --verify-by-providers`: a light client without the model buys a window of
-/// the cheat's job re-run by an honest provider (a paid resume), sees the fingerprints
-/// differ from the cheat's, has the third provider settle it, and voids the cheat's pay.
-/// Two provider processes running the real model agree bit for bit.
+/// A gateway started with no verification flag (verification is on by default): a
+/// light client without the model buys a window of the cheat's job re-run by an honest
+/// provider (a paid resume), sees the fingerprints differ from the cheat's, has the
+/// third provider settle it, and voids the cheat's pay. Two provider processes running
+/// the real model agree bit for bit.
 #[test]
-fn a_light_client_has_providers_check_and_catches_a_truncated_model() {
+fn a_default_gateway_has_providers_check_and_catches_a_truncated_model() {
     let expected = reference();
     let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
     let (_first, first) = common::provider(dirs[0].path(), None, &["--price", "0.1"]);
@@ -220,24 +221,24 @@ fn a_light_client_has_providers_check_and_catches_a_truncated_model() {
         &bootstrap,
         dirs[3].path(),
         3,
-        &[
-            "--verify-by-providers",
-            "--verify-window",
-            "4",
-            "--quote-k",
-            "0",
-            "--warm-standby-every",
-            "0",
-        ],
+        &["--quote-k", "0", "--warm-standby-every", "0"],
     );
     let cheat = cheat["peer_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        common::get_json(&buyer, "/v1/trust")["verification"],
+        "outsourced"
+    );
     served_then_convicted(&buyer, &cheat, 120);
     let trust = common::get_json(&buyer, "/v1/trust");
     assert_eq!(trust["outsourced"]["disputes"], 1, "{trust}");
     assert_eq!(trust["outsourced"]["windows_run"], 2, "{trust}");
-    assert!(
-        trust["outsourced"]["spent_nano_usd"].as_u64().unwrap() > 0,
-        "{trust}"
+    let checks = trust["outsourced"]["spent_nano_usd"].as_u64().unwrap();
+    assert!(checks > 0, "{trust}");
+    // What the checks cost is its own line in the spend report.
+    let spend = common::get_json(&buyer, "/v1/account/spend");
+    assert_eq!(
+        spend["per_api_key"]["(verification)"]["amount_nano_usd"], checks,
+        "{spend}"
     );
     assert_eq!(
         trust["suspected"].as_array().map_or(0, Vec::len),

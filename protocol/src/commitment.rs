@@ -108,9 +108,21 @@ impl StepFingerprint {
                 format!("each step holds 1..={FINGERPRINT_TOP_K} pairs"),
             ));
         }
+        // A model's raw logits are finite: NaN compares false in every gap and
+        // median, so it would pass any tolerance as honest.
+        if self
+            .top
+            .iter()
+            .any(|&(_, bits)| !f32::from_bits(bits).is_finite())
+        {
+            return Err(ValidationError::field(
+                "fingerprints",
+                "logits must be finite (no NaN or infinity)",
+            ));
+        }
         let ordered = self.top.windows(2).all(|pair| {
             let (a, b) = (f32::from_bits(pair[0].1), f32::from_bits(pair[1].1));
-            a > b || (a == b && pair[0].0 < pair[1].0) || (a.is_nan() || b.is_nan())
+            a > b || (a == b && pair[0].0 < pair[1].0)
         });
         if !ordered {
             return Err(ValidationError::field(
@@ -121,6 +133,22 @@ impl StepFingerprint {
         Ok(())
     }
 }
+
+/// The engines a profile may name: each one some verifier runs.
+pub const PROFILE_ENGINES: &[&str] = &["sharemesh-kernels", "candle", "scripted"];
+/// The devices a profile may name.
+pub const PROFILE_DEVICES: &[&str] = &["cpu", "cuda", "metal", "none"];
+/// The instruction sets a profile may name: the kernels' builds, candle's target
+/// architectures, `none` for the scripted engine.
+pub const PROFILE_ISAS: &[&str] = &["avx512-vnni", "avx2", "scalar", "x86_64", "aarch64", "none"];
+/// The weights' quantizations a profile may name (GGUF file types as the engine
+/// names them; `none` for the scripted engine).
+pub const PROFILE_QUANTIZATIONS: &[&str] = &[
+    "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M",
+    "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "unknown", "none",
+];
+/// The longest arithmetic version (`3`, `0.11`).
+const MAX_VERSION_BYTES: usize = 16;
 
 /// What produced a job's logits. Two runs replay each other bit for bit when
 /// [`ExecutionProfile::replays_exactly`] holds; otherwise only a tolerance check is
@@ -157,17 +185,39 @@ impl ExecutionProfile {
         }
     }
 
+    /// A profile is a closed set of facts, not free text: each field one of the names
+    /// this protocol knows, the version dotted decimal digits. A name no verifier runs
+    /// (a trailing space, `3x`) would turn any fraud into at most "suspected".
     pub fn validate(&self) -> Result<(), ValidationError> {
-        for (field, value) in [
-            ("profile.engine", &self.engine),
-            ("profile.version", &self.version),
-            ("profile.isa", &self.isa),
-            ("profile.quantization", &self.quantization),
-            ("profile.device", &self.device),
+        for (field, value, known) in [
+            ("profile.engine", &self.engine, PROFILE_ENGINES),
+            ("profile.isa", &self.isa, PROFILE_ISAS),
+            (
+                "profile.quantization",
+                &self.quantization,
+                PROFILE_QUANTIZATIONS,
+            ),
+            ("profile.device", &self.device, PROFILE_DEVICES),
         ] {
-            if value.len() > 64 {
-                return Err(ValidationError::field(field, "longer than 64 bytes"));
+            if !known.contains(&value.as_str()) {
+                let shown: String = value.chars().take(24).collect();
+                return Err(ValidationError::field(
+                    field,
+                    format!("{shown:?} is not one of {}", known.join(", ")),
+                ));
             }
+        }
+        let version_ok = !self.version.is_empty()
+            && self.version.len() <= MAX_VERSION_BYTES
+            && self
+                .version
+                .split('.')
+                .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
+        if !version_ok {
+            return Err(ValidationError::field(
+                "profile.version",
+                "must be dotted decimal digits (`3`, `0.11`)",
+            ));
         }
         Ok(())
     }
@@ -305,17 +355,34 @@ pub struct ReplayRequest {
     pub outputs: Vec<u32>,
     /// The first step to fingerprint (the steps before it are context only).
     pub from: usize,
-    /// The job's sampling seed: only a scripted engine's tokens depend on it (real
-    /// logits do not depend on sampling).
-    pub seed: u64,
+    /// The job's sampling as the buyer signed it (seed, temperature, top-k/p,
+    /// penalties, bias, output format): the replay redraws every step with it. Real
+    /// logits do not depend on it; the tokens a seeded sampler picks from them do.
+    pub sampling: crate::messages::Sampling,
 }
 
-/// What a replay gave: one fingerprint per step `from..outputs.len()`, and the profile
-/// it ran on.
+/// What a replay gave for the steps `from..outputs.len()`: each step's fingerprint,
+/// the token the request's seeded sampler draws from the replayed logits after the
+/// delivered tokens before it (format mask, bias, penalties, temperature, top-k/p, the
+/// draw, as generation does), and the profile it ran on. On a profile that replays
+/// exactly, an honest provider delivered exactly `drawn`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReplayResult {
     pub fingerprints: Vec<StepFingerprint>,
+    pub drawn: Vec<u32>,
     pub profile: ExecutionProfile,
+}
+
+impl ReplayResult {
+    /// The first step (counted from the replay's `from`) whose delivered token is not
+    /// the one the seeded sampler draws, with the drawn token.
+    pub fn first_other_draw(&self, delivered: &[u32]) -> Option<(usize, u32)> {
+        self.drawn
+            .iter()
+            .zip(delivered)
+            .position(|(drawn, delivered)| drawn != delivered)
+            .map(|step| (step, self.drawn[step]))
+    }
 }
 
 #[cfg(test)]
@@ -464,6 +531,68 @@ mod tests {
         };
         assert!(!candle.replays_exactly(&candle_avx2));
         assert!(!kernels.replays_exactly(&candle));
+    }
+
+    #[test]
+    fn profiles_are_closed_names_and_a_dotted_version() {
+        let kernels = ExecutionProfile {
+            engine: "sharemesh-kernels".into(),
+            version: "3".into(),
+            isa: "avx2".into(),
+            quantization: "Q4_1".into(),
+            device: "cpu".into(),
+        };
+        assert!(kernels.validate().is_ok());
+        let candle = ExecutionProfile {
+            engine: "candle".into(),
+            version: "0.11".into(),
+            isa: "x86_64".into(),
+            ..kernels.clone()
+        };
+        assert!(candle.validate().is_ok());
+        let refused = |profile: ExecutionProfile, field: &str| {
+            let err = profile.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{field}: {err}");
+        };
+        let with = |f: fn(&mut ExecutionProfile)| {
+            let mut p = kernels.clone();
+            f(&mut p);
+            p
+        };
+        refused(with(|p| p.device = "cuda ".into()), "profile.device");
+        refused(with(|p| p.device = String::new()), "profile.device");
+        refused(
+            with(|p| p.engine = "sharemesh-kernels2".into()),
+            "profile.engine",
+        );
+        refused(with(|p| p.isa = "AVX2".into()), "profile.isa");
+        refused(
+            with(|p| p.quantization = "Q4_1 ".into()),
+            "profile.quantization",
+        );
+        for version in ["3x", "", ".3", "3.", "3..1", "1.2.3.4.5.6.7.8.9", " 3"] {
+            let mut p = kernels.clone();
+            p.version = version.into();
+            refused(p, "profile.version");
+        }
+        refused(with(|p| p.engine = "x".repeat(1 << 16)), "profile.engine");
+    }
+
+    #[test]
+    fn fingerprints_with_nan_or_infinite_logits_are_refused() {
+        let ok = StepFingerprint {
+            top: vec![(1, 2.0f32.to_bits()), (2, 1.0f32.to_bits())],
+        };
+        assert!(ok.validate().is_ok());
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for top in [
+                vec![(1, bad.to_bits())],
+                vec![(1, 2.0f32.to_bits()), (2, bad.to_bits())],
+            ] {
+                let err = StepFingerprint { top }.validate().unwrap_err().to_string();
+                assert!(err.contains("finite"), "{bad}: {err}");
+            }
+        }
     }
 
     #[test]

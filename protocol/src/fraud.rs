@@ -117,6 +117,16 @@ impl Evidence {
     pub fn contradicted_by(&self, replayed: &StepFingerprint, profile: &ExecutionProfile) -> bool {
         self.profile.replays_exactly(profile) && replayed != &self.committed
     }
+
+    /// Whether the token the request's seeded sampler draws at the disputed step (from
+    /// a replay on `profile`, after `before`) is not the one the provider emitted: on a
+    /// profile that replays exactly, the provider chose that token rather than drew
+    /// it. The proof carries all a third party needs to redraw: the signed request's
+    /// sampling (seed, temperature, top-k/p, penalties, bias, format) and the tokens
+    /// before.
+    pub fn draw_contradicted_by(&self, drawn: u32, profile: &ExecutionProfile) -> bool {
+        self.profile.replays_exactly(profile) && drawn != self.token
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -135,6 +135,9 @@ pub struct Provider {
     paying_buyers: receipts::PayingBuyers,
     /// Where jobs, tokens, earnings and load are counted (`GET /metrics`).
     metrics: Option<Arc<metrics::ProviderMetrics>>,
+    /// Testnet adversary `alias-key`: the throwaway key its jobs' `Accept` and chunks
+    /// are signed with (`None`: its own key, as an honest provider's).
+    alias: Option<Keypair>,
 }
 
 /// The credit window a buyer that has never paid this provider gets (at most): less
@@ -167,6 +170,7 @@ impl Provider {
             .as_ref()
             .and_then(metrics::ProviderMetrics::register)
             .map(Arc::new);
+        let alias = policy.adversary == Some(crate::policy::Adversary::AliasKey);
         Arc::new(Self {
             key,
             engine,
@@ -180,6 +184,7 @@ impl Provider {
             ledger,
             interruptible: Mutex::new(Vec::new()),
             paying_buyers: receipts::PayingBuyers::default(),
+            alias: alias.then(|| Keypair::from_secret(rand::random::<[u8; 32]>())),
         })
     }
 
@@ -198,6 +203,21 @@ impl Provider {
         body: &T,
     ) -> Result<SignedEnvelope, sharemesh_protocol::DecodeError> {
         self.key
+            .seal(body, self.seq.next(), now_ms(), JOB_ENVELOPE_LIFETIME_MS)
+    }
+
+    /// The key a job's `Accept`, chunks and rejection are signed with: this provider's
+    /// own, but for the `alias-key` adversary's throwaway one.
+    fn job_key(&self) -> &Keypair {
+        self.alias.as_ref().unwrap_or(&self.key)
+    }
+
+    /// Seals a job's message with [`Provider::job_key`].
+    fn seal_job<T: WireMessage>(
+        &self,
+        body: &T,
+    ) -> Result<SignedEnvelope, sharemesh_protocol::DecodeError> {
+        self.job_key()
             .seal(body, self.seq.next(), now_ms(), JOB_ENVELOPE_LIFETIME_MS)
     }
 
@@ -390,11 +410,11 @@ impl Provider {
     ) -> Result<(), FrameError> {
         let reject = Reject {
             job_id: job.job_id,
-            provider: self.key.node_id(),
+            provider: self.job_key().node_id(),
             reason,
             detail,
         };
-        write_frame(writer, &self.seal(&reject)?).await
+        write_frame(writer, &self.seal_job(&reject)?).await
     }
 
     /// Books a finished job's statistics (its money is the buyer's receipts, booked as
@@ -464,7 +484,7 @@ impl Provider {
         };
         let accept = Accept {
             job_id: request.job_id,
-            provider: self.key.node_id(),
+            provider: self.job_key().node_id(),
             price_per_token: self.policy.price(request.tier),
             prompt_tokens: match self.policy.adversary {
                 Some(crate::policy::Adversary::Overbill(factor)) => {
@@ -473,9 +493,23 @@ impl Provider {
                 _ => prompt_tokens,
             },
             credit_window_tokens: self.credit_window_for(&request.buyer),
-            profile: self.engine.profile(&request.model).unwrap_or_default(),
+            profile: self
+                .engine
+                .profile(&request.model)
+                .map_or_else(Default::default, |p| {
+                    match self.policy.adversary {
+                        // Adversary: a profile no verifier runs.
+                        Some(crate::policy::Adversary::ForeignProfile) => {
+                            sharemesh_protocol::ExecutionProfile {
+                                device: format!("{} ", p.device),
+                                ..p
+                            }
+                        }
+                        _ => p,
+                    }
+                }),
         };
-        write_frame(&mut writer, &self.seal(&accept)?).await?;
+        write_frame(&mut writer, &self.seal_job(&accept)?).await?;
         let root = commitment_root(
             &request.job_id,
             &accept.provider,
@@ -490,7 +524,7 @@ impl Provider {
             reader,
             request.clone(),
             receipts::Terms {
-                provider: self.key.node_id(),
+                provider: self.job_key().node_id(),
                 price: self.policy.price(request.tier),
                 prompt_tokens: request.billed_prompt_tokens(prompt_tokens),
                 heads: heads.clone(),

@@ -205,6 +205,21 @@ pub enum Adversary {
     /// Claims to be full: answers every quote and job `OverCapacity` while its adverts
     /// offer a low price (to make buyers' requests wait, or fail, for capacity).
     FalselyFull,
+    /// Signs its jobs' `Accept` and chunks with a throwaway key instead of its own (so
+    /// receipts, and any fraud proof, would name an identity it can drop).
+    AliasKey,
+    /// Runs its model but draws each sampled token from its own random stream instead
+    /// of the request's seed (the engine's `Cheat::ChooseTokens`): honest fingerprints,
+    /// chosen text.
+    ChooseTokens,
+    /// Runs its model but never ends before `max_tokens`: where the sampler draws an end
+    /// token it takes the best other one (the engine's `Cheat::NeverStop`).
+    NeverStop,
+    /// Names an execution profile no verifier runs in its `Accept` (its device with a
+    /// trailing space), so an exact replay would not apply.
+    ForeignProfile,
+    /// Commits NaN logits in every fingerprint (NaN compares false in any tolerance).
+    NanLogits,
 }
 
 impl std::str::FromStr for Adversary {
@@ -233,6 +248,11 @@ impl std::str::FromStr for Adversary {
             "claim-gpu" => Ok(Adversary::ClaimGpu(number()?)),
             "lie-logprobs" => Ok(Adversary::LieLogprobs),
             "falsely-full" => Ok(Adversary::FalselyFull),
+            "alias-key" => Ok(Adversary::AliasKey),
+            "choose-tokens" => Ok(Adversary::ChooseTokens),
+            "never-stop" => Ok(Adversary::NeverStop),
+            "foreign-profile" => Ok(Adversary::ForeignProfile),
+            "nan-logits" => Ok(Adversary::NanLogits),
             "truncate-layers" => {
                 let count = u32::try_from(number()?).map_err(|_| "layer count too large")?;
                 Ok(Adversary::TruncateLayers(count))
@@ -247,7 +267,7 @@ impl std::str::FromStr for Adversary {
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB, lie-logprobs, falsely-full)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB, lie-logprobs, falsely-full, alias-key, choose-tokens, never-stop, foreign-profile, nan-logits)"
             )),
         }
     }
@@ -270,6 +290,11 @@ mod tests {
         assert_eq!("claim-gpu:64".parse(), Ok(Adversary::ClaimGpu(64)));
         assert_eq!("lie-logprobs".parse(), Ok(Adversary::LieLogprobs));
         assert_eq!("falsely-full".parse(), Ok(Adversary::FalselyFull));
+        assert_eq!("alias-key".parse(), Ok(Adversary::AliasKey));
+        assert_eq!("choose-tokens".parse(), Ok(Adversary::ChooseTokens));
+        assert_eq!("never-stop".parse(), Ok(Adversary::NeverStop));
+        assert_eq!("foreign-profile".parse(), Ok(Adversary::ForeignProfile));
+        assert_eq!("nan-logits".parse(), Ok(Adversary::NanLogits));
         assert_eq!(
             "truncate-layers:2".parse(),
             Ok(Adversary::TruncateLayers(2))

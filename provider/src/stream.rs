@@ -95,7 +95,7 @@ impl JobStream<'_> {
         }
         TokenChunk {
             job_id: self.request.job_id,
-            provider: provider.key.node_id(),
+            provider: provider.job_key().node_id(),
             first_index,
             token_ids,
             text_delta,
@@ -113,7 +113,7 @@ impl JobStream<'_> {
         chunk: &TokenChunk,
         limit: Duration,
     ) -> Result<(), FrameError> {
-        let envelope = provider.seal(chunk)?;
+        let envelope = provider.seal_job(chunk)?;
         tokio::time::timeout(limit, write_frame(&mut self.writer, &envelope))
             .await
             .map_err(|_| FrameError::Timeout(limit))?
@@ -190,10 +190,17 @@ impl Provider {
                             *value = (f32::from_bits(*value) - 2.0).to_bits();
                         }
                     }
+                    let mut fingerprint = token.fingerprint;
+                    if self.policy.adversary == Some(Adversary::NanLogits) {
+                        // Adversary: logits no tolerance can compare.
+                        for (_, logit) in &mut fingerprint.top {
+                            *logit = f32::NAN.to_bits();
+                        }
+                    }
                     let token = SentToken {
                         id: token.token_id,
                         text,
-                        fingerprint: token.fingerprint,
+                        fingerprint,
                         logprobs,
                     };
                     let chunk = job.chunk(self, index, Some(token), None);

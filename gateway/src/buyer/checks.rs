@@ -9,14 +9,27 @@ pub(super) fn preview(text: &str) -> String {
     text.chars().take(40).collect()
 }
 
-/// The terms a provider accepted on, checked against the request: the same job, a
-/// price within the ceiling, and the prompt count the buyer counted itself (without
-/// a vocabulary: within the prompt's token bound, which no tokenizer exceeds).
+/// The terms a provider accepted on, checked against the request: signed by the
+/// provider the request was addressed to (whose key the stream's peer proved), the
+/// same job, a price within the ceiling, a closed execution profile, and the prompt
+/// count the buyer counted itself (without a vocabulary: within the prompt's token
+/// bound, which no tokenizer exceeds). An `Accept` under another key would have the
+/// chunks, receipts and any fraud proof bound to a throwaway identity while the real
+/// one kept its standing.
 pub(super) fn check_accept(
     accept: &Accept,
     request: &JobRequest,
     counted: Option<u32>,
 ) -> Result<(), String> {
+    if accept.provider != request.provider {
+        return Err(format!(
+            "accepted by {} for a request addressed to {}",
+            accept.provider, request.provider
+        ));
+    }
+    if let Err(why) = accept.profile.validate() {
+        return Err(format!("execution profile {}: {why}", accept.profile));
+    }
     if accept.job_id != request.job_id || accept.price_per_token > request.max_price_per_token {
         return Err(format!(
             "job {} at {} nano-USD/token (asked: job {}, at most {})",
@@ -207,6 +220,36 @@ mod tests {
             commitment: Digest::from_bytes([0; 32]),
             logprobs: Vec::new(),
         }
+    }
+
+    fn accept(request: &JobRequest, provider: sharemesh_protocol::NodeId) -> Accept {
+        Accept {
+            job_id: request.job_id,
+            provider,
+            price_per_token: request.max_price_per_token,
+            prompt_tokens: 2,
+            credit_window_tokens: 16,
+            profile: sharemesh_protocol::ExecutionProfile {
+                engine: "sharemesh-kernels".into(),
+                version: "3".into(),
+                isa: "avx2".into(),
+                quantization: "Q4_1".into(),
+                device: "cpu".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn an_accept_must_come_from_the_addressed_provider_with_a_known_profile() {
+        let job = request(0, 4);
+        assert!(check_accept(&accept(&job, job.provider), &job, Some(2)).is_ok());
+        let alias = Keypair::from_secret([9; 32]).node_id();
+        let aliased = check_accept(&accept(&job, alias), &job, Some(2)).unwrap_err();
+        assert!(aliased.contains("addressed to"), "{aliased}");
+        let mut foreign = accept(&job, job.provider);
+        foreign.profile.device = "cuda ".into();
+        let profile = check_accept(&foreign, &job, Some(2)).unwrap_err();
+        assert!(profile.contains("profile.device"), "{profile}");
     }
 
     #[test]

@@ -155,6 +155,14 @@ pub async fn start_job(
     request: JobRequest,
     terms: StreamTerms,
 ) -> Result<BuyerStream, SegmentError> {
+    // The stream's peer is the provider the request (and so its `Accept`) must name:
+    // its transport key proves it, which binds the answer to the addressed identity.
+    if request.provider.peer_id().ok() != Some(provider) {
+        return Err(SegmentError::SendFailed(format!(
+            "a request addressed to {} sent on a stream to {provider}",
+            request.provider
+        )));
+    }
     let seq = SeqCounter::default();
     let envelope = key
         .seal(&request, seq.next(), now_ms(), 3_600_000)

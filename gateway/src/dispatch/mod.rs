@@ -84,7 +84,7 @@ pub struct Dispatcher {
     /// Verification, fraud proofs and the providers dropped for fraud.
     trust: Arc<Trust>,
     ledger: Option<Arc<Ledger>>,
-    budgets: Budgets,
+    budgets: Arc<Budgets>,
     segments: Arc<Segments>,
     vocabularies: Arc<Vocabularies>,
     /// Requests, routes, failovers and spend (`GET /metrics`).
@@ -162,7 +162,7 @@ impl Dispatcher {
             reliability,
             trust,
             ledger,
-            budgets: Budgets::new(budget),
+            budgets: Arc::new(Budgets::new(budget)),
             segments: Arc::new(segments),
             vocabularies: Arc::default(),
             metrics: mesh_metrics,
@@ -242,7 +242,8 @@ impl Dispatcher {
     }
 
     /// Has other providers re-run windows of what this node cannot replay itself, paid
-    /// from this node's ledger like its own jobs (SPEC §12, `--verify-by-providers`).
+    /// from this node's ledger like its own jobs, each window's worst case held against
+    /// the budgets before it runs (SPEC §12; on by default in `sharemesh gateway`).
     pub fn outsource_verification(&self, policy: crate::outsource::OutsourcePolicy) {
         let segments = Segments::new(
             self.mesh.clone(),
@@ -250,8 +251,16 @@ impl Dispatcher {
             self.ledger.clone(),
             self.defaults.stall_timeout,
         );
-        self.trust
-            .outsource(crate::outsource::Outsourcing::new(segments, policy));
+        let spending = crate::outsource::WindowSpending {
+            budgets: Some(self.budgets.clone()),
+            spent: self
+                .metrics
+                .as_ref()
+                .map(|m| m.verification_spent_nano_usd.clone()),
+        };
+        self.trust.outsource(crate::outsource::Outsourcing::new(
+            segments, policy, spending,
+        ));
     }
 
     pub fn mesh(&self) -> &MeshHandle {
