@@ -3,6 +3,10 @@
 //! claims that do not fit together: one GPU (by UUID) under two identities, an advert
 //! whose hardware is not what its own attestation lists, or numbers no card has. A
 //! provider with such a finding is suspected (every job verified) and ranked lower.
+//! A GPU UUID is public (any buyer of the card's time can read it in adverts), so a
+//! shared UUID counts against the identity that claimed it later: copying an honest
+//! provider's UUID into a fresh attestation flags the copier, not the owner. (Nothing
+//! here can prove possession of a GPU; a hardware root of trust would.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -14,11 +18,14 @@ const MAX_PLAUSIBLE_VRAM_BYTES: u64 = 1 << 40;
 /// Attestations kept; beyond it the oldest identity is forgotten.
 const MAX_ATTESTED_NODES: usize = 10_000;
 
+/// GPU UUID → each identity that claims it, with when it first did (an arrival count).
+pub type UuidOwners = BTreeMap<String, BTreeMap<NodeId, u64>>;
+
 /// What does not fit in one node's claims, given what others attested.
 pub fn inconsistencies(
     attestation: &Attestation,
     advertised: Option<&HardwareSummary>,
-    uuid_owners: &BTreeMap<String, BTreeSet<NodeId>>,
+    uuid_owners: &UuidOwners,
 ) -> Vec<String> {
     let mut found = Vec::new();
     for gpu in &attestation.gpus {
@@ -31,15 +38,20 @@ pub fn inconsistencies(
                 gpu.name, gpu.vram_bytes
             ));
         }
-        let others: Vec<&NodeId> = uuid_owners
-            .get(&gpu.uuid)
+        // Only identities that claimed it first count against this one.
+        let owners = uuid_owners.get(&gpu.uuid);
+        let since = owners.and_then(|o| o.get(&attestation.node)).copied();
+        let others: Vec<&NodeId> = owners
             .into_iter()
             .flatten()
-            .filter(|owner| **owner != attestation.node)
+            .filter(|(owner, claimed)| {
+                **owner != attestation.node && since.is_none_or(|since| **claimed < since)
+            })
+            .map(|(owner, _)| owner)
             .collect();
         if !gpu.uuid.is_empty() && !others.is_empty() {
             found.push(format!(
-                "GPU {} is also attested by {} other identit{}",
+                "GPU {} was attested first by {} other identit{}",
                 gpu.uuid,
                 others.len(),
                 if others.len() == 1 { "y" } else { "ies" }
@@ -108,8 +120,9 @@ pub fn memory_shortfall(hardware: &HardwareSummary, model: &str, needed: u64) ->
 struct Held {
     /// Each node's latest attestation, with when it arrived (a counter).
     latest: BTreeMap<NodeId, (u64, Attestation)>,
-    /// GPU UUID → the nodes that attest it or name it in their signed advert.
-    owners: BTreeMap<String, BTreeSet<NodeId>>,
+    /// GPU UUID → the nodes that attest it or name it in their signed advert, with
+    /// when each first did (kept while it goes on claiming it).
+    owners: UuidOwners,
     /// The UUIDs each node is listed under in `owners`.
     indexed: BTreeMap<NodeId, BTreeSet<String>>,
     arrivals: u64,
@@ -166,6 +179,13 @@ impl Attestations {
                 findings.remove(&stalest);
             }
         }
+        let claimed_since: BTreeMap<String, u64> = held
+            .indexed
+            .get(&node)
+            .into_iter()
+            .flatten()
+            .filter_map(|uuid| Some((uuid.clone(), *held.owners.get(uuid)?.get(&node)?)))
+            .collect();
         let before = held.unindex(&node);
         let advert = advertised(&node);
         let advertised_gpus = match &advert {
@@ -179,16 +199,26 @@ impl Attestations {
             .filter(|gpu| !gpu.uuid.is_empty())
             .map(|gpu| gpu.uuid.clone())
             .collect();
-        for uuid in &now {
-            held.owners.entry(uuid.clone()).or_default().insert(node);
-        }
-        held.indexed.insert(node, now.clone());
         held.arrivals += 1;
         let arrived = held.arrivals;
+        for uuid in &now {
+            let since = claimed_since.get(uuid).copied().unwrap_or(arrived);
+            held.owners
+                .entry(uuid.clone())
+                .or_default()
+                .insert(node, since);
+        }
+        held.indexed.insert(node, now.clone());
         held.latest.insert(node, (arrived, attestation));
         let mut recheck = BTreeSet::from([node]);
         for uuid in before.union(&now) {
-            recheck.extend(held.owners.get(uuid).into_iter().flatten().copied());
+            recheck.extend(
+                held.owners
+                    .get(uuid)
+                    .into_iter()
+                    .flatten()
+                    .map(|(id, _)| *id),
+            );
         }
         let mut flagged = Vec::new();
         for other in recheck {
@@ -333,18 +363,19 @@ mod tests {
 
     const GB: u64 = 1 << 30;
 
-    /// A node that stops sharing a GPU clears its former co-owner too; a flood of
-    /// attestations stays bounded, the stalest forgotten first.
+    /// A node that stops sharing a GPU clears its finding; a flood of attestations
+    /// stays bounded, the stalest forgotten first.
     #[test]
     fn findings_follow_the_latest_claims_and_the_book_stays_bounded() {
         let book = Attestations::default();
         let advert = |_: &NodeId| Some(advert_gpu(1, 141 * GB));
         book.on_attestation(attestation(1, vec![gpu("GPU-a", 141 * GB)]), advert);
         book.on_attestation(attestation(2, vec![gpu("GPU-a", 141 * GB)]), advert);
-        assert!(book.is_flagged(&NodeId::from_bytes([1; 32])));
+        assert!(book.is_flagged(&NodeId::from_bytes([2; 32])));
+        assert!(!book.is_flagged(&NodeId::from_bytes([1; 32])));
         let flagged = book.on_attestation(attestation(2, vec![gpu("GPU-b", 141 * GB)]), advert);
         assert!(flagged.is_empty(), "{flagged:?}");
-        assert!(!book.is_flagged(&NodeId::from_bytes([1; 32])));
+        assert!(!book.is_flagged(&NodeId::from_bytes([2; 32])));
         for i in 0..(MAX_ATTESTED_NODES as u32 + 50) {
             let mut id = [9u8; 32];
             id[..4].copy_from_slice(&i.to_le_bytes());
@@ -359,8 +390,11 @@ mod tests {
         assert!(!held.latest.contains_key(&NodeId::from_bytes([1; 32])));
     }
 
+    /// Attack `uuid-copy`: a fresh identity copies an honest provider's public GPU UUID
+    /// into its own signed attestation. The copier is flagged, not the owner — also
+    /// after the owner re-attests (its claim keeps its date).
     #[test]
-    fn one_gpu_under_two_identities_flags_both() {
+    fn one_gpu_under_two_identities_flags_the_later_claimant() {
         let book = Attestations::default();
         let advert = |_: &NodeId| Some(advert_gpu(1, 141 * GB));
         assert!(book
@@ -370,10 +404,16 @@ mod tests {
             .on_attestation(attestation(2, vec![gpu("GPU-b", 141 * GB)]), advert)
             .is_empty());
         let flagged = book.on_attestation(attestation(3, vec![gpu("GPU-a", 141 * GB)]), advert);
-        assert_eq!(flagged.len(), 2);
-        assert!(book.is_flagged(&NodeId::from_bytes([1; 32])));
+        assert_eq!(flagged, vec![NodeId::from_bytes([3; 32])]);
+        let refreshed = book.on_attestation(attestation(1, vec![gpu("GPU-a", 141 * GB)]), advert);
+        assert_eq!(refreshed, vec![NodeId::from_bytes([3; 32])]);
+        assert!(!book.is_flagged(&NodeId::from_bytes([1; 32])));
         assert!(book.is_flagged(&NodeId::from_bytes([3; 32])));
         assert!(!book.is_flagged(&NodeId::from_bytes([2; 32])));
+        let findings = book.findings();
+        assert!(
+            findings[&NodeId::from_bytes([3; 32]).to_string()][0].contains("attested first by 1")
+        );
     }
 
     #[test]
@@ -408,7 +448,8 @@ mod tests {
         assert!(other[0].contains("name different GPUs"), "{other:?}");
     }
 
-    /// A GPU named in one identity's signed advert and attested by another flags both.
+    /// A GPU named in one identity's signed advert and attested later by another that
+    /// advertises another GPU: the later one is flagged twice over (shared, mismatch).
     #[test]
     fn a_gpu_in_someone_elses_advert_counts_as_shared() {
         let book = Attestations::default();
@@ -426,6 +467,15 @@ mod tests {
         book.on_attestation(attestation(1, vec![gpu("GPU-a", 141 * GB)]), advert);
         // Node 2 attests GPU-a but advertises GPU-b: a mismatch, and GPU-a is shared.
         let flagged = book.on_attestation(attestation(2, vec![gpu("GPU-a", 141 * GB)]), advert);
-        assert_eq!(flagged.len(), 2, "{:?}", book.findings());
+        assert_eq!(
+            flagged,
+            vec![NodeId::from_bytes([2; 32])],
+            "{:?}",
+            book.findings()
+        );
+        assert_eq!(
+            book.findings()[&NodeId::from_bytes([2; 32]).to_string()].len(),
+            2
+        );
     }
 }

@@ -153,6 +153,35 @@ async fn a_provider_committing_nan_logits_is_cut_off_at_its_first_chunk() {
     assert!(lab.gateway.reputation(&cheat) < -7.9);
 }
 
+/// Attack: a provider drips its tokens, each just inside the stall timeout (here 2 s,
+/// a token every 1.5 s), to hold the buyer and bill for as long as `max_tokens`
+/// allows. Beyond one stall timeout of slack a segment must average 1 token/s: the
+/// drip is cut off as stalled after a handful of tokens, and the response continues
+/// exactly on the honest provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_drips_tokens_is_cut_off_at_the_rate_floor() {
+    let lab = Lab::start(
+        vec![adversary(50, Adversary::Drip(1500)), provider(100)],
+        stall_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    let (cheat, honest) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    let request = Lab::request("count slowly for me", 40, RoutingOptions::default());
+    let (ids, _) = lab.expected(&request).unwrap();
+    let started = std::time::Instant::now();
+    let done = lab.complete(request).await.unwrap();
+    assert_eq!(done.token_ids, ids, "every token once, exact");
+    assert_eq!(done.providers, vec![cheat, honest]);
+    let dripped = done.segments[0].completion_tokens;
+    assert!((2..=6).contains(&dripped), "{dripped} tokens dripped");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// Attack: after three tokens a provider numbers its chunks one further than it sent
 /// (billing a token it never delivered). The buyer stops at the gap, pays nothing more,
 /// and the response continues exactly on the honest provider.

@@ -94,6 +94,8 @@ with sync_playwright() as p:
     # The network: the provider with its model.
     page.goto(f"http://{gateway}/#network")
     expect(page.locator("#providers")).to_contain_text("smollm2-135m-instruct")
+    # A gateway started without flags checks providers' work, and says so.
+    expect(page.locator("#verification")).to_have_text("verification: outsourced")
     # Adverts as they arrive: a newer one than the first shown appears by itself.
     expect(page.locator("#adverts")).to_contain_text("accepted")
     first = int(page.locator("#adverts tr:nth-child(2) td").first.inner_text())

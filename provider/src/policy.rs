@@ -220,6 +220,9 @@ pub enum Adversary {
     ForeignProfile,
     /// Commits NaN logits in every fingerprint (NaN compares false in any tolerance).
     NanLogits,
+    /// Holds each token this many milliseconds before sending it (a drip just inside
+    /// the buyer's stall timeout, billing for as long as `max_tokens` allows).
+    Drip(u64),
 }
 
 impl std::str::FromStr for Adversary {
@@ -253,6 +256,7 @@ impl std::str::FromStr for Adversary {
             "never-stop" => Ok(Adversary::NeverStop),
             "foreign-profile" => Ok(Adversary::ForeignProfile),
             "nan-logits" => Ok(Adversary::NanLogits),
+            "drip" => Ok(Adversary::Drip(number()?)),
             "truncate-layers" => {
                 let count = u32::try_from(number()?).map_err(|_| "layer count too large")?;
                 Ok(Adversary::TruncateLayers(count))
@@ -267,7 +271,7 @@ impl std::str::FromStr for Adversary {
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB, lie-logprobs, falsely-full, alias-key, choose-tokens, never-stop, foreign-profile, nan-logits)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB, lie-logprobs, falsely-full, alias-key, choose-tokens, never-stop, foreign-profile, nan-logits, drip:MS)"
             )),
         }
     }
@@ -295,6 +299,7 @@ mod tests {
         assert_eq!("never-stop".parse(), Ok(Adversary::NeverStop));
         assert_eq!("foreign-profile".parse(), Ok(Adversary::ForeignProfile));
         assert_eq!("nan-logits".parse(), Ok(Adversary::NanLogits));
+        assert_eq!("drip:1500".parse(), Ok(Adversary::Drip(1500)));
         assert_eq!(
             "truncate-layers:2".parse(),
             Ok(Adversary::TruncateLayers(2))

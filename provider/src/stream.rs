@@ -167,6 +167,10 @@ impl Provider {
                         while job.acked.changed().await.is_ok() {}
                         return Ok(Streamed::Stalled);
                     }
+                    if let Some(Adversary::Drip(ms)) = self.policy.adversary {
+                        // Adversary: one token at a time, just inside the stall timeout.
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
                     if let Some(ended) = job.wait_for_credit(window, limit).await {
                         tracing::info!(?ended, "the buyer stopped paying; cancelling the job");
                         return Ok(ended);

@@ -53,6 +53,11 @@ fn role_name(role: Role) -> &'static str {
     }
 }
 
+/// Template instructions one rendering may run: a model's template comes from its file
+/// (a peer's header, for a buyer), so a loop that never ends is an error, not a hung
+/// thread. Real templates render a long conversation in a few thousand.
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
+
 impl ChatTemplate {
     /// `source` is the GGUF's template, if it has one.
     pub fn new(
@@ -62,6 +67,7 @@ impl ChatTemplate {
         eos_token: String,
     ) -> Result<Self, TokenizerError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.add_function(
             "raise_exception",
             |message: String| -> Result<String, Error> {
@@ -124,6 +130,40 @@ mod tests {
             text,
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         );
+    }
+
+    /// A template from a peer's file that would loop for ever (10^10 iterations) runs
+    /// out of fuel: a clear error in well under a second, not a hung thread.
+    #[test]
+    fn a_template_that_never_ends_runs_out_of_fuel() {
+        let endless =
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(
+            Some(endless.into()),
+            Fallback::ChatMl,
+            String::new(),
+            String::new(),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let err = t.render(&[]).unwrap_err().to_string();
+        assert!(err.contains("chat template refused the messages"), "{err}");
+        assert!(err.contains("fuel"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        // A long ordinary conversation renders well within it.
+        let chatml =
+            ChatTemplate::new(None, Fallback::ChatMl, String::new(), String::new()).unwrap();
+        let long: Vec<ChatMessage> = (0..2000)
+            .map(|i| ChatMessage {
+                role: if i % 2 == 0 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                },
+                content: format!("message {i}"),
+            })
+            .collect();
+        assert!(chatml.render(&long).is_ok());
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 pub const PREFILL_ALLOWANCE_PER_TOKEN: Duration = Duration::from_millis(100);
 /// A provider silent this long is considered stalled (gateways may set their own).
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The slowest a segment may stream once its first token arrived, on average, beyond
+/// one stall timeout of slack: a provider that drips one token per stall timeout would
+/// otherwise hold the buyer (and bill) for as long as `max_tokens` allows.
+pub const MIN_TOKENS_PER_SECOND: f64 = 1.0;
 
 /// What a job stream yields, in order: `Accepted` or `Rejected`, then `Token`s with a
 /// `Receipted` after each receipt the buyer signed and booked, then `Finished` or
@@ -235,6 +239,8 @@ struct Streaming {
     acknowledged_head: Option<Digest>,
     /// Silence allowed before the next chunk (the first waits for the prefill).
     timeout: Duration,
+    /// When the first token arrived: the rate floor counts from there.
+    first_token: Option<std::time::Instant>,
     /// The provider's commitment chain as this buyer recomputed it.
     head: Digest,
     /// The request's output format, followed token by token (with the vocabulary).
@@ -332,6 +338,7 @@ impl BuyerStream {
             acknowledged: 0,
             acknowledged_head: None,
             timeout,
+            first_token: None,
         }))
     }
 
@@ -372,7 +379,18 @@ impl BuyerStream {
         }
         at.head = chunk.commitment;
         at.received += chunk.token_ids.len() as u64;
-        at.timeout = self.terms.stall_timeout;
+        if at.received > 0 {
+            let first = *at.first_token.get_or_insert_with(std::time::Instant::now);
+            let until_floor =
+                rate_floor(self.terms.stall_timeout, at.received).checked_sub(first.elapsed());
+            let Some(until_floor) = until_floor else {
+                // Behind the rate floor: cut off as stalled, whatever it sends next.
+                return self.fail(SegmentError::Stalled(first.elapsed()));
+            };
+            at.timeout = self.terms.stall_timeout.min(until_floor);
+        } else {
+            at.timeout = self.terms.stall_timeout;
+        }
         let finish = chunk.finish;
         if !chunk.token_ids.is_empty() {
             self.pending.push_back(JobEvent::Token(chunk));
@@ -441,6 +459,13 @@ impl BuyerStream {
     }
 }
 
+/// How long after its first token a segment may take to deliver its next token after
+/// `received` (the first included): one stall timeout, then at least
+/// [`MIN_TOKENS_PER_SECOND`] on average.
+fn rate_floor(stall_timeout: Duration, received: u64) -> Duration {
+    stall_timeout + Duration::from_secs_f64(received as f64 / MIN_TOKENS_PER_SECOND)
+}
+
 impl BuyerStream {
     /// With the vocabulary: every token (and log-probability alternative) is in it, the
     /// chunk's text is exactly what its tokens spell (after the stop-sequence hold-back
@@ -490,5 +515,21 @@ impl BuyerStream {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_floor_allows_one_stall_timeout_then_a_token_a_second() {
+        let stall = Duration::from_secs(30);
+        assert_eq!(rate_floor(stall, 1), Duration::from_secs(31));
+        assert_eq!(rate_floor(stall, 100), Duration::from_secs(130));
+        // A drip of one token per 29 s falls behind by its second token.
+        let drip = |n: u32| Duration::from_secs(29) * n;
+        assert!(drip(1) < rate_floor(stall, 1));
+        assert!(drip(2) > rate_floor(stall, 2));
     }
 }
