@@ -317,7 +317,7 @@ impl Auditor {
             .vouched
             .read()
             .map_or(0, |v| v.get(provider).copied().unwrap_or(0));
-        let verified = own.saturating_add(vouched);
+        let verified = self.policy.rule.record(own, vouched);
         let suspected = self.suspected.lock().is_ok_and(|s| s.contains(provider));
         let cheap = (price.0 as f64) < self.policy.cheap_below * median_price.0 as f64;
         self.policy.rule.rate(verified, suspected, cheap)

@@ -209,6 +209,14 @@ impl Default for AuditRule {
 }
 
 impl AuditRule {
+    /// The verified record that counts toward a provider's rate: this node's own
+    /// verified jobs and what trusted reporters vouched for, the latter at most half
+    /// the newcomer threshold — others' word shortens a newcomer's audit, it never
+    /// replaces it.
+    pub fn record(&self, own: u32, vouched: u32) -> u32 {
+        own.saturating_add(vouched.min(self.newcomer_jobs / 2))
+    }
+
     pub fn rate(&self, verified_jobs: u32, suspected: bool, cheap: bool) -> f64 {
         if suspected || cheap || verified_jobs < self.newcomer_jobs {
             return 1.0;

@@ -52,6 +52,8 @@ pub fn view<K: Ord + Clone>(
     params: &TrustParams,
 ) -> View<K> {
     let mut edges: BTreeMap<K, BTreeMap<K, f64>> = BTreeMap::new();
+    // Per reporter: on how many subjects `me` verified its claims agree.
+    let mut agreed: BTreeMap<K, u32> = BTreeMap::new();
     let my_row = edges.entry(me.clone()).or_default();
     for (subject, dealings) in own {
         my_row.insert(subject.clone(), dealings.local_trust());
@@ -84,6 +86,7 @@ pub fn view<K: Ord + Clone>(
             .entry(me.clone())
             .or_default()
             .insert(reporter.clone(), check.local_trust());
+        agreed.insert(reporter.clone(), check.verified_jobs);
     }
     let mut seeds = vec![me.clone()];
     seeds.extend(
@@ -98,10 +101,14 @@ pub fn view<K: Ord + Clone>(
         if !trusted || convicted.contains(reporter) {
             continue;
         }
+        // A reporter vouches for at most as many jobs of a subject as it has agreed
+        // with `me` on subjects: a sybil that agreed once cannot lift a fresh key past
+        // the newcomer audit by claiming eight verified jobs of it.
+        let weight = agreed.get(reporter).copied().unwrap_or(0);
         for (subject, claimed) in claims {
             if claimed.mismatches == 0 {
                 *vouched.entry(subject.clone()).or_default() +=
-                    claimed.verified_jobs.min(rule.newcomer_jobs);
+                    claimed.verified_jobs.min(rule.newcomer_jobs).min(weight);
             }
         }
     }
@@ -160,8 +167,8 @@ mod tests {
         );
         assert_eq!(
             v.vouched.get(&13),
-            Some(&8),
-            "capped at the newcomer threshold"
+            Some(&2),
+            "capped at the two subjects it agreed with me on"
         );
         assert_eq!(v.vouched.get(&14), None);
         assert_eq!(v.trust[&12], 0.0);
@@ -169,6 +176,35 @@ mod tests {
         let providers = [10, 11, 13, 99];
         assert_eq!(v.standing(&99, providers), 0.0);
         assert!(v.standing(&10, providers) > 0.0);
+    }
+
+    /// Sybil vouching: ten fresh reporters each agree with me on one provider I
+    /// verified, and each claims eight clean verified jobs of a fresh key (their
+    /// cheat). Each vouches for at most one job, and the record that counts toward the
+    /// cheat's audit rate stays under the newcomer threshold: every job still checked.
+    #[test]
+    fn sybils_that_agreed_once_cannot_vouch_a_fresh_key_past_the_newcomer_audit() {
+        let own: BTreeMap<u32, Dealings> = [(10, verified(5))].into();
+        let reports: BTreeMap<u32, BTreeMap<u32, Dealings>> = (1..=10)
+            .map(|sybil| (sybil, [(10, verified(5)), (77, verified(8))].into()))
+            .collect();
+        let rule = AuditRule::default();
+        let v = view(
+            &0,
+            &own,
+            &reports,
+            &BTreeSet::new(),
+            &rule,
+            &TrustParams::default(),
+        );
+        assert!(v.trust[&1] > 0.0, "each agreed once: some trust");
+        let vouched = v.vouched[&77];
+        assert_eq!(vouched, 10, "one job per sybil");
+        let record = rule.record(0, vouched);
+        assert_eq!(record, rule.newcomer_jobs / 2);
+        assert_eq!(rule.rate(record, false, false), 1.0, "still a newcomer");
+        // Its own verified jobs then complete the record as before.
+        assert_eq!(rule.record(4, vouched), rule.newcomer_jobs);
     }
 
     /// A reporter that earned trust over many agreements, then turns: its next report

@@ -360,7 +360,8 @@ impl World {
             .dealings
             .get(&p)
             .map_or(0, |d| d.verified_jobs);
-        let verified_jobs = own + self.buyers[b].vouched.get(&p).copied().unwrap_or(0);
+        let vouched = self.buyers[b].vouched.get(&p).copied().unwrap_or(0);
+        let verified_jobs = self.rule.record(own, vouched);
         let median = 100.0;
         let cheap = self.providers[p].price < 0.5 * median;
         let rate = self.rule.rate(verified_jobs, false, cheap);
