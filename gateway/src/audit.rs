@@ -94,6 +94,8 @@ pub struct Auditor {
     /// Verified jobs per provider that reporters this node trusts vouched for.
     vouched: RwLock<BTreeMap<NodeId, u32>>,
     suspected: Mutex<HashSet<NodeId>>,
+    /// The profile each provider last named: a lone one means every job is verified.
+    profiles: Mutex<crate::profiles::ProfileCensus>,
     banned: RwLock<HashSet<NodeId>>,
     stats: Mutex<AuditStats>,
     in_flight: Arc<Semaphore>,
@@ -133,6 +135,7 @@ impl Auditor {
             dealings: Mutex::default(),
             vouched: RwLock::default(),
             suspected: Mutex::default(),
+            profiles: Mutex::default(),
             banned: RwLock::default(),
             stats: Mutex::default(),
             in_flight: Arc::new(Semaphore::new(permits)),
@@ -318,9 +321,18 @@ impl Auditor {
             .read()
             .map_or(0, |v| v.get(provider).copied().unwrap_or(0));
         let verified = self.policy.rule.record(own, vouched);
-        let suspected = self.suspected.lock().is_ok_and(|s| s.contains(provider));
+        // A profile no other provider of its model runs is as good as a suspicion.
+        let suspected = self.suspected.lock().is_ok_and(|s| s.contains(provider))
+            || self.profiles.lock().is_ok_and(|p| p.is_lone(provider));
         let cheap = (price.0 as f64) < self.policy.cheap_below * median_price.0 as f64;
         self.policy.rule.rate(verified, suspected, cheap)
+    }
+
+    /// Remembers the profile `provider` named in an `Accept` for `model`.
+    pub fn note_profile(&self, provider: NodeId, model: ModelId, profile: &ExecutionProfile) {
+        if let Ok(mut profiles) = self.profiles.lock() {
+            profiles.note(provider, model, profile);
+        }
     }
 
     /// A permit to replay now, or `None` (skipped) when enough replays are running.
@@ -628,6 +640,26 @@ mod tests {
             other_draw,
         });
         examine(&transcript(), Some(replayer), NodeId::from_bytes([9; 32])).await
+    }
+
+    /// A provider with a verified record is checked at a falling rate — unless the
+    /// profile it names is one no other provider of the model runs (nobody can hold it
+    /// to the bit): then every job again.
+    #[test]
+    fn a_profile_nobody_else_runs_means_every_job_is_verified() {
+        let auditor = Auditor::new(AuditPolicy::default());
+        let (lone, other) = (NodeId::from_bytes([1; 32]), NodeId::from_bytes([2; 32]));
+        let model = ModelId::from_bytes([4; 32]);
+        for _ in 0..20 {
+            auditor.verified_ok(lone, 64);
+        }
+        let rate = || auditor.rate(&lone, NanoUsd(100), NanoUsd(100));
+        assert!(rate() < 0.2, "{}", rate());
+        auditor.note_profile(other, model, &profile("sharemesh-kernels"));
+        auditor.note_profile(lone, model, &profile("sharemesh-kernels"));
+        assert!(rate() < 0.2, "the same profile as another provider");
+        auditor.note_profile(lone, model, &profile("candle"));
+        assert_eq!(rate(), 1.0);
     }
 
     /// A provider that ran the real model (its fingerprints replay exactly) but chose

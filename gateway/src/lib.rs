@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod openai;
 pub mod outsource;
 pub mod plan;
+pub mod profiles;
 pub mod proof_limits;
 pub mod quote;
 mod respond;

@@ -274,6 +274,9 @@ impl Trust {
         if let Some(outsourcing) = self.outsourcing() {
             outsourcing.learn(provider, audit.transcript.profile());
         }
+        let model = audit.transcript.request.model;
+        self.auditor
+            .note_profile(provider, model, audit.transcript.profile());
         let rate = self
             .auditor
             .rate(&provider, audit.price, audit.median_price);
