@@ -89,6 +89,9 @@ pub struct AuditView {
 pub struct Auditor {
     pub policy: AuditPolicy,
     replayer: RwLock<Option<Arc<dyn Replayer>>>,
+    /// Whether gossiped proofs (anyone's to send) are replayed on `replayer`; off where
+    /// it is a provider's serving engine.
+    replays_gossip: std::sync::atomic::AtomicBool,
     /// What this node verified itself, per provider (what its reports say).
     dealings: Mutex<BTreeMap<NodeId, Dealings>>,
     /// Verified jobs per provider that reporters this node trusts vouched for.
@@ -132,6 +135,7 @@ impl Auditor {
         Self {
             policy,
             replayer: RwLock::new(None),
+            replays_gossip: std::sync::atomic::AtomicBool::new(true),
             dealings: Mutex::default(),
             vouched: RwLock::default(),
             suspected: Mutex::default(),
@@ -151,6 +155,22 @@ impl Auditor {
 
     pub fn replayer(&self) -> Option<Arc<dyn Replayer>> {
         self.replayer.read().ok().and_then(|r| r.clone())
+    }
+
+    /// Keeps gossiped proofs off the replayer (a provider's own gateway, whose replayer
+    /// is the engine its paying jobs run on): they are then handled as by a node that
+    /// cannot replay them. Its own audits still replay there.
+    pub fn keep_gossip_off_the_replayer(&self) {
+        self.replays_gossip
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The replayer for a gossiped proof, if gossip may use it.
+    pub(crate) fn gossip_replayer(&self) -> Option<Arc<dyn Replayer>> {
+        self.replays_gossip
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| self.replayer())
+            .flatten()
     }
 
     pub fn stats(&self) -> AuditStats {

@@ -535,7 +535,7 @@ impl Trust {
         if self.auditor.is_banned(&accused) {
             return; // Another proof convicted it while this one waited.
         }
-        let check = check_proof(&opened.body, self.auditor.replayer()).await;
+        let check = check_proof(&opened.body, self.auditor.gossip_replayer()).await;
         tracing::info!(%accused, %reporter, ?check, "fraud proof from the mesh");
         match check {
             // Each counter moves once its effect is in place.

@@ -229,9 +229,12 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
                     dispatcher.set_local_route(Arc::new(crate::local_route::LocalProvider(
                         provider.clone(),
                     )));
-                    // Its own model verifies the jobs it buys from others.
+                    // Its own model verifies the jobs it buys from others; proofs that
+                    // anyone may gossip are not replayed on the engine it serves on.
                     let replayer = crate::replay::EngineReplayer(engine.clone());
-                    dispatcher.trust().auditor.set_replayer(Arc::new(replayer));
+                    let auditor = &dispatcher.trust().auditor;
+                    auditor.set_replayer(Arc::new(replayer));
+                    auditor.keep_gossip_off_the_replayer();
                     Some(sharemesh_gateway::GatewayState { dispatcher })
                 } else {
                     None

@@ -66,7 +66,7 @@ fn knows(gateway: &Dispatcher, provider: NodeId) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_garbage_provider_is_caught_unpaid_and_dropped_across_the_mesh() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
     let lab = Lab::start(
         vec![cheating(50, Cheat::Garbage), provider(100)],
         verifying(&dirs[0]),
@@ -78,7 +78,11 @@ async fn a_garbage_provider_is_caught_unpaid_and_dropped_across_the_mesh() {
     // without a model.
     let (other, _other_mesh) = lab.add_gateway(verifying(&dirs[1])).await.unwrap();
     let (light, _light_mesh) = lab.add_gateway(with_ledger(&dirs[2])).await.unwrap();
-    for gateway in [&other, &light] {
+    // A provider's own gateway: it holds the model, but gossiped proofs stay off the
+    // engine it serves on.
+    let (serving, _serving_mesh) = lab.add_gateway(verifying(&dirs[3])).await.unwrap();
+    serving.trust().auditor.keep_gossip_off_the_replayer();
+    for gateway in [&other, &light, &serving] {
         eventually(
             Duration::from_secs(20),
             "adverts reach the new gateways",
@@ -130,6 +134,13 @@ async fn a_garbage_provider_is_caught_unpaid_and_dropped_across_the_mesh() {
     )
     .await;
     assert!(!light.trust().auditor.is_banned(&cheat));
+    eventually(
+        Duration::from_secs(15),
+        "the serving gateway hears of it without replaying it",
+        || serving.trust().auditor.stats().proofs_unconfirmed == 1,
+    )
+    .await;
+    assert!(!serving.trust().auditor.is_banned(&cheat));
     assert_eq!(
         light.trust().auditor.rate(&cheat, NanoUsd(50), NanoUsd(50)),
         1.0
