@@ -1,6 +1,7 @@
 //! Token sampling. Deterministic: the random draw for completion position `i` comes
 //! from splitmix64(seed, i), so a resumed job samples exactly as an uninterrupted one
-//! without replaying any generator state.
+//! without replaying any generator state; and the draw uses only IEEE operations and
+//! the kernels' own `exp`, so a verifier redraws it bit for bit on any libc (SPEC §12).
 
 use sharemesh_protocol::Sampling;
 
@@ -154,9 +155,11 @@ pub fn sample(
         candidates.truncate(sampling.top_k as usize);
     }
     let max = candidates[0].1;
+    // The kernels' own exp (IEEE operations only), not the C library's: a verifier on
+    // another libc redraws the same token from the same logits.
     let weights: Vec<f64> = candidates
         .iter()
-        .map(|&(_, l)| f64::from(l - max).exp())
+        .map(|&(_, l)| f64::from(sharemesh_kernels::math::exp(l - max)))
         .collect();
     let total: f64 = weights.iter().sum();
     // Nucleus: the smallest prefix whose probability reaches top_p.
