@@ -360,13 +360,43 @@ fn committed_tokens_of(request: &GenerateRequest) -> usize {
     (request.sampling.max_tokens as usize).saturating_sub(request.resume.len())
 }
 
+/// How long the single-job path waits for a job's consumer to take an event before it
+/// gives the job up: the engine thread runs that one job at a time, so a consumer that
+/// stops reading (a provider waiting on a buyer that does not pay) would otherwise hold
+/// every other job behind it.
+pub const CONSUMER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Hands `event` to the job's consumer, waiting at most `limit` for room; `false` when
+/// the consumer is gone or did not make room in time.
+fn send_within(
+    events: &mpsc::Sender<EngineEvent>,
+    mut event: EngineEvent,
+    limit: std::time::Duration,
+) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match events.try_send(event) {
+            Ok(()) => return true,
+            Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            Err(mpsc::error::TrySendError::Full(back)) => {
+                if std::time::Instant::now() >= deadline {
+                    return false;
+                }
+                event = back;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+}
+
 fn run_job(
     models: &mut [LoadedModel],
     request: GenerateRequest,
     events: &mpsc::Sender<EngineEvent>,
 ) {
+    let send = |event| send_within(events, event, CONSUMER_WAIT);
     let Some(model) = models.iter_mut().find(|m| m.descriptor.id == request.model) else {
-        let _ = events.blocking_send(EngineEvent::Failed(EngineError::UnknownModel(
+        send(EngineEvent::Failed(EngineError::UnknownModel(
             request.model,
         )));
         return;
@@ -376,24 +406,26 @@ fn run_job(
     let prompt_tokens = match model.prompt_tokens(&request.prompt) {
         Ok(tokens) => tokens.len() as u32,
         Err(err) => {
-            let _ = events.blocking_send(EngineEvent::Failed(err));
+            send(EngineEvent::Failed(err));
             return;
         }
     };
-    if events
-        .blocking_send(EngineEvent::Started { prompt_tokens })
-        .is_err()
-    {
+    if !send(EngineEvent::Started { prompt_tokens }) {
         return;
     }
+    let mut abandoned = false;
     let result = model.generate(&request, |event| {
-        events
-            .blocking_send(EngineEvent::Token(event.clone()))
-            .is_ok()
+        abandoned = !send(EngineEvent::Token(event.clone()));
+        !abandoned
     });
+    if abandoned {
+        // Dropping the sender ends the consumer's stream; the engine moves on.
+        tracing::warn!(model = %request.model, "a job's consumer stopped reading; job given up");
+        return;
+    }
     let last = match result {
         Ok(generation) => EngineEvent::Finished(generation),
         Err(err) => EngineEvent::Failed(err),
     };
-    let _ = events.blocking_send(last);
+    send(last);
 }

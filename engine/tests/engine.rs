@@ -607,3 +607,53 @@ fn a_header_bounds_the_memory_a_model_needs() {
         );
     }
 }
+
+/// On the single-job path (candle: `SHAREMESH_KERNELS=candle`), a job whose consumer
+/// stops reading cannot hold the engine thread: after `CONSUMER_WAIT` with its channel
+/// full the job is given up (its stream ends), and the job queued behind it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_stops_reading_cannot_hold_the_single_job_engine() {
+    use sharemesh_engine::{Engine, EngineEvent, TokenEngine, CONSUMER_WAIT};
+    std::env::set_var("SHAREMESH_KERNELS", "candle");
+    let model = load();
+    assert_eq!(model.backend(), "cpu/candle");
+    let id = model.descriptor.id;
+    let engine = Engine::spawn(vec![model], 8);
+    let request = |max_tokens| GenerateRequest {
+        model: id,
+        prompt: Prompt::Text("Once upon a time".into()),
+        sampling: Sampling {
+            max_tokens,
+            ..Sampling::default()
+        },
+        resume: vec![],
+        ignore_eos: true,
+        interruptible: false,
+        prefix_salt: [0; 32],
+    };
+    // Never read: its channel fills after EVENT_BUFFER events.
+    let mut stuck = engine.submit(request(200)).unwrap();
+    let started = std::time::Instant::now();
+    let mut behind = engine.submit(request(4)).unwrap();
+    let finished = loop {
+        match behind.recv().await {
+            Some(EngineEvent::Finished(generation)) => break generation,
+            Some(EngineEvent::Failed(err)) => panic!("{err}"),
+            Some(_) => {}
+            None => panic!("the job behind ended without finishing"),
+        }
+    };
+    assert_eq!(finished.token_ids.len(), 4);
+    let waited = started.elapsed();
+    assert!(waited < CONSUMER_WAIT * 4, "{waited:?}");
+    // The stuck job's stream holds what fitted, then ends without a finish.
+    let mut got = 0;
+    while let Some(event) = stuck.recv().await {
+        assert!(
+            !matches!(event, EngineEvent::Finished(_)),
+            "it was given up"
+        );
+        got += 1;
+    }
+    assert!(got <= sharemesh_engine::EVENT_BUFFER, "{got}");
+}
