@@ -695,7 +695,8 @@ async fn verification_costs_at_most_a_sixth_of_spend_in_an_honest_network() {
         answers += done.cost.0;
         eventually(Duration::from_secs(20), "this job's check", || {
             let s = trust.auditor.stats();
-            s.verified_ok + s.frauds_found >= s.drawn
+            // A check skipped for want of a replay slot is drawn but never done.
+            s.verified_ok + s.frauds_found + s.skipped >= s.drawn
         })
         .await;
     }
@@ -749,7 +750,8 @@ async fn under_default_checks_a_cheat_serves_at_most_two_of_24_and_keeps_under_1
             served_by_cheat += usize::from(done.providers.contains(&cheat));
             eventually(Duration::from_secs(20), "this job's check", || {
                 let s = trust.auditor.stats();
-                s.verified_ok + s.frauds_found >= s.drawn
+                // A check skipped for want of a replay slot is drawn but never done.
+                s.verified_ok + s.frauds_found + s.skipped >= s.drawn
             })
             .await;
         }
