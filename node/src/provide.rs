@@ -109,8 +109,12 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     engine::set_threads(threads);
     let mut hardware = sharemesh_provider::hardware::detect();
-    if let Some(Adversary::ClaimGpu(mib)) = args.adversary {
-        hardware.gpus = vec![claimed_gpu(mib)];
+    match &args.adversary {
+        Some(Adversary::ClaimGpu(mib)) => {
+            hardware.gpus = vec![claimed_gpu(*mib, "GPU-claimed-00000000")]
+        }
+        Some(Adversary::UuidCopy(uuid)) => hardware.gpus = vec![claimed_gpu(24 << 10, uuid)],
+        _ => {}
     }
     hardware.log();
     let mut model: LoadedModel = crate::local_engine::load_model(data_dir, &args.model)?;
@@ -252,11 +256,12 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
     })
 }
 
-/// Testnet adversary kit (`claim-gpu:MIB`): a GPU this provider does not have.
-fn claimed_gpu(mib: u64) -> sharemesh_provider::hardware::GpuStatus {
+/// Testnet adversary kit (`claim-gpu:MIB`, `uuid-copy:UUID`): a GPU this provider does
+/// not have.
+fn claimed_gpu(mib: u64, uuid: &str) -> sharemesh_provider::hardware::GpuStatus {
     sharemesh_provider::hardware::GpuStatus {
         name: "NVIDIA GeForce GT 710".into(),
-        uuid: "GPU-claimed-00000000".into(),
+        uuid: uuid.into(),
         vram_total_bytes: mib << 20,
         vram_free_bytes: mib << 20,
         driver_version: "470.256".into(),

@@ -288,3 +288,43 @@ fn a_gpu_too_small_for_the_model_is_a_finding() {
     assert!(found.contains("bytes of VRAM, below the"), "{found}");
     assert!(findings.get(honest.as_str()).is_none(), "{trust}");
 }
+
+/// `--adversary uuid-copy:UUID`: a provider advertises and attests another provider's
+/// GPU UUID (public in its adverts) to get it flagged as one GPU under two identities.
+/// The identity that claimed the UUID later at the gateway is flagged; the first is not.
+#[test]
+fn a_copied_gpu_uuid_flags_the_copier_not_the_owner() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    // The "owner" claims an 80 GiB GPU (the kit's claimed UUID) and is seen first.
+    let (_owner, owner) =
+        common::provider(dirs[0].path(), None, &["--adversary", "claim-gpu:81920"]);
+    let bootstrap = owner["listen"][0].as_str().unwrap().to_owned();
+    let (_buyer, buyer) = common::gateway(&bootstrap, dirs[1].path(), 1, &[]);
+    let owner = owner["peer_id"].as_str().unwrap().to_owned();
+    // Providers attest with their first advert and every tenth after (an advert a
+    // second here): let one of the owner's reach the gateway before the copier starts.
+    std::thread::sleep(std::time::Duration::from_secs(11));
+    let (_copier, copier) = common::provider(
+        dirs[2].path(),
+        Some(&bootstrap),
+        &["--adversary", "uuid-copy:GPU-claimed-00000000"],
+    );
+    let copier = copier["peer_id"].as_str().unwrap().to_owned();
+    common::wait_until(60, "the copy to be found", || {
+        common::get_json(&buyer, "/v1/trust")["hardware_findings"]
+            .get(copier.as_str())
+            .is_some()
+    });
+    let trust = common::get_json(&buyer, "/v1/trust");
+    let found = trust["hardware_findings"][copier.as_str()][0]
+        .as_str()
+        .unwrap();
+    assert!(
+        found.contains("attested first by 1 other identity"),
+        "{found}"
+    );
+    assert!(
+        trust["hardware_findings"].get(owner.as_str()).is_none(),
+        "{trust}"
+    );
+}

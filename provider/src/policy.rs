@@ -223,6 +223,9 @@ pub enum Adversary {
     /// Holds each token this many milliseconds before sending it (a drip just inside
     /// the buyer's stall timeout, billing for as long as `max_tokens` allows).
     Drip(u64),
+    /// Advertises and attests a GPU with this UUID (another provider's, read from its
+    /// public adverts) to get that provider flagged as one GPU under two identities.
+    UuidCopy(String),
 }
 
 impl std::str::FromStr for Adversary {
@@ -257,6 +260,7 @@ impl std::str::FromStr for Adversary {
             "foreign-profile" => Ok(Adversary::ForeignProfile),
             "nan-logits" => Ok(Adversary::NanLogits),
             "drip" => Ok(Adversary::Drip(number()?)),
+            "uuid-copy" if !value.is_empty() => Ok(Adversary::UuidCopy(value.into())),
             "truncate-layers" => {
                 let count = u32::try_from(number()?).map_err(|_| "layer count too large")?;
                 Ok(Adversary::TruncateLayers(count))
@@ -271,7 +275,7 @@ impl std::str::FromStr for Adversary {
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB, lie-logprobs, falsely-full, alias-key, choose-tokens, never-stop, foreign-profile, nan-logits, drip:MS)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB, lie-logprobs, falsely-full, alias-key, choose-tokens, never-stop, foreign-profile, nan-logits, drip:MS, uuid-copy:UUID)"
             )),
         }
     }
@@ -300,6 +304,11 @@ mod tests {
         assert_eq!("foreign-profile".parse(), Ok(Adversary::ForeignProfile));
         assert_eq!("nan-logits".parse(), Ok(Adversary::NanLogits));
         assert_eq!("drip:1500".parse(), Ok(Adversary::Drip(1500)));
+        assert_eq!(
+            "uuid-copy:GPU-1234".parse(),
+            Ok(Adversary::UuidCopy("GPU-1234".into()))
+        );
+        assert!("uuid-copy".parse::<Adversary>().is_err());
         assert_eq!(
             "truncate-layers:2".parse(),
             Ok(Adversary::TruncateLayers(2))
