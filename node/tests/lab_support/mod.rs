@@ -1,9 +1,11 @@
 //! Set-up shared by the lab tests (`lab.rs`: the market; `attacks.rs`: what a modified
-//! peer tries): providers by price, attacks, gateways with a ledger.
+//! peer tries; `trust.rs`, `checks.rs`: verified work): providers by price, attacks,
+//! gateways with a ledger, verifying gateways.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::time::Duration;
 
+use sharemesh_engine::Cheat;
 use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_node::lab::{GatewaySpec, Lab, ProviderSpec};
 use sharemesh_protocol::{NanoUsd, NodeId};
@@ -85,4 +87,87 @@ pub async fn eventually(limit: Duration, what: &str, mut done: impl FnMut() -> b
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+pub fn verifying(dir: &tempfile::TempDir) -> GatewaySpec {
+    GatewaySpec {
+        verify: true,
+        ..with_ledger(dir)
+    }
+}
+
+/// Sends `request` to the lab, which routes it to the cheapest provider `cheat`, whose
+/// answer is not the honest one; waits for the gateway's check to convict it. Returns
+/// the answer the client got.
+pub async fn served_by_cheat_then_convicted(
+    lab: &Lab,
+    request: sharemesh_gateway::openai::CompletionRequest,
+    cheat: NodeId,
+    why: &str,
+) -> sharemesh_node::lab::Completion {
+    let (expected, _) = lab.expected(&request).unwrap();
+    let served = lab.complete(request).await.unwrap();
+    assert_eq!(served.providers, vec![cheat]);
+    assert_ne!(served.token_ids, expected, "{why}");
+    let auditor = &lab.gateway.trust().auditor;
+    eventually(
+        Duration::from_secs(20),
+        "the buyer's check convicts the cheat",
+        // Counted once the cheat is out of routing and its pay voided.
+        || auditor.stats().frauds_found == 1,
+    )
+    .await;
+    assert!(auditor.is_banned(&cheat));
+    served
+}
+
+/// A gateway that buys its checks from providers (what `sharemesh gateway`
+/// does by default), with `canary_rate` of its checks planting a known window.
+pub fn buying_checks(dir: &tempfile::TempDir, canary_rate: f64) -> GatewaySpec {
+    GatewaySpec {
+        outsource: Some(sharemesh_gateway::outsource::OutsourcePolicy {
+            window: 6,
+            canary_rate,
+            ..Default::default()
+        }),
+        ..with_ledger(dir)
+    }
+}
+
+/// A sampled request (temperature 0.8, its own seed): the draw is the request's.
+pub fn sampled(prompt: &str, max_tokens: u32) -> sharemesh_gateway::openai::CompletionRequest {
+    let routing = sharemesh_gateway::openai::RoutingOptions::default();
+    let mut request = Lab::request(prompt, max_tokens, routing);
+    request.sampling.temperature = 0.8;
+    request.sampling.seed = 7;
+    request
+}
+
+/// Scripted providers whose answers end after five tokens; `cheat` plays the
+/// never-stop adversary at half the price (it goes on to `max_tokens`).
+pub fn ending_after_five(cheat: bool) -> ProviderSpec {
+    let mut spec = if cheat {
+        cheating(50, Cheat::NeverStop)
+    } else {
+        provider(100)
+    };
+    spec.script.stop_after = Some(5);
+    spec
+}
+
+/// Completes `request` on the lab, then waits until every check drawn so far is done
+/// (verified, convicted, or skipped for want of a replay slot).
+pub async fn complete_then_checked(
+    lab: &Lab,
+    request: sharemesh_gateway::openai::CompletionRequest,
+) -> sharemesh_node::lab::Completion {
+    let done = lab.complete(request).await.unwrap();
+    let trust = lab.gateway.trust();
+    eventually(Duration::from_secs(20), "this job's check", || {
+        let s = trust.auditor.stats();
+        // A check skipped for want of a replay slot is drawn but never done.
+        s.verified_ok + s.frauds_found + s.skipped >= s.drawn
+    })
+    .await;
+    done
 }
