@@ -96,7 +96,7 @@ pub struct ProvideArgs {
     /// tokens), `truncate-layers:N` (a cheaper network under the honest name),
     /// `camouflage:N` (honest for N jobs, then garbage), `substitute:PATH`,
     /// `lazy-verifier` (garbage on resumed jobs only), `claim-gpu:MIB` (a GPU it does not
-    /// have), `lie-logprobs` (runners-up made less likely) (README, attacks).
+    /// have), `lie-logprobs` (runners-up made less likely) (docs/security.md).
     #[arg(long, hide = true)]
     pub adversary: Option<sharemesh_provider::policy::Adversary>,
 }
