@@ -1,82 +1,63 @@
-//! How many gossiped fraud proofs this node checks, per reporter and per accused, in a
-//! sliding hour. Anyone can mint well-formed proofs against throwaway keys, and each
-//! costs a replay: without a bound a flood of them would keep this node's engine busy
-//! (and, where it serves, its customers waiting). Pure: time is an argument.
+//! How many gossiped fraud proofs this node checks, per reporter and per accused. Anyone
+//! can mint well-formed proofs against throwaway keys, and each costs a replay: without
+//! a bound a flood of them would keep this node's engine busy (and, where it serves,
+//! its customers waiting). Two token buckets per id (the order book's
+//! [`RateBuckets`]), an hour's budget each. Pure: time is an argument.
 
-use std::collections::{HashMap, VecDeque};
-
+use sharemesh_mesh::orderbook::RateBuckets;
 use sharemesh_protocol::NodeId;
 
-/// Proofs checked per reporter in [`WINDOW_MS`].
-pub const PER_REPORTER: usize = 8;
-/// Proofs checked against one accused in [`WINDOW_MS`] (one confirmed is enough).
-pub const PER_ACCUSED: usize = 4;
-/// The sliding window.
-pub const WINDOW_MS: u64 = 3_600_000;
-/// Nodes tracked on each side before the oldest entries are forgotten.
+/// Proofs checked per reporter in an hour (a burst, then one every 7.5 minutes).
+pub const PER_REPORTER: u32 = 8;
+/// Proofs checked against one accused in an hour (one confirmed is enough).
+pub const PER_ACCUSED: u32 = 4;
+const HOUR_MS: u64 = 3_600_000;
+/// Ids tracked on each side before full buckets are forgotten.
 const MAX_TRACKED: usize = 10_000;
 
 /// Why a proof was not checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ProofLimited {
-    #[error("the reporter sent {PER_REPORTER} proofs within the hour")]
+    #[error("the reporter used its {PER_REPORTER} proofs an hour")]
     Reporter,
-    #[error("{PER_ACCUSED} proofs against the accused were checked within the hour")]
+    #[error("{PER_ACCUSED} proofs an hour against the accused were checked")]
     Accused,
 }
 
-#[derive(Default)]
-struct Recent {
-    times: HashMap<NodeId, VecDeque<u64>>,
-}
-
-impl Recent {
-    fn count(&mut self, node: &NodeId, now_ms: u64) -> usize {
-        let Some(times) = self.times.get_mut(node) else {
-            return 0;
-        };
-        while times.front().is_some_and(|&t| t + WINDOW_MS <= now_ms) {
-            times.pop_front();
-        }
-        times.len()
-    }
-
-    fn add(&mut self, node: NodeId, now_ms: u64) {
-        if self.times.len() >= MAX_TRACKED && !self.times.contains_key(&node) {
-            self.times
-                .retain(|_, t| t.back().is_some_and(|&t| t + WINDOW_MS > now_ms));
-            if self.times.len() >= MAX_TRACKED {
-                self.times.clear();
-            }
-        }
-        self.times.entry(node).or_default().push_back(now_ms);
-    }
-}
-
 /// The per-reporter and per-accused budgets.
-#[derive(Default)]
 pub struct ProofLimits {
-    reporters: Recent,
-    accused: Recent,
+    reporters: RateBuckets,
+    accused: RateBuckets,
+}
+
+impl Default for ProofLimits {
+    fn default() -> Self {
+        let bucket =
+            |per_hour: u32| RateBuckets::new(HOUR_MS / u64::from(per_hour), per_hour, MAX_TRACKED);
+        Self {
+            reporters: bucket(PER_REPORTER),
+            accused: bucket(PER_ACCUSED),
+        }
+    }
 }
 
 impl ProofLimits {
     /// Takes one proof from `reporter` against `accused` into the budgets, or says why
-    /// it is over them (and then counts nothing).
+    /// it is over them (and then draws from neither).
     pub fn admit(
         &mut self,
         reporter: NodeId,
         accused: NodeId,
         now_ms: u64,
     ) -> Result<(), ProofLimited> {
-        if self.reporters.count(&reporter, now_ms) >= PER_REPORTER {
+        if !self.reporters.allows(&reporter, now_ms) {
             return Err(ProofLimited::Reporter);
         }
-        if self.accused.count(&accused, now_ms) >= PER_ACCUSED {
+        if !self.accused.allows(&accused, now_ms) {
             return Err(ProofLimited::Accused);
         }
-        self.reporters.add(reporter, now_ms);
-        self.accused.add(accused, now_ms);
+        self.reporters.draw(reporter, now_ms);
+        self.accused.draw(accused, now_ms);
         Ok(())
     }
 }
@@ -109,10 +90,11 @@ mod tests {
             limits.admit(node(9), node(50), 30),
             Err(ProofLimited::Accused)
         );
-        // A refused proof counted nothing against its reporter.
-        assert_eq!(limits.reporters.count(&node(9), 30), 0);
+        // A refused proof drew nothing from its reporter's budget.
+        assert!(limits.reporters.allows(&node(9), 30));
+        assert_eq!(limits.reporters.len(), 5, "no bucket drawn for node 9");
         // An hour later both budgets are whole again.
-        assert_eq!(limits.admit(node(1), node(50), WINDOW_MS + 20), Ok(()));
+        assert_eq!(limits.admit(node(1), node(50), HOUR_MS + 20), Ok(()));
     }
 
     #[test]
@@ -121,8 +103,8 @@ mod tests {
         for i in 0..(MAX_TRACKED as u32 + 10) {
             let mut id = [0u8; 32];
             id[..4].copy_from_slice(&i.to_le_bytes());
-            let _ = limits.admit(NodeId::from_bytes(id), node(1), u64::from(i) * WINDOW_MS);
+            let _ = limits.admit(NodeId::from_bytes(id), node(1), u64::from(i) * HOUR_MS);
         }
-        assert!(limits.reporters.times.len() <= MAX_TRACKED);
+        assert!(limits.reporters.len() <= MAX_TRACKED);
     }
 }

@@ -15,7 +15,7 @@ use sharemesh_protocol::{
     Advert, MessageKind, ModelId, NodeId, OpenError, ReplayGuard, SignedEnvelope, SignerKeys,
 };
 
-use rate::RateBuckets;
+pub use rate::RateBuckets;
 pub use refusal::AdvertRefusal;
 
 /// An advert the book took: whose, and which of their sequence numbers.

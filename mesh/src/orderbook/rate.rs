@@ -1,6 +1,7 @@
-//! Per-signer advert rate: a token bucket per signer, checked before the signature is
-//! verified (a flood costs no verification once its signer's bucket is empty) and
-//! drawn only after (a forged signer cannot drain an honest provider's bucket).
+//! Per-signer rate: a token bucket per node id, checked before the work it guards (an
+//! advert's signature check: a flood costs no verification once its signer's bucket is
+//! empty) and drawn only after (a forged signer cannot drain an honest provider's
+//! bucket). The gateway bounds gossiped fraud proofs with it too.
 
 use std::collections::HashMap;
 
@@ -13,7 +14,7 @@ struct Bucket {
 }
 
 #[derive(Debug)]
-pub(crate) struct RateBuckets {
+pub struct RateBuckets {
     refill_ms: u64,
     burst: u32,
     capacity: usize,
@@ -21,7 +22,9 @@ pub(crate) struct RateBuckets {
 }
 
 impl RateBuckets {
-    pub(crate) fn new(refill_ms: u64, burst: u32, capacity: usize) -> Self {
+    /// One token back every `refill_ms`, at most `burst` held, buckets for at most
+    /// `capacity` ids (full ones forgotten first).
+    pub fn new(refill_ms: u64, burst: u32, capacity: usize) -> Self {
         Self {
             refill_ms: refill_ms.max(1),
             burst: burst.max(1),
@@ -43,14 +46,14 @@ impl RateBuckets {
     }
 
     /// Whether `signer` may send one more advert now (nothing is drawn).
-    pub(crate) fn allows(&self, signer: &NodeId, now_ms: u64) -> bool {
+    pub fn allows(&self, signer: &NodeId, now_ms: u64) -> bool {
         self.buckets
             .get(signer)
             .is_none_or(|b| self.refilled(*b, now_ms).tokens > 0)
     }
 
     /// Draws one advert from `signer`'s bucket (after its signature was verified).
-    pub(crate) fn draw(&mut self, signer: NodeId, now_ms: u64) {
+    pub fn draw(&mut self, signer: NodeId, now_ms: u64) {
         if !self.buckets.contains_key(&signer) && self.buckets.len() >= self.capacity {
             // Forget full buckets first: they carry no state a fresh one would not.
             let (burst, refill_ms) = (self.burst, self.refill_ms);
@@ -75,9 +78,13 @@ impl RateBuckets {
         self.buckets.insert(signer, bucket);
     }
 
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
+    /// Ids with a bucket.
+    pub fn len(&self) -> usize {
         self.buckets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
     }
 }
 
