@@ -332,10 +332,7 @@ impl Auditor {
     /// The share of `provider`'s jobs to verify (see [`AuditRule`]): its verified
     /// record is what this node verified plus what reporters it trusts vouched for.
     pub fn rate(&self, provider: &NodeId, price: NanoUsd, median_price: NanoUsd) -> f64 {
-        let own = self.dealings.lock().map_or(0, |d| {
-            d.get(provider)
-                .map_or(0, |d| d.aged(now_ms(), DEALINGS_HALF_LIFE_MS).verified_jobs)
-        });
+        let own = self.verified_jobs(provider);
         let vouched = self
             .vouched
             .read()
@@ -353,6 +350,14 @@ impl Auditor {
         if let Ok(mut profiles) = self.profiles.lock() {
             profiles.note(provider, model, profile);
         }
+    }
+
+    /// The jobs of `provider` this node verified itself, aged to now.
+    pub fn verified_jobs(&self, provider: &NodeId) -> u32 {
+        self.dealings.lock().map_or(0, |d| {
+            d.get(provider)
+                .map_or(0, |d| d.aged(now_ms(), DEALINGS_HALF_LIFE_MS).verified_jobs)
+        })
     }
 
     /// A permit to replay now, or `None` (skipped) when enough replays are running.

@@ -253,12 +253,8 @@ impl Trust {
     /// Whether `node` has standing here: this node verified its work, or its
     /// EigenTrust view gives it trust.
     fn has_standing(&self, node: &NodeId) -> bool {
-        let verified = self
-            .auditor
-            .dealings()
-            .get(node)
-            .is_some_and(|d| d.verified_jobs > 0);
-        verified || self.standing.trust().get(node).is_some_and(|&t| t > 0.0)
+        self.auditor.verified_jobs(node) > 0
+            || self.standing.trust().get(node).is_some_and(|&t| t > 0.0)
     }
 
     fn record(&self, provider: NodeId, outcome: Outcome) {
