@@ -69,6 +69,10 @@ pub struct AuditStats {
     /// Gossiped proofs over their reporter's or accused's hourly budget, not checked.
     pub proofs_rate_limited: u64,
     pub skipped: u64,
+    /// Checks whose two runs differed and were not settled (both parties suspected).
+    pub disputed: u64,
+    /// Checks drawn that could not be made (no verifier, a window that failed).
+    pub unchecked: u64,
     pub replayed_tokens: u64,
 }
 

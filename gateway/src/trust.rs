@@ -240,6 +240,9 @@ impl Trust {
             .filter_map(|(id, d)| Some((id.parse().ok()?, d)))
             .collect();
         self.auditor.restore_dealings(saved);
+        if let Err(err) = ledger.expire_frauds(now_ms()) {
+            tracing::warn!(%err, "could not expire old fraud proofs");
+        }
         match ledger.frauds() {
             Ok(frauds) => {
                 for (provider, _) in frauds {
@@ -332,7 +335,10 @@ impl Trust {
                 for party in parties {
                     self.auditor.suspect(party);
                 }
-                self.auditor.count(|s| s.replayed_tokens += sent as u64);
+                self.auditor.count(|s| {
+                    s.disputed += 1;
+                    s.replayed_tokens += sent as u64;
+                });
             }
             Finding::Fraud(proof) if proof.evidence().is_err() => {
                 let provider = proof.provider;
@@ -379,7 +385,10 @@ impl Trust {
                 self.auditor.suspect(provider);
                 self.record(provider, Outcome::VerifiedMismatch);
             }
-            Finding::Unchecked(why) => tracing::debug!(%why, "segment not verifiable here"),
+            Finding::Unchecked(why) => {
+                tracing::debug!(%why, "segment not verifiable here");
+                self.auditor.count(|s| s.unchecked += 1);
+            }
         }
     }
 

@@ -16,6 +16,12 @@ const DEALINGS_KEY: &[u8] = b"\xffdealings";
 
 /// How long a receipt stays open to a fraud proof by default.
 pub const DEFAULT_DISPUTE_WINDOW_MS: u64 = 24 * 3_600_000;
+/// How long a kept fraud proof is kept, from when it was signed: its receipts were
+/// voided long before, and a convicted key is worth nothing to its owner by then (keys
+/// are free), so what is left is storage a flood of convictions would grow.
+pub const FRAUD_PROOF_RETENTION_MS: u64 = 30 * 24 * 3_600_000;
+/// Fraud proofs kept at most (the oldest go first).
+pub const MAX_FRAUD_PROOFS: usize = 10_000;
 
 /// What a fraud proof took back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -62,6 +68,7 @@ impl Ledger {
             .map_err(|e| LedgerError::Invalid(e.to_string()))?;
         if !self.frauds.contains_key(provider.as_bytes())? {
             self.frauds.insert(provider.as_bytes(), bytes)?;
+            self.expire_frauds(now_ms)?;
         }
         let window = self.dispute_window_ms();
         let mut voided = Voided::default();
@@ -119,6 +126,40 @@ impl Ledger {
             frauds.push((NodeId::from_bytes(provider), proof));
         }
         Ok(frauds)
+    }
+
+    /// Forgets fraud proofs signed more than [`FRAUD_PROOF_RETENTION_MS`] before
+    /// `now_ms` (or dated more than a day after it), and the oldest beyond
+    /// [`MAX_FRAUD_PROOFS`]; returns how many went.
+    pub fn expire_frauds(&self, now_ms: u64) -> Result<usize, LedgerError> {
+        self.expire_frauds_beyond(now_ms, MAX_FRAUD_PROOFS)
+    }
+
+    fn expire_frauds_beyond(&self, now_ms: u64, max: usize) -> Result<usize, LedgerError> {
+        let mut kept = Vec::new();
+        let mut gone = 0;
+        for (provider, proof) in self.frauds()? {
+            let signed = proof.issued_at_ms;
+            let stale = signed.saturating_add(FRAUD_PROOF_RETENTION_MS) < now_ms;
+            let future = signed > now_ms.saturating_add(24 * 3_600_000);
+            if stale || future {
+                self.frauds.remove(provider.as_bytes())?;
+                gone += 1;
+            } else {
+                kept.push((proof.issued_at_ms, provider));
+            }
+        }
+        if kept.len() > max {
+            kept.sort_unstable();
+            for (_, provider) in &kept[..kept.len() - max] {
+                self.frauds.remove(provider.as_bytes())?;
+                gone += 1;
+            }
+        }
+        if gone > 0 {
+            self.db.flush()?;
+        }
+        Ok(gone)
     }
 
     /// Keeps the trust layer's own verified dealings (an opaque encoding the gateway
@@ -316,9 +357,61 @@ mod tests {
         ledger.build_totals().unwrap();
         assert_eq!(
             ledger
+                .expire_frauds(now + FRAUD_PROOF_RETENTION_MS)
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            ledger
+                .expire_frauds(now + FRAUD_PROOF_RETENTION_MS + 1)
+                .unwrap(),
+            1
+        );
+        assert!(
+            ledger.frauds().unwrap().is_empty(),
+            "an old proof is forgotten"
+        );
+        assert_eq!(
+            ledger
                 .spent(SpendScope::Buyer(&buyer.node_id()), Period::Day(now))
                 .unwrap(),
             1000
         );
+    }
+
+    #[test]
+    fn kept_proofs_are_bounded_oldest_first_and_future_dated_ones_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        let buyer = Keypair::from_secret([1; 32]);
+        let now = 100 * 24 * HOUR;
+        let keep = |n: u8, at: u64| {
+            let cheat = Keypair::from_secret([n; 32]);
+            let body = sealed(&buyer, &cheat, n, at)
+                .open_archived::<Receipt>()
+                .unwrap()
+                .body;
+            let proof = buyer.seal(&body, u64::from(n), at, 60_000).unwrap();
+            ledger
+                .frauds
+                .insert(cheat.node_id().as_bytes(), proof.to_bytes().unwrap())
+                .unwrap();
+            cheat.node_id()
+        };
+        let oldest = keep(10, now - 3 * HOUR);
+        let middle = keep(11, now - 2 * HOUR);
+        let newest = keep(12, now - HOUR);
+        keep(13, now + 2 * 24 * HOUR);
+        assert_eq!(ledger.expire_frauds_beyond(now, 2).unwrap(), 2);
+        let mut left: Vec<NodeId> = ledger
+            .frauds()
+            .unwrap()
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        left.sort();
+        let mut expected = vec![middle, newest];
+        expected.sort();
+        assert_eq!(left, expected, "{oldest} and the future-dated one went");
     }
 }

@@ -317,7 +317,14 @@ impl EventLoop {
                     };
                     self.connected_since.insert(peer_id, age);
                     if let Ok(mut live) = self.live.write() {
-                        live.insert(peer_id, None);
+                        let rtt = None;
+                        live.insert(
+                            peer_id,
+                            super::LivePeer {
+                                rtt,
+                                address: address.clone(),
+                            },
+                        );
                     }
                     tracing::debug!(peer = %peer_id, "connected");
                     self.emit(MeshEvent::PeerConnected(peer_id));
@@ -384,7 +391,7 @@ impl EventLoop {
                 self.rtt.insert(peer, rtt);
                 if let Ok(mut live) = self.live.write() {
                     if let Some(entry) = live.get_mut(&peer) {
-                        *entry = Some(rtt);
+                        entry.rtt = Some(rtt);
                     }
                 }
             }

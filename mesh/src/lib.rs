@@ -234,8 +234,18 @@ pub struct NatView {
     pub hole_punch_failures: u64,
 }
 
-/// Connected peers with their last measured ping round trip (`None` until one is).
-pub(crate) type LivePeers = Arc<RwLock<HashMap<PeerId, Option<Duration>>>>;
+/// What the mesh knows of a connected peer without a round trip to its event loop.
+#[derive(Clone, Debug)]
+pub(crate) struct LivePeer {
+    /// Last measured ping round trip (`None` until one is).
+    pub rtt: Option<Duration>,
+    /// The address of its first connection (a relayed one names our relayed listen
+    /// address, which holds the relay's): where its traffic comes from.
+    pub address: Multiaddr,
+}
+
+/// Connected peers.
+pub(crate) type LivePeers = Arc<RwLock<HashMap<PeerId, LivePeer>>>;
 
 /// Cloneable access to the mesh.
 #[derive(Clone)]
@@ -390,13 +400,22 @@ impl MeshHandle {
             .unwrap_or(false)
     }
 
+    /// The address `peer` is connected from, if it is connected (no round trip to the
+    /// event loop): a provider counts unpaid work per network origin with it.
+    pub fn remote_address(&self, peer: &PeerId) -> Option<Multiaddr> {
+        self.live
+            .read()
+            .ok()
+            .and_then(|live| Some(live.get(peer)?.address.clone()))
+    }
+
     /// Last ping round trip of every connected peer that has one, in ms.
     pub fn round_trips_ms(&self) -> HashMap<PeerId, f64> {
         self.live
             .read()
             .map(|live| {
                 live.iter()
-                    .filter_map(|(peer, rtt)| Some((*peer, rtt.as_ref()?.as_secs_f64() * 1000.0)))
+                    .filter_map(|(peer, live)| Some((*peer, live.rtt?.as_secs_f64() * 1000.0)))
                     .collect()
             })
             .unwrap_or_default()

@@ -154,7 +154,7 @@ pub struct Lab {
     pub providers: Vec<LabProvider>,
     pub gateway: Arc<Dispatcher>,
     pub gateway_mesh: MeshHandle,
-    /// The gateway node's key, for jobs a test opens itself (`open_job`).
+    /// The gateway node's key, for jobs a test opens itself (`gateway_buyer`).
     pub gateway_key: Arc<Keypair>,
     pub ledger: Option<Arc<Ledger>>,
 }
@@ -433,49 +433,31 @@ impl Lab {
         self.complete_with(request, |_, _| async {}).await
     }
 
-    /// Opens a job on `provider` from the gateway's node, bypassing the dispatcher: a
-    /// test plays a buyer that behaves as it likes (e.g. `Billing::Unbilled`: never
-    /// pays).
-    pub async fn open_job(
-        &self,
-        provider: NodeId,
-        prompt: &str,
-        max_tokens: u32,
-        billing: Billing,
-    ) -> Result<BuyerStream> {
-        let model = ScriptedEngine::model(LAB_MODEL).id;
-        let job = JobRequest {
-            job_id: JobId::from_bytes(rand::random()),
-            buyer: self.gateway_key.node_id(),
-            provider,
-            model,
-            prompt: Prompt::Text(prompt.into()),
-            sampling: Sampling {
-                max_tokens,
-                ..Sampling::default()
-            },
-            max_price_per_token: RoutingDefaults::default().max_price_per_token,
-            tier: Tier::OnDemand,
-            deadline_ms: sharemesh_mesh::clock::now_ms() + 60_000,
-            resume: Vec::new(),
-            audit_commitment: sharemesh_protocol::Digest::from_bytes([0; 32]),
-        };
-        let terms = StreamTerms {
-            ledger: None,
-            stall_timeout: Duration::from_secs(60),
-            billing,
-            counted: None,
-        };
-        let peer = provider.peer_id().context("a provider's peer id")?;
-        start_job(
-            &self.gateway_mesh,
-            self.gateway_key.clone(),
-            peer,
-            job,
-            terms,
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))
+    /// The lab gateway's own identity and swarm as a bare buyer: a test opens jobs
+    /// with it that bypass the dispatcher and behave as the test likes.
+    pub fn gateway_buyer(&self) -> LabBuyer {
+        LabBuyer {
+            key: self.gateway_key.clone(),
+            mesh: self.gateway_mesh.clone(),
+        }
+    }
+
+    /// A bare buyer on the lab's mesh (a fresh key and swarm, no gateway), joined
+    /// through the first provider: what a free rider with a new key per job is.
+    pub async fn add_buyer(&self) -> Result<LabBuyer> {
+        let seed = GATEWAY_SEED + 1 + NEXT_PORT.fetch_add(1, Ordering::SeqCst);
+        let key = key(seed);
+        let bootstrap = self
+            .providers
+            .iter()
+            .flat_map(|p| p.mesh.listen_addrs())
+            .collect();
+        let config = mesh_config(next_address()?, bootstrap, false, lab_book());
+        let mesh = sharemesh_mesh::spawn(key.secret(), config).await?;
+        Ok(LabBuyer {
+            key: Arc::new(key),
+            mesh,
+        })
     }
 
     /// Another gateway on the lab's mesh (its own key, book and ledger), joined
@@ -562,5 +544,51 @@ async fn log_end<E: std::fmt::Display>(
 ) {
     if let Err(err) = task.await {
         tracing::warn!(%err, "lab provider's {what} task ended");
+    }
+}
+
+/// A buyer a test plays by hand: its key and swarm, no dispatcher.
+pub struct LabBuyer {
+    pub key: Arc<Keypair>,
+    pub mesh: MeshHandle,
+}
+
+impl LabBuyer {
+    /// Opens a job on `provider`, bypassing any dispatcher: the buyer behaves as the
+    /// test likes (e.g. `Billing::Unbilled`: never pays).
+    pub async fn open_job(
+        &self,
+        provider: NodeId,
+        prompt: &str,
+        max_tokens: u32,
+        billing: Billing,
+    ) -> Result<BuyerStream> {
+        let model = ScriptedEngine::model(LAB_MODEL).id;
+        let job = JobRequest {
+            job_id: JobId::from_bytes(rand::random()),
+            buyer: self.key.node_id(),
+            provider,
+            model,
+            prompt: Prompt::Text(prompt.into()),
+            sampling: Sampling {
+                max_tokens,
+                ..Sampling::default()
+            },
+            max_price_per_token: RoutingDefaults::default().max_price_per_token,
+            tier: Tier::OnDemand,
+            deadline_ms: sharemesh_mesh::clock::now_ms() + 60_000,
+            resume: Vec::new(),
+            audit_commitment: sharemesh_protocol::Digest::from_bytes([0; 32]),
+        };
+        let terms = StreamTerms {
+            ledger: None,
+            stall_timeout: Duration::from_secs(60),
+            billing,
+            counted: None,
+        };
+        let peer = provider.peer_id().context("a provider's peer id")?;
+        start_job(&self.mesh, self.key.clone(), peer, job, terms)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use lab_support::*;
 use sharemesh_engine::Cheat;
+use sharemesh_gateway::buyer::Billing;
 use sharemesh_gateway::dispatch::{DispatchEvent, Dispatcher};
 use sharemesh_gateway::openai::RoutingOptions;
 use sharemesh_ledger::Side;
@@ -395,6 +396,7 @@ async fn a_buyer_that_never_paid_gets_a_small_credit_window() {
     let mut windows = Vec::new();
     for _ in 0..2 {
         let mut job = lab
+            .gateway_buyer()
             .open_job(provider, "pay as you go", 12, Billing::Metered(None))
             .await
             .unwrap();
@@ -412,4 +414,82 @@ async fn a_buyer_that_never_paid_gets_a_small_credit_window() {
         windows,
         vec![sharemesh_provider::NEWCOMER_CREDIT_WINDOW, full]
     );
+}
+
+/// Attack (`proof-spam`): a key buys one honest job, then gossips thirty fraud proofs
+/// against the honest provider, built from the provider's real signed chunks with a
+/// made-up replay at each step. A verifying gateway checks at most four proofs against
+/// one accused an hour (and eight from one reporter), refutes what it checks, marks
+/// the reporter as misbehaving for each, and never suspects, bans or stops paying the
+/// honest provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_false_proofs_costs_the_reporter_not_the_accused() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = Lab::start(vec![provider(100)], verifying(&dir))
+        .await
+        .unwrap();
+    let honest = lab.providers[0].node_id;
+    let spammer = lab.add_buyer().await.unwrap();
+    let peer = honest.peer_id().unwrap();
+    eventually(Duration::from_secs(10), "the spammer connects", || {
+        spammer.mesh.is_connected(&peer)
+    })
+    .await;
+    let mut job = spammer
+        .open_job(honest, "something to accuse", 12, Billing::Metered(None))
+        .await
+        .unwrap();
+    while job.next().await.is_some() {}
+    let transcript = job.transcript().unwrap().clone();
+    let committed: Vec<_> = transcript.committed().into_iter().cloned().collect();
+    assert!(committed.len() >= 4);
+    let auditor = &lab.gateway.trust().auditor;
+    let reporter = spammer.key.node_id();
+    let before = lab.gateway.reputation(&reporter);
+    for n in 0..30u32 {
+        let step = n as usize % committed.len();
+        let mut replayed = committed[step].clone();
+        for (_, logit) in &mut replayed.top {
+            *logit = (f32::from_bits(*logit) + 1.0 + n as f32).to_bits();
+        }
+        let proof = transcript
+            .proof(reporter, step, replayed, transcript.profile().clone())
+            .unwrap();
+        let sealed = spammer
+            .key
+            .seal(&proof, u64::from(n) + 1, now_ms(), 3_600_000)
+            .unwrap();
+        // The first waits for the spammer's gossip mesh to form.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while let Err(err) = spammer.mesh.publish_fraud_proof(&sealed).await {
+            assert!(tokio::time::Instant::now() < deadline, "{err}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    eventually(
+        Duration::from_secs(20),
+        "the flood reaches the gateway",
+        || {
+            let stats = auditor.stats();
+            stats.proofs_refuted >= 1 && stats.proofs_rate_limited >= 26
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stats = auditor.stats();
+    assert!(
+        (1..=4).contains(&stats.proofs_refuted),
+        "at most four checked against one accused: {stats:?}"
+    );
+    assert_eq!(stats.frauds_confirmed_from_gossip, 0);
+    assert!(!auditor.is_banned(&honest) && !auditor.is_suspected(&honest));
+    assert!(
+        lab.gateway.reputation(&reporter) < before,
+        "each refuted proof marks its reporter"
+    );
+    let done = lab
+        .complete(Lab::request("still served", 4, RoutingOptions::default()))
+        .await
+        .unwrap();
+    assert_eq!(done.providers, vec![honest]);
 }

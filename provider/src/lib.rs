@@ -39,6 +39,7 @@ pub mod policy;
 mod quote;
 mod receipts;
 mod stream;
+pub mod unpaid;
 use receipts::read_receipts;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -133,6 +134,8 @@ pub struct Provider {
     buyer_limits: BuyerLimits,
     /// Buyers that have paid this provider a receipt: they get the full credit window.
     paying_buyers: receipts::PayingBuyers,
+    /// Jobs buyers walked away from unpaid, and newcomers' jobs in progress.
+    unpaid: unpaid::UnpaidWork,
     /// Where jobs, tokens, earnings and load are counted (`GET /metrics`).
     metrics: Option<Arc<metrics::ProviderMetrics>>,
     /// Testnet adversary `alias-key`: the throwaway key its jobs' `Accept` and chunks
@@ -184,8 +187,24 @@ impl Provider {
             ledger,
             interruptible: Mutex::new(Vec::new()),
             paying_buyers: receipts::PayingBuyers::default(),
+            unpaid: unpaid::UnpaidWork::default(),
             alias: alias.then(|| Keypair::from_secret(rand::random::<[u8; 32]>())),
         })
+    }
+
+    /// `buyer` (connected as `peer`) as the unpaid-work rules see it: its network
+    /// origin, and whether it is new here.
+    fn asker(&self, buyer: NodeId, peer: &PeerId) -> unpaid::Asker {
+        unpaid::Asker {
+            buyer,
+            origin: self
+                .mesh
+                .remote_address(peer)
+                .map_or_else(unpaid::Origin::unknown, |address| {
+                    unpaid::Origin::of(&address)
+                }),
+            newcomer: !self.paying_buyers.contains(&buyer),
+        }
     }
 
     /// The credit window `buyer` gets: the policy's once it has paid here, at most
@@ -304,7 +323,7 @@ impl Provider {
         &self,
         peer: PeerId,
         envelope: &SignedEnvelope,
-    ) -> Result<(JobRequest, BuyerSlot), (RejectReason, String)> {
+    ) -> Result<(JobRequest, Admitted), (RejectReason, String)> {
         let now = now_ms();
         let opened = envelope
             .open::<JobRequest>(now)
@@ -336,9 +355,19 @@ impl Provider {
         // preempt anyone's interruptible work. Its slot is taken only once the job is
         // admitted, so refused attempts do not count against its jobs per minute.
         self.buyer_limits.check(&request.buyer, now)?;
+        let asker = self.asker(request.buyer, &peer);
+        self.unpaid.check(&asker, now)?;
         self.admit(&request, now)?;
-        let slot = self.buyer_limits.admit(request.buyer, now)?;
-        Ok((request, slot))
+        let buyer_slot = self.buyer_limits.admit(request.buyer, now)?;
+        let newcomer_slot = self.unpaid.admit(&asker, now)?;
+        Ok((
+            request,
+            Admitted {
+                asker,
+                _buyer_slot: buyer_slot,
+                _newcomer_slot: newcomer_slot,
+            },
+        ))
     }
 
     /// The admission check every job passes, from the mesh or from this process's own
@@ -451,7 +480,7 @@ impl Provider {
     ) -> Result<(), FrameError> {
         let (mut reader, mut writer) = stream.split();
         let envelope = read_frame(&mut reader, REQUEST_TIMEOUT).await?;
-        let (request, _buyer_slot) = match self.check(peer, &envelope) {
+        let (request, admitted) = match self.check(peer, &envelope) {
             Ok(admitted) => admitted,
             Err((reason, detail)) => {
                 tracing::info!(%peer, ?reason, %detail, "rejected job");
@@ -464,7 +493,7 @@ impl Provider {
             }
         };
         let span = tracing::info_span!("job", job = %request.job_id, %peer);
-        self.serve_job(request, writer, reader)
+        self.serve_job(request, &admitted.asker, writer, reader)
             .instrument(span)
             .await
     }
@@ -473,6 +502,7 @@ impl Provider {
     async fn serve_job(
         &self,
         request: JobRequest,
+        asker: &unpaid::Asker,
         mut writer: futures::io::WriteHalf<libp2p::Stream>,
         reader: futures::io::ReadHalf<libp2p::Stream>,
     ) -> Result<(), FrameError> {
@@ -520,7 +550,7 @@ impl Provider {
         // Receipts arrive concurrently; `acked` holds the completion tokens they cover.
         let (acked_tx, mut acked) = watch::channel(0u64);
         let heads = stream::SentHeads::default();
-        let receipts = tokio::spawn(read_receipts(
+        let mut receipts = tokio::spawn(read_receipts(
             reader,
             request.clone(),
             receipts::Terms {
@@ -566,11 +596,31 @@ impl Provider {
         if let Ok(mut jobs) = self.interruptible.lock() {
             jobs.retain(|(job, _)| *job != request.job_id);
         }
-        // Give the buyer a moment to send its final receipt, then close.
-        if matches!(result, Ok(stream::Streamed::Ended)) {
-            let _ = tokio::time::timeout(FINAL_RECEIPT_WAIT, acked.wait_for(|&a| a >= sent)).await;
+        // Give the buyer a moment to send its final receipt (or, having left, the
+        // receipt for what it received), then close.
+        match result {
+            Ok(stream::Streamed::Ended) => {
+                let paid = acked.wait_for(|&a| a >= sent);
+                let _ = tokio::time::timeout(FINAL_RECEIPT_WAIT, paid).await;
+            }
+            Ok(stream::Streamed::BuyerLeft) | Err(_) => {
+                let _ = tokio::time::timeout(FINAL_RECEIPT_WAIT, &mut receipts).await;
+            }
+            Ok(_) => {}
         }
         receipts.abort();
+        let paid = (*acked.borrow()).min(sent);
+        if paid < sent {
+            tracing::info!(buyer = %asker.buyer, origin = %asker.origin, sent, paid, "job ended with tokens unpaid");
+        }
+        self.unpaid.ended(asker, sent, paid, now_ms());
         result.map(|_| ())
     }
+}
+
+/// What an admitted job holds until it ends: who asked, and its buyer's slots.
+struct Admitted {
+    asker: unpaid::Asker,
+    _buyer_slot: BuyerSlot,
+    _newcomer_slot: Option<unpaid::NewcomerSlot>,
 }

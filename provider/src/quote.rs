@@ -47,6 +47,10 @@ impl Provider {
             self.buyer_limits
                 .check(&request.buyer, now)
                 .and_then(|()| {
+                    let asker = self.asker(request.buyer, &peer);
+                    self.unpaid.check(&asker, now)
+                })
+                .and_then(|()| {
                     self.terms(
                         &request.model,
                         request.tier,

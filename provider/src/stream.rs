@@ -171,6 +171,11 @@ impl Provider {
                         // Adversary: one token at a time, just inside the stall timeout.
                         tokio::time::sleep(Duration::from_millis(ms)).await;
                     }
+                    if job.acked.has_changed().is_err() {
+                        // The buyer closed its side (after paying what it received):
+                        // nothing more is read, so nothing more is sent.
+                        return Ok(Streamed::BuyerLeft);
+                    }
                     if let Some(ended) = job.wait_for_credit(window, limit).await {
                         tracing::info!(?ended, "the buyer stopped paying; cancelling the job");
                         return Ok(ended);

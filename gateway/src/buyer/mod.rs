@@ -185,7 +185,7 @@ pub async fn start_job(
         .map_err(|e| SegmentError::SendFailed(e.to_string()))?;
     Ok(BuyerStream {
         reader: FrameReader::new(reader),
-        writer,
+        writer: Some(writer),
         key,
         seq,
         request,
@@ -194,6 +194,7 @@ pub async fn start_job(
         state: State::AwaitAnswer,
         pending: VecDeque::new(),
         transcript: None,
+        owed: None,
     })
 }
 
@@ -203,7 +204,8 @@ pub async fn start_job(
 /// as tokens arrive. Dropping it closes the stream, which cancels the job.
 pub struct BuyerStream {
     reader: FrameReader<ReadHalf<libp2p::Stream>>,
-    writer: WriteHalf<libp2p::Stream>,
+    /// `None` only once dropped with tokens owed: a task of its own pays them.
+    writer: Option<WriteHalf<libp2p::Stream>>,
     key: Arc<Keypair>,
     seq: SeqCounter,
     request: JobRequest,
@@ -215,6 +217,10 @@ pub struct BuyerStream {
     pending: VecDeque<JobEvent>,
     /// What the provider signed for this job, once it accepted.
     transcript: Option<Transcript>,
+    /// While metered tokens stream: the receipt for everything received so far, and
+    /// whether it was sent. Kept outside `state` (which a pending `next` holds) so a
+    /// stream dropped mid-job pays for what arrived (see its `Drop`).
+    owed: Option<(Receipt, bool)>,
 }
 
 enum State {
@@ -264,6 +270,9 @@ impl BuyerStream {
     }
 
     fn fail(&mut self, why: SegmentError) -> State {
+        // A segment that failed is not paid beyond its last receipt (a bad chunk ends
+        // the paying; a stalled or broken stream has no one to pay).
+        self.owed = None;
         self.pending.push_back(JobEvent::Failed(why));
         State::Done
     }
@@ -391,6 +400,9 @@ impl BuyerStream {
         } else {
             at.timeout = self.terms.stall_timeout;
         }
+        if matches!(self.terms.billing, Billing::Metered(_)) && at.received > at.acknowledged {
+            self.owed = self.receipt_for(&at).map(|receipt| (receipt, false));
+        }
         let finish = chunk.finish;
         if !chunk.token_ids.is_empty() {
             self.pending.push_back(JobEvent::Token(chunk));
@@ -417,9 +429,10 @@ impl BuyerStream {
         }
     }
 
-    /// Signs a cumulative receipt for what arrived, books it, then sends it.
-    async fn pay(&mut self, at: &mut Streaming) -> Result<(), SegmentError> {
-        let Some(body) = Receipt::new(
+    /// The cumulative receipt for everything received so far (`None`: the amount
+    /// overflows, nothing sensible to sign).
+    fn receipt_for(&self, at: &Streaming) -> Option<Receipt> {
+        Receipt::new(
             self.request.job_id,
             at.accept.provider,
             self.key.node_id(),
@@ -427,35 +440,82 @@ impl BuyerStream {
             at.received,
             at.accept.price_per_token,
             at.head,
-        ) else {
-            return Ok(()); // The amount overflows: nothing sensible to sign.
-        };
-        let Ok(envelope) = self
-            .key
-            .seal(&body, self.seq.next(), now_ms(), 365 * 24 * 3_600_000)
-        else {
+        )
+    }
+
+    /// Signs a cumulative receipt for what arrived, books it, then sends it.
+    async fn pay(&mut self, at: &mut Streaming) -> Result<(), SegmentError> {
+        let Some(body) = self.receipt_for(at) else {
             return Ok(());
         };
-        // Booked before it is sent: whatever the provider holds, we hold too.
-        if let Some(ledger) = &self.terms.ledger {
-            // sled flushes to disk: off the async runtime's threads.
-            let (ledger, booked) = (ledger.clone(), envelope.clone());
-            let api_key = match &self.terms.billing {
-                Billing::Metered(api_key) => api_key.clone(),
-                Billing::Unbilled => None,
-            };
-            tokio::task::spawn_blocking(move || ledger.record_receipt(&booked, api_key.as_deref()))
-                .await
-                .map_err(|err| SegmentError::Booking(err.to_string()))?
-                .map_err(|err| SegmentError::Booking(err.to_string()))?;
+        let Ok(envelope) = self.seal_receipt(&body) else {
+            return Ok(());
+        };
+        book_receipt(&self.terms, &envelope).await?;
+        // The receipt is booked: from here on it is owed whether or not it is sent.
+        if let Some((_, sent)) = self.owed.as_mut() {
+            *sent = true;
         }
-        if write_frame(&mut self.writer, &envelope).await.is_ok() {
+        let written = match self.writer.as_mut() {
+            Some(writer) => write_frame(writer, &envelope).await.is_ok(),
+            None => false,
+        };
+        if written {
             at.acknowledged = at.received;
             at.acknowledged_head = Some(at.head);
         }
-        // Booked, so owed whether or not the provider got it.
         self.pending.push_back(JobEvent::Receipted(body));
         Ok(())
+    }
+
+    fn seal_receipt(&self, receipt: &Receipt) -> Result<SignedEnvelope, SegmentError> {
+        self.key
+            .seal(receipt, self.seq.next(), now_ms(), 365 * 24 * 3_600_000)
+            .map_err(|err| SegmentError::Booking(err.to_string()))
+    }
+}
+
+/// Books a receipt before it is sent: whatever the provider holds, the buyer holds too.
+async fn book_receipt(terms: &StreamTerms, envelope: &SignedEnvelope) -> Result<(), SegmentError> {
+    let Some(ledger) = &terms.ledger else {
+        return Ok(());
+    };
+    let api_key = match &terms.billing {
+        Billing::Metered(api_key) => api_key.clone(),
+        Billing::Unbilled => None,
+    };
+    // sled flushes to disk: off the async runtime's threads.
+    let (ledger, booked) = (ledger.clone(), envelope.clone());
+    tokio::task::spawn_blocking(move || ledger.record_receipt(&booked, api_key.as_deref()))
+        .await
+        .map_err(|err| SegmentError::Booking(err.to_string()))?
+        .map_err(|err| SegmentError::Booking(err.to_string()))?;
+    Ok(())
+}
+
+impl Drop for BuyerStream {
+    /// A buyer that leaves mid-job (its client went away, or it moved on) still pays
+    /// for every token it received: the receipt is booked and sent from a task of its
+    /// own, which then closes the stream. A provider counts a buyer that pays nothing
+    /// for what it was sent as walking away (SPEC §10).
+    fn drop(&mut self) {
+        let Some((receipt, false)) = self.owed.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (Ok(envelope), Some(mut writer)) = (self.seal_receipt(&receipt), self.writer.take())
+        else {
+            return;
+        };
+        let terms = self.terms.clone();
+        runtime.spawn(async move {
+            if book_receipt(&terms, &envelope).await.is_ok() {
+                let _ = write_frame(&mut writer, &envelope).await;
+                let _ = futures::AsyncWriteExt::close(&mut writer).await;
+            }
+        });
     }
 }
 

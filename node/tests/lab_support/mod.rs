@@ -52,15 +52,17 @@ pub fn slow(spec: ProviderSpec, token_ms: u64) -> ProviderSpec {
     spec.with_token_delay(Duration::from_millis(token_ms))
 }
 
-/// The receipts in the gateway's ledger, per provider: (completion tokens, amount).
+/// The receipts in the gateway's ledger, summed per provider: (completion tokens,
+/// amount) over every job it was paid for.
 pub fn booked(lab: &Lab) -> std::collections::HashMap<NodeId, (u64, u64)> {
     let ledger = lab.ledger.as_ref().unwrap();
-    ledger
-        .receipts()
-        .unwrap()
-        .into_iter()
-        .map(|(r, _)| (r.provider, (r.completion_tokens, r.amount.0)))
-        .collect()
+    let mut sums = std::collections::HashMap::new();
+    for (receipt, _) in ledger.receipts().unwrap() {
+        let (tokens, amount) = sums.entry(receipt.provider).or_insert((0, 0));
+        *tokens += receipt.completion_tokens;
+        *amount += receipt.amount.0;
+    }
+    sums
 }
 
 pub fn with_ledger(dir: &tempfile::TempDir) -> GatewaySpec {
@@ -156,7 +158,7 @@ pub fn ending_after_five(cheat: bool) -> ProviderSpec {
 }
 
 /// Completes `request` on the lab, then waits until every check drawn so far is done
-/// (verified, convicted, or skipped for want of a replay slot).
+/// (verified, convicted, disputed, unverifiable, or skipped for want of a replay slot).
 pub async fn complete_then_checked(
     lab: &Lab,
     request: sharemesh_gateway::openai::CompletionRequest,
@@ -166,7 +168,8 @@ pub async fn complete_then_checked(
     eventually(Duration::from_secs(20), "this job's check", || {
         let s = trust.auditor.stats();
         // A check skipped for want of a replay slot is drawn but never done.
-        s.verified_ok + s.frauds_found + s.skipped >= s.drawn
+        s.verified_ok + s.frauds_found + s.skipped + s.disputed + s.unchecked + s.suspicious
+            >= s.drawn
     })
     .await;
     done

@@ -1,0 +1,399 @@
+//! Work buyers took without paying, and what that costs them. A provider streams ahead
+//! of a buyer's receipts (the credit window), so a buyer that stops paying, or leaves
+//! without paying, takes up to a window of tokens (and the prompt's prefill) for free.
+//! Keys are free to make, so every job's unpaid tokens (sent minus receipted) are
+//! counted for an hour against the key and, for buyers that had never paid here,
+//! against the network origin they connect from:
+//!
+//! - a key whose unpaid tokens in the last hour reach [`UNPAID_ALLOWANCE`] plus an
+//!   eighth of what it paid in that hour is refused (an honest gateway leaves a few
+//!   tokens in flight when it drops a hedge or its client leaves; it pays for every
+//!   token it received, SPEC §8);
+//! - newcomers (keys that never paid here) from an origin whose newcomers left
+//!   [`NEWCOMER_UNPAID_PER_ORIGIN`] tokens unpaid in the last hour are refused (buyers
+//!   that have paid are still served from there);
+//! - a newcomer runs at most [`NEWCOMER_JOBS_PER_BUYER`] jobs at once, and newcomers from
+//!   one origin [`NEWCOMER_JOBS_PER_ORIGIN`], until a receipt makes them paying buyers.
+//!
+//! Pure: time is an argument.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use libp2p::multiaddr::Protocol;
+use libp2p::Multiaddr;
+use sharemesh_protocol::{NodeId, RejectReason};
+
+/// Tokens a key may leave unpaid in an hour beyond an eighth of what it paid (two
+/// newcomer windows).
+pub const UNPAID_ALLOWANCE: u64 = 32;
+/// Tokens newcomers from one origin may leave unpaid in an hour (eight newcomer windows).
+pub const NEWCOMER_UNPAID_PER_ORIGIN: u64 = 128;
+/// Jobs a buyer that has never paid here may run at once.
+pub const NEWCOMER_JOBS_PER_BUYER: u32 = 4;
+/// Jobs newcomers from one origin may run at once.
+pub const NEWCOMER_JOBS_PER_ORIGIN: u32 = 16;
+/// How long a job's tokens count.
+pub const REMEMBERED_MS: u64 = 3_600_000;
+/// Jobs remembered at most (the oldest are forgotten first).
+const MAX_JOBS: usize = 10_000;
+
+/// Where a buyer's connection comes from, as coarse as one host: an IPv4 address, an
+/// IPv6 /64, a DNS name, or "memory" (every in-process peer is one host). A relayed
+/// connection's origin is its relay's: everyone behind one relay shares it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Origin(String);
+
+impl Origin {
+    pub fn of(address: &Multiaddr) -> Self {
+        for part in address.iter() {
+            match part {
+                Protocol::Ip4(ip) => return Self(ip.to_string()),
+                Protocol::Ip6(ip) => {
+                    let [a, b, c, d, ..] = ip.segments();
+                    return Self(format!("{a:x}:{b:x}:{c:x}:{d:x}::/64"));
+                }
+                Protocol::Dns(name) | Protocol::Dns4(name) | Protocol::Dns6(name) => {
+                    return Self(name.to_string())
+                }
+                Protocol::Memory(_) => return Self("memory".into()),
+                _ => {}
+            }
+        }
+        Self(address.to_string())
+    }
+
+    /// A peer whose address is not known (it disconnected already): all such share one.
+    pub fn unknown() -> Self {
+        Self("unknown".into())
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Who asks for a job, as the unpaid-work rules see it.
+#[derive(Clone, Debug)]
+pub struct Asker {
+    pub buyer: NodeId,
+    pub origin: Origin,
+    /// Has never paid this provider a receipt (since it started).
+    pub newcomer: bool,
+}
+
+/// What one finished job's buyer was sent and paid for (completion tokens).
+#[derive(Debug)]
+struct Dealt {
+    buyer: NodeId,
+    origin: Origin,
+    newcomer: bool,
+    sent: u64,
+    paid: u64,
+    at_ms: u64,
+}
+
+impl Dealt {
+    fn unpaid(&self) -> u64 {
+        self.sent.saturating_sub(self.paid)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    jobs: VecDeque<Dealt>,
+    newcomer_jobs: HashMap<NodeId, u32>,
+    origin_jobs: HashMap<Origin, u32>,
+}
+
+/// The jobs of the last hour and the newcomers' jobs in progress.
+#[derive(Clone, Debug, Default)]
+pub struct UnpaidWork(Arc<Mutex<Table>>);
+
+/// A newcomer's hold on its share of jobs: released when dropped.
+#[derive(Debug)]
+pub struct NewcomerSlot {
+    asker: Asker,
+    table: Arc<Mutex<Table>>,
+}
+
+impl Drop for NewcomerSlot {
+    fn drop(&mut self) {
+        if let Ok(mut table) = self.table.lock() {
+            release(&mut table.newcomer_jobs, &self.asker.buyer);
+            release(&mut table.origin_jobs, &self.asker.origin);
+        }
+    }
+}
+
+fn release<K: std::hash::Hash + Eq>(jobs: &mut HashMap<K, u32>, key: &K) {
+    if let Some(count) = jobs.get_mut(key) {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            jobs.remove(key);
+        }
+    }
+}
+
+type Refusal = (RejectReason, String);
+
+impl UnpaidWork {
+    /// What [`Self::admit`] would say now, without taking a slot (for quotes).
+    pub fn check(&self, asker: &Asker, now_ms: u64) -> Result<(), Refusal> {
+        let mut table = self.lock()?;
+        table.forget_before(now_ms.saturating_sub(REMEMBERED_MS));
+        table.check(asker)
+    }
+
+    /// Admits one job of `asker` at `now_ms`, or says why not; a newcomer's job holds
+    /// its slot until the returned guard drops.
+    pub fn admit(&self, asker: &Asker, now_ms: u64) -> Result<Option<NewcomerSlot>, Refusal> {
+        let mut table = self.lock()?;
+        table.forget_before(now_ms.saturating_sub(REMEMBERED_MS));
+        table.check(asker)?;
+        if !asker.newcomer {
+            return Ok(None);
+        }
+        *table.newcomer_jobs.entry(asker.buyer).or_default() += 1;
+        *table.origin_jobs.entry(asker.origin.clone()).or_default() += 1;
+        Ok(Some(NewcomerSlot {
+            asker: asker.clone(),
+            table: self.0.clone(),
+        }))
+    }
+
+    /// Remembers a finished job of `asker`'s: `sent` completion tokens, `paid` of
+    /// them receipted.
+    pub fn ended(&self, asker: &Asker, sent: u64, paid: u64, now_ms: u64) {
+        if let Ok(mut table) = self.0.lock() {
+            if table.jobs.len() >= MAX_JOBS {
+                table.jobs.pop_front();
+            }
+            table.jobs.push_back(Dealt {
+                buyer: asker.buyer,
+                origin: asker.origin.clone(),
+                newcomer: asker.newcomer,
+                sent,
+                paid,
+                at_ms: now_ms,
+            });
+        }
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Table>, Refusal> {
+        self.0
+            .lock()
+            .map_err(|_| (RejectReason::Internal, "unpaid-work table poisoned".into()))
+    }
+}
+
+impl Table {
+    fn forget_before(&mut self, cutoff_ms: u64) {
+        while self.jobs.front().is_some_and(|j| j.at_ms < cutoff_ms) {
+            self.jobs.pop_front();
+        }
+    }
+
+    fn check(&self, asker: &Asker) -> Result<(), Refusal> {
+        let (mut unpaid, mut paid) = (0u64, 0u64);
+        for job in self.jobs.iter().filter(|j| j.buyer == asker.buyer) {
+            unpaid = unpaid.saturating_add(job.unpaid());
+            paid = paid.saturating_add(job.paid);
+        }
+        if unpaid >= UNPAID_ALLOWANCE.saturating_add(paid / 8) {
+            return Err((
+                RejectReason::NotAllowed,
+                format!(
+                    "this buyer left {unpaid} tokens unpaid here in the last hour \
+                     (paid {paid})"
+                ),
+            ));
+        }
+        if !asker.newcomer {
+            return Ok(());
+        }
+        let from_origin: u64 = self
+            .jobs
+            .iter()
+            .filter(|j| j.newcomer && j.origin == asker.origin)
+            .map(Dealt::unpaid)
+            .sum();
+        if from_origin >= NEWCOMER_UNPAID_PER_ORIGIN {
+            return Err((
+                RejectReason::NotAllowed,
+                format!(
+                    "buyers new here from {} left {from_origin} tokens unpaid in the last \
+                     hour; only buyers that have paid here are served from there for now",
+                    asker.origin
+                ),
+            ));
+        }
+        let running = self.newcomer_jobs.get(&asker.buyer).copied().unwrap_or(0);
+        if running >= NEWCOMER_JOBS_PER_BUYER {
+            return Err((
+                RejectReason::BuyerLimit,
+                format!(
+                    "a buyer that has not paid here yet runs at most \
+                     {NEWCOMER_JOBS_PER_BUYER} jobs at once"
+                ),
+            ));
+        }
+        let from_origin = self.origin_jobs.get(&asker.origin).copied().unwrap_or(0);
+        if from_origin >= NEWCOMER_JOBS_PER_ORIGIN {
+            return Err((
+                RejectReason::BuyerLimit,
+                format!(
+                    "buyers new here from {} run {from_origin} jobs already, their limit",
+                    asker.origin
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asker(n: u8, origin: &str, newcomer: bool) -> Asker {
+        Asker {
+            buyer: NodeId::from_bytes([n; 32]),
+            origin: Origin(origin.into()),
+            newcomer,
+        }
+    }
+
+    #[test]
+    fn origins_are_one_host() {
+        let of = |a: &str| Origin::of(&a.parse().unwrap()).to_string();
+        assert_eq!(of("/ip4/10.0.0.7/tcp/4001"), "10.0.0.7");
+        assert_eq!(of("/ip4/10.0.0.7/udp/9/quic-v1"), "10.0.0.7");
+        assert_eq!(of("/ip6/2001:db8:1:2:3:4:5:6/tcp/1"), "2001:db8:1:2::/64");
+        assert_eq!(of("/dns4/example.org/tcp/1"), "example.org");
+        assert_eq!(of("/memory/123"), of("/memory/456"));
+        // Relayed: our relayed listen address, which starts with the relay's.
+        let relayed = "/ip4/203.0.113.9/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit";
+        assert_eq!(of(relayed), "203.0.113.9");
+    }
+
+    #[test]
+    fn a_key_that_leaves_tokens_unpaid_is_refused_for_an_hour() {
+        let table = UnpaidWork::default();
+        let free_rider = asker(1, "a", true);
+        assert!(table.admit(&free_rider, 0).is_ok());
+        table.ended(&free_rider, 15, 0, 10);
+        table.ended(&free_rider, 16, 0, 20);
+        assert!(
+            table.check(&free_rider, 30).is_ok(),
+            "under two newcomer windows"
+        );
+        table.ended(&free_rider, 1, 0, 30);
+        let (reason, why) = table.admit(&free_rider, 40).unwrap_err();
+        assert_eq!(reason, RejectReason::NotAllowed);
+        assert!(why.contains("32 tokens unpaid"), "{why}");
+        // A paying key is not refused: it has no newcomer status to lose.
+        let paid = Asker {
+            newcomer: false,
+            ..free_rider.clone()
+        };
+        assert!(table.check(&paid, 40).is_err(), "the key itself is refused");
+        assert!(
+            table.check(&free_rider, 30 + REMEMBERED_MS).is_ok(),
+            "forgotten"
+        );
+    }
+
+    #[test]
+    fn an_honest_buyer_s_stray_tokens_stay_within_its_allowance() {
+        // A gateway that hedges or whose clients leave: a few tokens in flight each
+        // time, and what it pays for grows the allowance by an eighth.
+        let table = UnpaidWork::default();
+        let gateway = asker(1, "a", false);
+        for n in 0..100 {
+            table.ended(&gateway, 200, 200, n);
+            table.ended(&gateway, 3, 0, n);
+        }
+        assert!(table.check(&gateway, 100).is_ok());
+        // Paying one job does not buy a stream of free ones.
+        let table = UnpaidWork::default();
+        let payer_once = asker(2, "a", false);
+        table.ended(&payer_once, 8, 8, 0);
+        table.ended(&payer_once, 32, 0, 1);
+        assert!(table.check(&payer_once, 2).is_ok());
+        table.ended(&payer_once, 1, 0, 1);
+        assert!(table.check(&payer_once, 2).is_err());
+    }
+
+    #[test]
+    fn fresh_keys_from_one_origin_run_out_but_paying_buyers_there_do_not() {
+        let table = UnpaidWork::default();
+        for n in 0..(NEWCOMER_UNPAID_PER_ORIGIN / 16) as u8 {
+            let key = asker(n, "a", true);
+            assert!(table.admit(&key, u64::from(n)).is_ok(), "key {n}");
+            table.ended(&key, 16, 0, u64::from(n));
+        }
+        let (reason, why) = table.check(&asker(100, "a", true), 50).unwrap_err();
+        assert_eq!(reason, RejectReason::NotAllowed);
+        assert!(why.contains("from a"), "{why}");
+        assert!(
+            table.check(&asker(101, "a", false), 50).is_ok(),
+            "a paying buyer"
+        );
+        assert!(
+            table.check(&asker(102, "b", true), 50).is_ok(),
+            "another origin"
+        );
+        // Paying buyers' unpaid tokens count against their keys only.
+        let table = UnpaidWork::default();
+        for n in 0..20 {
+            table.ended(&asker(n, "a", false), 30, 0, 0);
+        }
+        assert!(table.check(&asker(100, "a", true), 1).is_ok());
+    }
+
+    #[test]
+    fn newcomers_share_a_bounded_number_of_jobs() {
+        let table = UnpaidWork::default();
+        let newcomer = asker(1, "a", true);
+        let held: Vec<_> = (0..NEWCOMER_JOBS_PER_BUYER)
+            .map(|_| table.admit(&newcomer, 0).unwrap())
+            .collect();
+        let (reason, _) = table.admit(&newcomer, 0).unwrap_err();
+        assert_eq!(reason, RejectReason::BuyerLimit);
+        assert!(
+            table.admit(&asker(1, "a", false), 0).unwrap().is_none(),
+            "once paid"
+        );
+        drop(held);
+        assert!(table.admit(&newcomer, 0).is_ok(), "slots come back");
+        let table = UnpaidWork::default();
+        let mut held = Vec::new();
+        for n in 0..NEWCOMER_JOBS_PER_ORIGIN as u8 {
+            held.push(table.admit(&asker(n, "a", true), 0).unwrap());
+        }
+        let (reason, why) = table.admit(&asker(200, "a", true), 0).unwrap_err();
+        assert_eq!(reason, RejectReason::BuyerLimit);
+        assert!(why.contains("from a"), "{why}");
+        assert!(table.admit(&asker(200, "b", true), 0).is_ok());
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let table = UnpaidWork::default();
+        for n in 0..MAX_JOBS + 10 {
+            let mut bytes = [0u8; 32];
+            bytes[..8].copy_from_slice(&(n as u64).to_le_bytes());
+            let buyer = NodeId::from_bytes(bytes);
+            let asker = Asker {
+                buyer,
+                origin: Origin::unknown(),
+                newcomer: false,
+            };
+            table.ended(&asker, 1, 0, 0);
+        }
+        assert_eq!(table.0.lock().unwrap().jobs.len(), MAX_JOBS);
+    }
+}
