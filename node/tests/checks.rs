@@ -346,3 +346,61 @@ async fn a_lazy_verifier_is_proven_wrong() {
     }
     assert_eq!(lab.ledger.as_ref().unwrap().frauds().unwrap()[0].0, lazy);
 }
+
+/// Attack (`collude-verify`): two providers serve the same wrong answer (the scripted
+/// garbage is one function of the request, so the pair agrees on it: a ring running
+/// one substitute) beside two honest providers, under default checks, over 24 sampled
+/// requests. A colluder checking its partner agrees with it; an honest verifier that
+/// differs is not outvoted by the other colluder alone, since a conviction needs every
+/// tie-breaker drawn (two here) to agree — with one tie-breaker, about a third of the
+/// disputes convicted the honest verifier. No honest provider is ever convicted. What
+/// the ring serves and keeps is printed: a split dispute (two against two) leaves all
+/// four suspected and nobody convicted, so the cheaper ring keeps serving; only a node
+/// that holds the model (or a provider of independent standing) can settle it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn colluding_verifiers_never_convict_an_honest_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = GatewaySpec {
+        outsource: Some(Default::default()),
+        ..with_ledger(&dir)
+    };
+    let providers = vec![
+        cheating(50, Cheat::Garbage),
+        cheating(50, Cheat::Garbage),
+        provider(100),
+        provider(100),
+    ];
+    let lab = Lab::start(providers, spec).await.unwrap();
+    let ring = [lab.providers[0].node_id, lab.providers[1].node_id];
+    let trust = lab.gateway.trust();
+    let (mut served_by_ring, mut spent) = (0, 0);
+    for i in 0..24 {
+        let request = sampled(&format!("tell me a story about {i}"), 24);
+        let done = complete_then_checked(&lab, request).await;
+        spent += done.cost.0;
+        served_by_ring += usize::from(done.providers.iter().any(|p| ring.contains(p)));
+    }
+    let ledger = lab.ledger.as_ref().unwrap();
+    let settlement = ledger
+        .settlement(&lab.gateway.node_id(), Side::Spend, now_ms())
+        .unwrap();
+    let booked = booked(&lab);
+    let to_ring: u64 = ring
+        .iter()
+        .map(|p| booked.get(p).map_or(0, |&(_, amount)| amount))
+        .sum();
+    let kept = to_ring.saturating_sub(settlement.voided_nano_usd);
+    let stats = trust.auditor.stats();
+    let banned = ring.iter().filter(|p| trust.auditor.is_banned(p)).count();
+    println!(
+        "ring served {served_by_ring} of 24, kept {kept} of {spent} nano-USD; \
+         {banned} of 2 convicted; {stats:?}"
+    );
+    for honest in &lab.providers[2..] {
+        assert!(
+            !trust.auditor.is_banned(&honest.node_id),
+            "an honest provider was convicted"
+        );
+    }
+    assert!(stats.disputed > 0, "the ring's answers were disputed");
+}

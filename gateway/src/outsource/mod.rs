@@ -8,8 +8,9 @@
 //!
 //! A verifier returns no verdict, only its own signed, hash-chained work, so a verifier
 //! that "always says ok" would have to produce bit-exact logits it did not compute.
-//! When the two differ, a third provider settles it and whoever is outvoted gets a fraud
-//! proof cut from its own transcript (any node with the model can check it). Now and
+//! When the two differ, tie-breakers settle it (two when two can be drawn, and they must
+//! all agree: `disputes`) and whoever is outvoted gets a fraud proof cut from its own
+//! transcript (any node with the model can check it). Now and
 //! then a verifier is also sent a planted window whose answer two independent providers
 //! already agreed on — among them windows of convicted jobs, whose right answer is
 //! *not* what their provider committed to (planted mismatches) — and one that answers
@@ -33,6 +34,8 @@ use crate::audit::Finding;
 use crate::buyer::{Billing, JobEvent};
 use crate::segment::{SegmentTerms, Segments};
 use crate::transcript::Transcript;
+
+mod disputes;
 
 /// The API key id verification windows' receipts are booked under, so spend reports
 /// show what checks cost as a line of its own (`per_api_key`); the parentheses keep it
@@ -150,14 +153,6 @@ fn steps_of(transcript: &Transcript, from: usize, end: usize) -> Vec<(u32, StepF
 fn window_span(policy_window: usize, sent: usize) -> (usize, usize) {
     let width = policy_window.min(sent.div_ceil(8)).max(1);
     (width, usize::from(sent > width))
-}
-
-/// Which of two differing runs a third provider agreed with.
-enum Side {
-    A,
-    /// The second, with the third provider's id.
-    B(NodeId),
-    Neither,
 }
 
 /// A finished window: what the verifier signed.
@@ -494,157 +489,6 @@ impl Outsourcing {
         }
     }
 
-    /// A third provider (none of `excluded`) re-runs `request`'s window after `prefix`
-    /// to `end`, where two runs `a` and `b` first differ at `step`: which of them it
-    /// agrees with up to that step (`None`: no third provider, or it could not run it on
-    /// the same profile).
-    #[allow(clippy::too_many_arguments)]
-    async fn tie_break(
-        &self,
-        live: &[Arc<BookEntry>],
-        request: &JobRequest,
-        profile: &ExecutionProfile,
-        (prefix, end, step): (&[u32], usize, usize),
-        a: &[(u32, StepFingerprint)],
-        b: &[(u32, StepFingerprint)],
-        excluded: &[NodeId],
-    ) -> Option<Side> {
-        let cap = self.price_cap(live, &request.model, None);
-        let third = self.choose(live, &request.model, profile, excluded, cap)?;
-        let tie = self.run_window(&third, request, prefix, end).await.ok()?;
-        if !profile.replays_exactly(tie.transcript.profile()) {
-            return None;
-        }
-        let upto = step + 1;
-        let agrees = |run: &[(u32, StepFingerprint)]| {
-            run.len() >= upto
-                && tie.steps.len() >= upto
-                && compare(&run[..upto], &tie.steps[..upto]) == Comparison::Same(upto)
-        };
-        Some(match (agrees(a), agrees(b)) {
-            (true, false) => Side::A,
-            (false, true) => Side::B(tie.transcript.provider()),
-            _ => Side::Neither,
-        })
-    }
-
-    /// A third provider re-runs a window whose verifier ended at `step` where the
-    /// audited provider went on. Ending there too convicts the audited provider: its
-    /// token at that step is not what the request's seeded sampler draws (an end
-    /// token), which any holder of the model confirms by redrawing. Going on as the
-    /// audited provider did leaves the verifier suspect (a stop carries no token to
-    /// prove anything with); anything else leaves both suspect.
-    async fn settle_end(
-        &self,
-        audited: &Transcript,
-        expected: &[(u32, StepFingerprint)],
-        (first, from, end, step): (Ran, usize, usize, usize),
-        live: &[Arc<BookEntry>],
-        reporter: NodeId,
-    ) -> Finding {
-        let provider = audited.provider();
-        let verifier = first.transcript.provider();
-        let outputs = audited.outputs();
-        let profile = audited.profile();
-        let cap = self.price_cap(live, &audited.request.model, None);
-        let excluded = [provider, verifier, reporter];
-        let Some(third) = self.choose(live, &audited.request.model, profile, &excluded, cap) else {
-            return Finding::Disputed {
-                parties: vec![provider, verifier],
-            };
-        };
-        let tie = self
-            .run_window(&third, &audited.request, &outputs[..from], end)
-            .await
-            .ok()
-            .filter(|t| profile.replays_exactly(t.transcript.profile()));
-        let Some(tie) = tie else {
-            return Finding::Disputed {
-                parties: vec![provider, verifier],
-            };
-        };
-        let ended_too = tie.stopped
-            && compare(&first.steps, &tie.steps) == Comparison::Same(step)
-            && tie.steps.len() == step;
-        let went_on = compare(&expected[..=step], &tie.steps) == Comparison::Same(step + 1);
-        if ended_too {
-            proof_finding(audited.proof(
-                reporter,
-                from + step,
-                expected[step].1.clone(),
-                first.transcript.profile().clone(),
-            ))
-        } else if went_on {
-            Finding::Disputed {
-                parties: vec![verifier],
-            }
-        } else {
-            Finding::Disputed {
-                parties: vec![provider, verifier],
-            }
-        }
-    }
-
-    /// A third provider re-runs the disputed window; whoever it contradicts gets the
-    /// proof.
-    async fn settle(
-        &self,
-        audited: &Transcript,
-        expected: &[(u32, StepFingerprint)],
-        first: Ran,
-        (from, end, step): (usize, usize, usize),
-        live: &[Arc<BookEntry>],
-        reporter: NodeId,
-    ) -> Finding {
-        let provider = audited.provider();
-        let verifier = first.transcript.provider();
-        let outputs = audited.outputs();
-        let prefix = &outputs[..from];
-        let side = self
-            .tie_break(
-                live,
-                &audited.request,
-                audited.profile(),
-                (prefix, end, step),
-                expected,
-                &first.steps,
-                &[provider, verifier, reporter],
-            )
-            .await;
-        let index = from + step;
-        match side {
-            Some(Side::B(third)) => {
-                // A planted mismatch for later: the right answer to this window is not
-                // what its provider committed to, so a verifier that echoes a provider
-                // (or says "ok" to anything) fails it.
-                self.remember(Known {
-                    request: audited.request.clone(),
-                    prefix: prefix.to_vec(),
-                    steps: first.steps[..=step].to_vec(),
-                    parties: [verifier, third],
-                });
-                proof_finding(audited.proof(
-                    reporter,
-                    index,
-                    first.steps[step].1.clone(),
-                    first.transcript.profile().clone(),
-                ))
-            }
-            Some(Side::A) => {
-                self.count(|s| s.verifiers_caught += 1);
-                proof_finding(first.transcript.proof(
-                    reporter,
-                    index,
-                    expected[step].1.clone(),
-                    audited.profile().clone(),
-                ))
-            }
-            Some(Side::Neither) | None => Finding::Disputed {
-                parties: vec![provider, verifier],
-            },
-        }
-    }
-
     fn forget(&self, known: &Known) {
         if let Ok(mut windows) = self.known.lock() {
             windows.retain(|k| k.parties != known.parties || k.prefix != known.prefix);
@@ -663,77 +507,6 @@ impl Outsourcing {
     /// Whether to plant a known window along with a check (drawn at `canary_rate`).
     pub fn draws_canary(&self) -> bool {
         rand::rng().random_bool(self.policy.canary_rate.clamp(0.0, 1.0))
-    }
-
-    /// Sends a provider of a known window's model (not one of the two that agreed on
-    /// it) that window again under a fresh job id; `None` when there is nothing to
-    /// plant or nobody to plant it on, a proof against the provider if it answers
-    /// otherwise.
-    pub async fn plant(&self, live: &[Arc<BookEntry>], reporter: NodeId) -> Option<Finding> {
-        let known = {
-            let windows = self.known.lock().ok()?;
-            windows
-                .iter()
-                .collect::<Vec<_>>()
-                .choose(&mut rand::rng())
-                .map(|k| (*k).clone())?
-        };
-        let profile = self.profiles.lock().ok()?.get(&known.parties[0]).cloned()?;
-        let excluded = [known.parties[0], known.parties[1], reporter];
-        let cap = self.price_cap(live, &known.request.model, None);
-        let verifier = self.choose(live, &known.request.model, &profile, &excluded, cap)?;
-        self.count(|s| s.canaries_sent += 1);
-        let from = known.prefix.len();
-        let end = from + known.steps.len();
-        let ran = self
-            .run_window(&verifier, &known.request, &known.prefix, end)
-            .await
-            .ok()?;
-        if !profile.replays_exactly(ran.transcript.profile()) {
-            return None;
-        }
-        let verifier = ran.transcript.provider();
-        match compare(&known.steps, &ran.steps) {
-            Comparison::Same(_) | Comparison::Ended(_) => Some(Finding::Honest { steps: 0 }),
-            Comparison::Diverged(step) | Comparison::Differs(step) => {
-                // The verifier is wrong, or the two that agreed on the window were
-                // (colluders): a third provider settles it before anyone is convicted.
-                let excluded = [known.parties[0], known.parties[1], verifier, reporter];
-                let side = self
-                    .tie_break(
-                        live,
-                        &known.request,
-                        &profile,
-                        (&known.prefix, end, step),
-                        &known.steps,
-                        &ran.steps,
-                        &excluded,
-                    )
-                    .await;
-                Some(match side {
-                    Some(Side::A) => {
-                        self.count(|s| s.verifiers_caught += 1);
-                        proof_finding(ran.transcript.proof(
-                            reporter,
-                            from + step,
-                            known.steps[step].1.clone(),
-                            profile,
-                        ))
-                    }
-                    Some(Side::B(_)) => {
-                        // The pair agreed on a wrong answer: the window is forgotten and
-                        // both are suspect.
-                        self.forget(&known);
-                        Finding::Disputed {
-                            parties: known.parties.to_vec(),
-                        }
-                    }
-                    Some(Side::Neither) | None => Finding::Disputed {
-                        parties: vec![verifier, known.parties[0], known.parties[1]],
-                    },
-                })
-            }
-        }
     }
 }
 
