@@ -3,8 +3,9 @@
 //! model with two layers dropped (cheaper, worse) under its honest name and profile
 //! serves a gateway that holds the model (`--verify`). The gateway replays the job,
 //! finds the fingerprints differ, voids the cheat's pay and drops it; the fraud proof
-//! gossips to a second verifying gateway that never dealt with the cheat, which
-//! replays the disputed step itself and drops it too. Both then route to the honest
+//! gossips to a second gateway that never dealt with the cheat — started with no flag,
+//! holding the model in its data dir — which replays the disputed step itself and
+//! drops it too. Both then route to the honest
 //! provider and get the model's own answer.
 
 mod common;
@@ -93,7 +94,31 @@ fn a_truncated_model_is_caught_unpaid_and_dropped_by_both_verifying_gateways() {
         "60000",
     ];
     let (_buyer, buyer) = common::gateway(&bootstrap, dirs[2].path(), 2, &verifying);
-    let (_other, other) = common::gateway(&bootstrap, dirs[3].path(), 2, &verifying);
+    // The other holds the model in its data dir (as after `sharemesh models fetch`) and
+    // is started with no verification flag: it replays with what it holds.
+    let added = std::process::Command::new(common::sharemesh_bin())
+        .args([
+            "--data-dir",
+            dirs[3].path().to_str().unwrap(),
+            "models",
+            "add",
+            model,
+        ])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let holding = [
+        "--verify-threads",
+        "1",
+        "--quote-k",
+        "0",
+        "--warm-standby-every",
+        "0",
+    ];
+    let (_other, other) = common::gateway(&bootstrap, dirs[3].path(), 2, &holding);
+    common::wait_until(60, "the other gateway holds the model", || {
+        common::get_json(&other, "/v1/trust")["verification"] == "replay+outsourced"
+    });
     let peer = |ready: &Value| ready["peer_id"].as_str().unwrap().to_owned();
     let (honest, cheat) = (peer(&honest), peer(&cheat));
     // Gossip meshes form within a few heartbeats.
