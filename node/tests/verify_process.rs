@@ -107,15 +107,8 @@ fn a_truncated_model_is_caught_unpaid_and_dropped_by_both_verifying_gateways() {
         .output()
         .unwrap();
     assert!(added.status.success(), "{added:?}");
-    let holding = [
-        "--verify-threads",
-        "1",
-        "--quote-k",
-        "0",
-        "--warm-standby-every",
-        "0",
-    ];
-    let (_other, other) = common::gateway(&bootstrap, dirs[3].path(), 2, &holding);
+    let holding = &verifying[2..]; // the same flags but --verify
+    let (_other, other) = common::gateway(&bootstrap, dirs[3].path(), 2, holding);
     common::wait_until(60, "the other gateway holds the model", || {
         common::get_json(&other, "/v1/trust")["verification"] == "replay+outsourced"
     });
