@@ -1,7 +1,8 @@
 //! Work buyers took without paying, and what that costs them. A provider streams ahead
 //! of a buyer's receipts (the credit window), so a buyer that stops paying, or leaves
 //! without paying, takes up to a window of tokens (and the prompt's prefill) for free.
-//! Keys are free to make, so every job's unpaid tokens (sent minus receipted) are
+//! Keys are free to make, so every job's unpaid tokens (sent minus receipted, less its
+//! first token: a standby warm-up's one unbilled token is the provider's bid) are
 //! counted for an hour against the key and, for buyers that had never paid here,
 //! against the network origin they connect from:
 //!
@@ -96,8 +97,11 @@ struct Dealt {
 }
 
 impl Dealt {
+    /// Tokens sent and not paid for, less a job's first token: that one is the
+    /// provider's bid (a gateway's standby warm-up is one unbilled token, SPEC §10), and
+    /// counting it would have a provider refuse the gateways it stands by for.
     fn unpaid(&self) -> u64 {
-        self.sent.saturating_sub(self.paid)
+        self.sent.saturating_sub(self.paid.max(1))
     }
 }
 
@@ -284,17 +288,17 @@ mod tests {
         let table = UnpaidWork::default();
         let free_rider = asker(1, "a", true);
         assert!(table.admit(&free_rider, 0).is_ok());
-        table.ended(&free_rider, 15, 0, 10);
+        table.ended(&free_rider, 16, 0, 10);
         table.ended(&free_rider, 16, 0, 20);
         assert!(
             table.check(&free_rider, 30).is_ok(),
             "under two newcomer windows"
         );
-        table.ended(&free_rider, 1, 0, 30);
+        table.ended(&free_rider, 3, 0, 30);
         let (reason, why) = table.admit(&free_rider, 40).unwrap_err();
         assert_eq!(reason, RejectReason::NotAllowed);
         assert!(why.contains("32 tokens unpaid"), "{why}");
-        // A paying key is not refused: it has no newcomer status to lose.
+        // Paying since does not wash it: the key itself is refused.
         let paid = Asker {
             newcomer: false,
             ..free_rider.clone()
@@ -321,10 +325,21 @@ mod tests {
         let table = UnpaidWork::default();
         let payer_once = asker(2, "a", false);
         table.ended(&payer_once, 8, 8, 0);
-        table.ended(&payer_once, 32, 0, 1);
+        table.ended(&payer_once, 33, 0, 1);
         assert!(table.check(&payer_once, 2).is_ok());
-        table.ended(&payer_once, 1, 0, 1);
+        table.ended(&payer_once, 2, 0, 1);
         assert!(table.check(&payer_once, 2).is_err());
+    }
+
+    #[test]
+    fn standby_warm_ups_cost_a_gateway_nothing() {
+        // One unbilled token each, by design: a gateway standing by all hour is served.
+        let table = UnpaidWork::default();
+        let gateway = asker(1, "a", true);
+        for n in 0..1_000 {
+            table.ended(&gateway, 1, 0, n);
+        }
+        assert!(table.check(&gateway, 1_000).is_ok());
     }
 
     #[test]
@@ -333,7 +348,7 @@ mod tests {
         for n in 0..(NEWCOMER_UNPAID_PER_ORIGIN / 16) as u8 {
             let key = asker(n, "a", true);
             assert!(table.admit(&key, u64::from(n)).is_ok(), "key {n}");
-            table.ended(&key, 16, 0, u64::from(n));
+            table.ended(&key, 17, 0, u64::from(n));
         }
         let (reason, why) = table.check(&asker(100, "a", true), 50).unwrap_err();
         assert_eq!(reason, RejectReason::NotAllowed);
