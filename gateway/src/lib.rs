@@ -13,6 +13,7 @@ pub mod budget;
 pub mod buyer;
 pub mod dispatch;
 pub mod error;
+pub mod escalate;
 mod fields;
 mod format_check;
 pub mod jobs;

@@ -17,7 +17,8 @@ use tokio::sync::broadcast;
 use tracing::Instrument;
 
 use crate::attest::Attestations;
-use crate::audit::{check_proof, examine, AuditPolicy, Auditor, Finding, ProofCheck};
+use crate::audit::{check_proof, examine, AuditPolicy, Auditor, Finding, ProofCheck, Replayer};
+use crate::escalate::{Escalation, HeldModels, ModelSource, Next};
 use crate::outsource::Outsourcing;
 use crate::standing::Standing;
 use crate::transcript::Transcript;
@@ -80,6 +81,11 @@ pub struct Trust {
     saved_dealings: AtomicU64,
     /// How many gossiped proofs are checked per reporter and per accused.
     proof_limits: Mutex<crate::proof_limits::ProofLimits>,
+    /// Where an unsettled dispute's model comes from, and the disputes waiting for it.
+    escalation: OnceLock<(Arc<dyn ModelSource>, Escalation)>,
+    /// The models held by `hold`, one replayer for them all; `holding` orders holds.
+    held: Arc<HeldModels>,
+    holding: Mutex<()>,
 }
 
 /// One segment to consider for verification.
@@ -112,6 +118,9 @@ impl Trust {
             outsourcing: OnceLock::new(),
             saved_dealings: AtomicU64::new(0),
             proof_limits: Mutex::default(),
+            escalation: OnceLock::new(),
+            held: Arc::default(),
+            holding: Mutex::default(),
         });
         trust.restore_bans();
         trust.listen_for_proofs();
@@ -127,6 +136,28 @@ impl Trust {
 
     pub fn outsourcing(&self) -> Option<&Arc<Outsourcing>> {
         self.outsourcing.get()
+    }
+
+    /// On a bought check that ends unsettled, asks `source` for the model (once per
+    /// model) and replays the disputed jobs here once it holds it (set once).
+    pub fn escalate_with(&self, source: Arc<dyn ModelSource>) {
+        let _ = self.escalation.set((source, Escalation::default()));
+    }
+
+    /// Adds `replayer` to what this node replays with (a replayer set before, such as
+    /// `--verify`'s, is kept beside it).
+    pub fn hold(&self, replayer: Arc<dyn Replayer>) {
+        let Ok(_one_at_a_time) = self.holding.lock() else {
+            return;
+        };
+        let held: Arc<dyn Replayer> = self.held.clone();
+        match self.auditor.replayer() {
+            Some(existing) if Arc::ptr_eq(&existing, &held) => {}
+            Some(existing) => self.held.add(existing),
+            None => {}
+        }
+        self.held.add(replayer);
+        self.auditor.set_replayer(held);
     }
 
     /// How this node checks providers' work.
@@ -306,7 +337,11 @@ impl Trust {
                 let finding = outsourcing
                     .examine(&audit.transcript, &live, reporter)
                     .await;
+                let unsettled = matches!(finding, Finding::Disputed { .. });
                 this.act_on(provider, finding, sent).await;
+                if unsettled {
+                    this.escalate(audit.transcript);
+                }
                 // Planted after the check's effects are in place (a verifier the check
                 // just convicted is not drawn again).
                 if outsourcing.draws_canary() {
@@ -317,6 +352,39 @@ impl Trust {
             }
             .instrument(span),
         );
+    }
+
+    /// A bought check ended unsettled: the first time for its model, ask for the model
+    /// and, once it is held, replay every dispute that waited for it here.
+    fn escalate(self: &Arc<Self>, transcript: Transcript) {
+        let Some((source, escalation)) = self.escalation.get() else {
+            return;
+        };
+        let model = transcript.request.model;
+        if escalation.disputed(transcript) != Next::Fetch {
+            return;
+        }
+        let (this, source) = (self.clone(), source.clone());
+        tokio::spawn(async move {
+            tracing::info!(%model, "an unsettled dispute: fetching the model to replay it here");
+            let held = source.hold(model).await;
+            let Some((_, escalation)) = this.escalation.get() else {
+                return;
+            };
+            let waiting = escalation.settled(&model);
+            let Some(replayer) = held else {
+                tracing::warn!(%model, "could not hold the model; its disputes stay unsettled");
+                return;
+            };
+            this.hold(replayer);
+            tracing::info!(%model, disputes = waiting.len(), "holding the model: replaying the disputed jobs");
+            let reporter = this.key.node_id();
+            for transcript in waiting {
+                let finding = examine(&transcript, this.auditor.replayer(), reporter).await;
+                this.act_on(transcript.provider(), finding, transcript.sent())
+                    .await;
+            }
+        });
     }
 
     async fn act_on(&self, provider: NodeId, finding: Finding, sent: usize) {

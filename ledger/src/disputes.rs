@@ -290,6 +290,10 @@ mod tests {
         );
         // The pending job's money is back in the budgets; the final one stays spent.
         assert_eq!(spent_today(), 1000);
+        // A job of the convict's that was still running is paid nothing more.
+        let late = ledger.record_receipt(&sealed(&buyer, &cheat, 4, now), None);
+        assert!(matches!(late, Err(LedgerError::Invalid(why)) if why.contains("convicted")));
+        assert_eq!(spent_today(), 1000);
         assert_eq!(key_month(), month_before - 1000);
         // Once voided, always voided: a second proof takes nothing more, and a later
         // receipt for the voided job is refused.

@@ -238,6 +238,13 @@ impl Ledger {
                 "this job's receipts were voided by a fraud proof".into(),
             ));
         }
+        // A job that was still running, or a window bought, when its provider was
+        // convicted: nothing more is paid to a provider with a fraud on record.
+        if self.frauds.contains_key(receipt.provider.as_bytes())? {
+            return Err(LedgerError::Invalid(
+                "this provider was convicted of fraud: nothing more is paid to it".into(),
+            ));
+        }
         let trees = (
             &self.receipts,
             &self.totals,

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use sharemesh_engine::catalog::{Catalog, CatalogEntry};
-use sharemesh_engine::{Engine, LoadedModel, TokenEngine};
+use sharemesh_engine::{Engine, TokenEngine};
 use sharemesh_gateway::dispatch::Dispatcher;
 use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_gateway::waiting::WaitPolicy;
@@ -92,6 +91,12 @@ pub struct GatewayArgs {
     /// check is bought from providers).
     #[arg(long, default_value_t = 2048)]
     pub verify_memory_mib: u64,
+    /// Never fetch a model to verify with. By default, when a check bought from
+    /// providers ends unsettled (their runs differ and the tie-breakers do not all
+    /// agree), a catalog model that fits --verify-memory-mib is fetched into this data
+    /// dir and the disputed jobs, and every later one of that model, are replayed here.
+    #[arg(long)]
+    pub no_verify_fetch: bool,
     /// Do not verify providers' work at all (not advised: a provider serving a cheaper
     /// model under the name you asked for is then paid in full). By default every job
     /// of a new, cheap or suspected provider is checked, fewer as its record grows: a
@@ -175,7 +180,12 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             dispatcher.trust().auditor.set_replayer(Arc::new(replayer));
         }
         if args.verify.is_none() && !args.no_verify {
-            replay_with_held_models(data_dir, &args, &dispatcher);
+            if let Some(threads) = args.verify_threads {
+                sharemesh_engine::set_threads(threads);
+            }
+            let budget = args.verify_memory_mib.saturating_mul(1 << 20);
+            let fetch = !args.no_verify_fetch;
+            crate::verify_models::hold(data_dir, budget, fetch, dispatcher.trust());
         }
         if args.no_verify {
             tracing::warn!(
@@ -203,66 +213,4 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         wait_for_shutdown().await;
         Ok(())
     })
-}
-
-/// The models this data dir holds that fit `budget_mib` of model files, smallest first.
-fn held_models(data_dir: &Path, budget_mib: u64) -> Result<Vec<CatalogEntry>> {
-    let mut held: Vec<CatalogEntry> = Catalog::open(data_dir)?
-        .entries()
-        .iter()
-        .filter(|entry| entry.path.is_file())
-        .cloned()
-        .collect();
-    held.sort_by_key(|entry| entry.size_bytes);
-    let mut left = budget_mib.saturating_mul(1 << 20);
-    held.retain(|entry| {
-        let fits = entry.size_bytes <= left;
-        if fits {
-            left -= entry.size_bytes;
-        }
-        fits
-    });
-    Ok(held)
-}
-
-/// A gateway started without `--verify` replays the jobs of every model its data dir
-/// holds (within `--verify-memory-mib`): loaded in the background, so the API is up at
-/// once; until they are loaded, and for other models, checks are bought.
-fn replay_with_held_models(data_dir: &Path, args: &GatewayArgs, dispatcher: &Arc<Dispatcher>) {
-    let held = match held_models(data_dir, args.verify_memory_mib) {
-        Ok(held) if !held.is_empty() => held,
-        Ok(_) => return,
-        Err(err) => {
-            tracing::warn!(%err, "could not read the models this data dir holds");
-            return;
-        }
-    };
-    if let Some(threads) = args.verify_threads {
-        sharemesh_engine::set_threads(threads);
-    }
-    let trust = dispatcher.trust().clone();
-    tokio::spawn(async move {
-        let loading = tokio::task::spawn_blocking(move || {
-            held.iter()
-                .filter_map(|entry| {
-                    let device = sharemesh_engine::default_device();
-                    LoadedModel::load(&entry.path, entry.id, &entry.name, device)
-                        .map_err(
-                            |err| tracing::warn!(model = %entry.name, %err, "not held for replay"),
-                        )
-                        .ok()
-                })
-                .collect::<Vec<_>>()
-        });
-        let Ok(models) = loading.await else { return };
-        if models.is_empty() {
-            return;
-        }
-        let names: Vec<String> = models.iter().map(|m| m.descriptor.name.clone()).collect();
-        let engine: Arc<dyn TokenEngine> = Arc::new(Engine::spawn(models, 4));
-        trust
-            .auditor
-            .set_replayer(Arc::new(crate::replay::EngineReplayer(engine)));
-        tracing::info!(models = ?names, "verifying the jobs of held models by replay");
-    });
 }

@@ -114,6 +114,10 @@ pub struct GatewaySpec {
     /// The gateway buys verification windows from other providers (`sharemesh
     /// gateway`'s default; `None` here: the lab's gateways verify only when a test asks).
     pub outsource: Option<sharemesh_gateway::outsource::OutsourcePolicy>,
+    /// On a bought check that ends unsettled the gateway "fetches" the lab model (it
+    /// is handed the honest scripted replayer) and replays the disputes itself, as
+    /// `sharemesh gateway` fetches a catalog model.
+    pub escalate: bool,
 }
 
 /// Lab providers refresh every 200 ms: a per-signer rate to match (the real default is
@@ -277,7 +281,7 @@ impl Lab {
             gateway.budget,
         );
         let replay = gateway.verify.then_some(gateway.verify_stop_after);
-        equip_verification(&dispatcher, replay, gateway.outsource);
+        equip_verification(&dispatcher, replay, gateway.outsource, gateway.escalate);
         let lab = Self {
             providers: started,
             gateway: dispatcher,
@@ -494,7 +498,7 @@ impl Lab {
             spec.budget,
         );
         let replay = spec.verify.then_some(spec.verify_stop_after);
-        equip_verification(&dispatcher, replay, spec.outsource);
+        equip_verification(&dispatcher, replay, spec.outsource, spec.escalate);
         Ok((dispatcher, mesh))
     }
 
@@ -511,7 +515,11 @@ fn equip_verification(
     dispatcher: &Dispatcher,
     replay: Option<Option<u32>>,
     outsource: Option<sharemesh_gateway::outsource::OutsourcePolicy>,
+    escalate: bool,
 ) {
+    if escalate {
+        dispatcher.trust().escalate_with(Arc::new(LabModelSource));
+    }
     if let Some(stop_after) = replay {
         dispatcher
             .trust()
@@ -522,6 +530,25 @@ fn equip_verification(
         dispatcher.outsource_verification(policy);
     }
     dispatcher.trust().set_report_interval(LAB_REPORT_INTERVAL);
+}
+
+/// Holds the lab model on request: the honest scripted replayer, after a pause that
+/// plays the download.
+struct LabModelSource;
+
+impl sharemesh_gateway::escalate::ModelSource for LabModelSource {
+    fn hold(
+        &self,
+        model: sharemesh_protocol::ModelId,
+    ) -> futures::future::BoxFuture<'static, Option<Arc<dyn sharemesh_gateway::audit::Replayer>>>
+    {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let lab = ScriptedEngine::model(LAB_MODEL).id;
+            let replayer: Arc<dyn sharemesh_gateway::audit::Replayer> = lab_replayer(None);
+            (model == lab).then_some(replayer)
+        })
+    }
 }
 
 /// An honest scripted engine serving the lab model: what a verifying gateway replays on.

@@ -21,6 +21,7 @@ pub mod provide;
 pub mod replay;
 pub mod serve;
 pub mod status;
+pub mod verify_models;
 
 #[cfg(test)]
 mod tests {

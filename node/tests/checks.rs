@@ -347,22 +347,19 @@ async fn a_lazy_verifier_is_proven_wrong() {
     assert_eq!(lab.ledger.as_ref().unwrap().frauds().unwrap()[0].0, lazy);
 }
 
-/// Attack (`collude-verify`): two providers serve the same wrong answer (the scripted
-/// garbage is one function of the request, so the pair agrees on it: a ring running
-/// one substitute) beside two honest providers, under default checks, over 24 sampled
-/// requests. A colluder checking its partner agrees with it; an honest verifier that
-/// differs is not outvoted by the other colluder alone, since a conviction needs every
-/// tie-breaker drawn (two here) to agree — with one tie-breaker, about a third of the
-/// disputes convicted the honest verifier. No honest provider is ever convicted. What
-/// the ring serves and keeps is printed: a split dispute (two against two) leaves all
-/// four suspected and nobody convicted, so the cheaper ring keeps serving; only a node
-/// that holds the model (or a provider of independent standing) can settle it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn colluding_verifiers_never_convict_an_honest_provider() {
-    let dir = tempfile::tempdir().unwrap();
+/// Two providers serving the same wrong answer (the scripted garbage is one function of
+/// the request, so the pair agrees on it: a ring running one substitute) beside two
+/// honest providers, under default bought checks (`escalate`: the gateway fetches the
+/// model when a check ends unsettled), over 24 sampled requests: the lab, the ring, and
+/// how many requests it served and what it kept of what the answers cost.
+async fn ring_beside_two_honest(
+    dir: &tempfile::TempDir,
+    escalate: bool,
+) -> (Lab, [sharemesh_protocol::NodeId; 2], usize, u64, u64) {
     let spec = GatewaySpec {
         outsource: Some(Default::default()),
-        ..with_ledger(&dir)
+        escalate,
+        ..with_ledger(dir)
     };
     let providers = vec![
         cheating(50, Cheat::Garbage),
@@ -372,16 +369,24 @@ async fn colluding_verifiers_never_convict_an_honest_provider() {
     ];
     let lab = Lab::start(providers, spec).await.unwrap();
     let ring = [lab.providers[0].node_id, lab.providers[1].node_id];
-    let trust = lab.gateway.trust();
-    let (mut served_by_ring, mut spent) = (0, 0);
+    let (mut served, mut spent) = (0, 0);
     for i in 0..24 {
         let request = sampled(&format!("tell me a story about {i}"), 24);
         let done = complete_then_checked(&lab, request).await;
         spent += done.cost.0;
-        served_by_ring += usize::from(done.providers.iter().any(|p| ring.contains(p)));
+        served += usize::from(done.providers.iter().any(|p| ring.contains(p)));
     }
-    let ledger = lab.ledger.as_ref().unwrap();
-    let settlement = ledger
+    if escalate {
+        let trust = lab.gateway.trust();
+        eventually(Duration::from_secs(20), "both colluders convicted", || {
+            ring.iter().all(|p| trust.auditor.is_banned(p))
+        })
+        .await;
+    }
+    let settlement = lab
+        .ledger
+        .as_ref()
+        .unwrap()
         .settlement(&lab.gateway.node_id(), Side::Spend, now_ms())
         .unwrap();
     let booked = booked(&lab);
@@ -390,10 +395,26 @@ async fn colluding_verifiers_never_convict_an_honest_provider() {
         .map(|p| booked.get(p).map_or(0, |&(_, amount)| amount))
         .sum();
     let kept = to_ring.saturating_sub(settlement.voided_nano_usd);
+    (lab, ring, served, kept, spent)
+}
+
+/// Attack (`collude-verify`) on a light client that cannot fetch the model
+/// (`--no-verify-fetch`): a colluder checking its partner agrees with it; an honest
+/// verifier that differs is not outvoted by the other colluder alone, since a
+/// conviction needs every tie-breaker drawn (two here) to agree — with one tie-breaker,
+/// about a third of the disputes convicted the honest verifier. No honest provider is
+/// ever convicted. What the ring serves and keeps is printed: a split dispute (two
+/// against two) leaves all four suspected and nobody convicted, so the cheaper ring
+/// keeps serving; only ground truth settles it (the next test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn colluding_verifiers_never_convict_an_honest_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, ring, served, kept, spent) = ring_beside_two_honest(&dir, false).await;
+    let trust = lab.gateway.trust();
     let stats = trust.auditor.stats();
     let banned = ring.iter().filter(|p| trust.auditor.is_banned(p)).count();
     println!(
-        "ring served {served_by_ring} of 24, kept {kept} of {spent} nano-USD; \
+        "ring served {served} of 24, kept {kept} of {spent} nano-USD; \
          {banned} of 2 convicted; {stats:?}"
     );
     for honest in &lab.providers[2..] {
@@ -403,4 +424,22 @@ async fn colluding_verifiers_never_convict_an_honest_provider() {
         );
     }
     assert!(stats.disputed > 0, "the ring's answers were disputed");
+}
+
+/// The same ring against a gateway that escalates, as `sharemesh gateway` does: its
+/// first unsettled dispute makes it fetch the model (the lab hands it the honest
+/// replayer) and replay the disputed job itself, and from then on it replays the
+/// model's jobs here. Both colluders are convicted and keep none of their pay (a job
+/// still running at conviction is paid nothing more); no honest provider is accused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsettled_dispute_fetches_the_model_and_convicts_the_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, _ring, served, kept, spent) = ring_beside_two_honest(&dir, true).await;
+    let trust = lab.gateway.trust();
+    println!("ring served {served} of 24, kept {kept} of {spent} nano-USD");
+    assert_eq!(trust.verification().name(), "replay+outsourced");
+    assert!(kept * 100 <= spent, "the ring kept {kept} of {spent}");
+    for honest in &lab.providers[2..] {
+        assert!(!trust.auditor.is_banned(&honest.node_id));
+    }
 }

@@ -84,6 +84,8 @@ pub fn start(args: &[&str], data_dir: &Path) -> (Process, serde_json::Value) {
         .arg("--data-dir")
         .arg(data_dir)
         .args(args)
+        // A gateway never fetches a model from a test (traffic stays on loopback).
+        .env("SHAREMESH_NO_VERIFY_FETCH", "true")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
