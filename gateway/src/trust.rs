@@ -129,7 +129,7 @@ impl Trust {
     }
 
     /// Buys checks from other providers for what this node cannot replay itself (set
-    /// once; `gateway --verify-by-providers`).
+    /// once; what `sharemesh gateway` does unless `--no-verify`).
     pub fn outsource(&self, outsourcing: Outsourcing) {
         let _ = self.outsourcing.set(Arc::new(outsourcing));
     }
