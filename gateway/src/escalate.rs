@@ -1,9 +1,10 @@
-//! Escalating to ground truth: a check bought from providers can end unsettled (two
-//! runs differ and the tie-breakers do not all agree — two colluders against two honest
-//! providers look alike to a node without the model). Such a node then asks its
-//! [`ModelSource`] to hold the model (a gateway fetches a catalog model within its
-//! memory budget) and, once it does, replays the disputed jobs itself: the replay is the
-//! ground truth no vote between providers can give (SPEC.md §12).
+//! Ground truth for a node that does not hold a model: at the first check of a model it
+//! cannot replay, it asks its [`ModelSource`] to hold the model (a gateway fetches a
+//! catalog model within its memory budget) and buys checks meanwhile. A bought check can
+//! end unsettled (two runs differ and the tie-breakers do not all agree — two colluders
+//! against two honest providers look alike to a node without the model): such disputes
+//! wait for the model, and once it is held the node replays them itself — the ground
+//! truth no vote between providers can give (SPEC.md §12).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -61,7 +62,7 @@ impl Replayer for HeldModels {
 /// What an unsettled dispute does next for one model.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Next {
-    /// Ask the source for the model (the first dispute of it).
+    /// Ask the source for the model (it was not asked for yet).
     Fetch,
     /// Wait: the model is being fetched; the transcript is kept for then.
     Wait,
@@ -78,6 +79,20 @@ pub struct Escalation {
 }
 
 impl Escalation {
+    /// Whether `model` is to be asked for now: the first time it is wanted (its
+    /// disputes are kept from then until [`Self::settled`]).
+    pub fn ask(&self, model: ModelId) -> bool {
+        let (Ok(mut asked), Ok(mut pending)) = (self.asked.lock(), self.pending.lock()) else {
+            return false;
+        };
+        if asked.contains(&model) || asked.len() >= MAX_MODELS_ASKED {
+            return false;
+        }
+        asked.insert(model);
+        pending.insert(model, Vec::new());
+        true
+    }
+
     /// Records an unsettled dispute over `transcript`'s job.
     pub fn disputed(&self, transcript: Transcript) -> Next {
         let model = transcript.request.model;

@@ -10,7 +10,7 @@ use sharemesh_ledger::Ledger;
 use sharemesh_mesh::clock::{now_ms, SeqCounter};
 use sharemesh_mesh::{MeshEvent, MeshHandle};
 use sharemesh_protocol::commitment::audit_draw;
-use sharemesh_protocol::{FraudProof, JobId, Keypair, NanoUsd, NodeId, SignedEnvelope};
+use sharemesh_protocol::{FraudProof, JobId, Keypair, ModelId, NanoUsd, NodeId, SignedEnvelope};
 use sharemesh_reputation::{Dealings, Outcome, ReputationBook};
 use std::collections::BTreeMap;
 use tokio::sync::broadcast;
@@ -326,17 +326,38 @@ impl Trust {
             async move {
                 let _permit = permit;
                 let replayer = this.auditor.replayer();
+                let here = replayer.as_ref().and_then(|r| r.profile(&model));
+                if here.is_none() {
+                    this.want(model); // Checks are bought until it is held.
+                }
+                // Exact checks first: a replay here on the job's own profile, else a
+                // window bought from a provider on it; a replay here on another profile
+                // (a tolerance, no proof) only when neither could be made. The greedy
+                // rule is checked either way.
+                let exact_here = here
+                    .as_ref()
+                    .is_some_and(|p| p.replays_exactly(audit.transcript.profile()));
+                let first = match this.outsourcing() {
+                    Some(_) if !exact_here => None,
+                    _ => replayer.clone(),
+                };
                 let reporter = this.key.node_id();
                 let sent = audit.transcript.sent();
-                let finding = examine(&audit.transcript, replayer, reporter).await;
+                let finding = examine(&audit.transcript, first, reporter).await;
                 let outsourcing = match (&finding, this.outsourcing()) {
                     (Finding::Unchecked(_), Some(outsourcing)) => outsourcing.clone(),
                     _ => return this.act_on(provider, finding, sent).await,
                 };
                 let live = this.live();
-                let finding = outsourcing
+                let finding = match outsourcing
                     .examine(&audit.transcript, &live, reporter)
-                    .await;
+                    .await
+                {
+                    Finding::Unchecked(_) if here.is_some() && !exact_here => {
+                        examine(&audit.transcript, replayer, reporter).await
+                    }
+                    finding => finding,
+                };
                 let unsettled = matches!(finding, Finding::Disputed { .. });
                 this.act_on(provider, finding, sent).await;
                 if unsettled {
@@ -354,19 +375,35 @@ impl Trust {
         );
     }
 
-    /// A bought check ended unsettled: the first time for its model, ask for the model
-    /// and, once it is held, replay every dispute that waited for it here.
+    /// The first check of a model this node cannot replay: ask for the model.
+    fn want(self: &Arc<Self>, model: ModelId) {
+        if let Some((_, escalation)) = self.escalation.get() {
+            if escalation.ask(model) {
+                self.fetch(model);
+            }
+        }
+    }
+
+    /// A bought check ended unsettled: it waits for the model (asked for now if it was
+    /// not yet) and is replayed here once the model is held.
     fn escalate(self: &Arc<Self>, transcript: Transcript) {
-        let Some((source, escalation)) = self.escalation.get() else {
+        let Some((_, escalation)) = self.escalation.get() else {
             return;
         };
         let model = transcript.request.model;
-        if escalation.disputed(transcript) != Next::Fetch {
-            return;
+        if escalation.disputed(transcript) == Next::Fetch {
+            self.fetch(model);
         }
+    }
+
+    /// Asks the model source for `model`; once held, replays every dispute that waited.
+    fn fetch(self: &Arc<Self>, model: ModelId) {
+        let Some((source, _)) = self.escalation.get() else {
+            return;
+        };
         let (this, source) = (self.clone(), source.clone());
         tokio::spawn(async move {
-            tracing::info!(%model, "an unsettled dispute: fetching the model to replay it here");
+            tracing::info!(%model, "fetching the model to replay its jobs here");
             let held = source.hold(model).await;
             let Some((_, escalation)) = this.escalation.get() else {
                 return;

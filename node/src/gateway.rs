@@ -91,10 +91,11 @@ pub struct GatewayArgs {
     /// check is bought from providers).
     #[arg(long, default_value_t = 2048)]
     pub verify_memory_mib: u64,
-    /// Never fetch a model to verify with. By default, when a check bought from
-    /// providers ends unsettled (their runs differ and the tie-breakers do not all
-    /// agree), a catalog model that fits --verify-memory-mib is fetched into this data
-    /// dir and the disputed jobs, and every later one of that model, are replayed here.
+    /// Never fetch a model to verify with. By default, at the first check of a catalog
+    /// model this gateway does not hold, the model is fetched into this data dir if it
+    /// fits --verify-memory-mib, and from then on that model's jobs are replayed here
+    /// (checks are bought from providers until then, and any that end unsettled are
+    /// replayed once it is held).
     #[arg(long)]
     pub no_verify_fetch: bool,
     /// Do not verify providers' work at all (not advised: a provider serving a cheaper

@@ -114,9 +114,9 @@ pub struct GatewaySpec {
     /// The gateway buys verification windows from other providers (`sharemesh
     /// gateway`'s default; `None` here: the lab's gateways verify only when a test asks).
     pub outsource: Option<sharemesh_gateway::outsource::OutsourcePolicy>,
-    /// On a bought check that ends unsettled the gateway "fetches" the lab model (it
-    /// is handed the honest scripted replayer) and replays the disputes itself, as
-    /// `sharemesh gateway` fetches a catalog model.
+    /// At its first check of the lab model the gateway "fetches" it (it is handed the
+    /// honest scripted replayer after a pause) and then replays the model's jobs and any
+    /// unsettled disputes itself, as `sharemesh gateway` fetches a catalog model.
     pub escalate: bool,
 }
 

@@ -350,7 +350,7 @@ async fn a_lazy_verifier_is_proven_wrong() {
 /// Two providers serving the same wrong answer (the scripted garbage is one function of
 /// the request, so the pair agrees on it: a ring running one substitute) beside two
 /// honest providers, under default bought checks (`escalate`: the gateway fetches the
-/// model when a check ends unsettled), over 24 sampled requests: the lab, the ring, and
+/// model at its first check), over 24 sampled requests: the lab, the ring, and
 /// how many requests it served and what it kept of what the answers cost.
 async fn ring_beside_two_honest(
     dir: &tempfile::TempDir,
@@ -426,10 +426,10 @@ async fn colluding_verifiers_never_convict_an_honest_provider() {
     assert!(stats.disputed > 0, "the ring's answers were disputed");
 }
 
-/// The same ring against a gateway that escalates, as `sharemesh gateway` does: its
-/// first unsettled dispute makes it fetch the model (the lab hands it the honest
-/// replayer) and replay the disputed job itself, and from then on it replays the
-/// model's jobs here. Both colluders are convicted and keep none of their pay (a job
+/// The same ring against a gateway that fetches the model, as `sharemesh gateway` does:
+/// its first check starts the "download" (the lab hands it the honest replayer after
+/// 200 ms), checks are bought meanwhile, and once it holds the model it replays the
+/// unsettled disputes and every later job here. Both colluders are convicted and keep none of their pay (a job
 /// still running at conviction is paid nothing more); no honest provider is accused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsettled_dispute_fetches_the_model_and_convicts_the_ring() {
