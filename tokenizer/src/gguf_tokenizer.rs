@@ -1,8 +1,9 @@
 //! The tokenizer, built from the GGUF's own `tokenizer.ggml.*` metadata: no
 //! tokenizer.json needed. candle's `TokenizerFromGguf` does not know the `smollm`
 //! pre-tokenizer and adds a leading space, giving ids that differ from llama.cpp; this
-//! builds the byte-level BPE with the model's pre-tokenizer (individual digits, then
-//! the GPT-2 split) and registers control tokens as special tokens.
+//! builds the byte-level BPE with the model's pre-tokenizer (llama.cpp's, by the name
+//! in `tokenizer.ggml.pre`: `crate::pretokenize`) and registers control tokens as
+//! special tokens.
 
 use std::collections::HashMap;
 
@@ -104,10 +105,14 @@ impl GgufTokenizer {
         let get_id = |key: &str| meta.get(key).and_then(|v| v.to_u32().ok());
         let bos_id = get_id("tokenizer.ggml.bos_token_id");
         let eos_id = get_id("tokenizer.ggml.eos_token_id");
+        // llama.cpp's defaults where the GGUF says nothing: BOS for SentencePiece and
+        // for Llama 3's vocabulary, none for other byte-level ones.
+        let adds_bos =
+            model == "llama" || crate::pretokenize::by_name(&pre).is_some_and(|p| p.adds_bos);
         let add_bos = meta
             .get("tokenizer.ggml.add_bos_token")
             .and_then(|v| v.to_bool().ok())
-            .unwrap_or(false);
+            .unwrap_or(adds_bos);
 
         let inner = if model == "llama" {
             let scores: Vec<f32> = match meta.get("tokenizer.ggml.scores") {
@@ -202,21 +207,27 @@ impl GgufTokenizer {
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
+        let Some(split) = crate::pretokenize::by_name(pre) else {
+            return Err(TokenizerError::Unsupported(format!(
+                "pre-tokenizer `{pre}` (supported: {})",
+                crate::pretokenize::SUPPORTED
+            )));
+        };
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
+            .ignore_merges(split.ignore_merges)
             .build()
             .map_err(|e| TokenizerError::BadModel(format!("building BPE: {e}")))?;
         let mut inner = Tokenizer::new(bpe);
-        let byte_level = ByteLevel::new(false, false, true);
         let pre_tokenizer: PreTokenizerWrapper = match pre {
-            // llama.cpp's `smollm` (and `default`/`gpt2`-family with digit splitting).
-            "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
-            "gpt2" | "default" => byte_level.into(),
-            other => {
-                return Err(TokenizerError::Unsupported(format!(
-                    "pre-tokenizer `{other}` (supported: smollm, gpt2)"
-                )))
-            }
+            // Individual digits, then GPT-2's split, as the tokenizer has always built
+            // the catalog's SmolLM2 (the same split as the table's).
+            "smollm" => Sequence::new(vec![
+                Digits::new(true).into(),
+                ByteLevel::new(false, false, true).into(),
+            ])
+            .into(),
+            _ => split.build()?,
         };
         inner.with_pre_tokenizer(Some(pre_tokenizer));
         let specials: Vec<AddedToken> = tokens

@@ -7,6 +7,7 @@
 pub mod chat;
 pub mod gguf;
 mod gguf_tokenizer;
+pub mod pretokenize;
 pub mod spm;
 pub mod text;
 

@@ -139,7 +139,13 @@ impl Spm {
 
     /// Splits `text` on every special token's occurrences, longest tokens first.
     fn partition<'a>(&self, text: &'a str) -> Vec<Fragment<'a>> {
-        let mut fragments = vec![Fragment::Text(text)];
+        // No text, no fragment: llama.cpp gives an empty text no tokens at all (not
+        // the space prefix alone).
+        let mut fragments = if text.is_empty() {
+            Vec::new()
+        } else {
+            vec![Fragment::Text(text)]
+        };
         for (special, id) in &self.specials {
             if !text.contains(special.as_str()) {
                 continue;
