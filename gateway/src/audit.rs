@@ -534,7 +534,7 @@ pub fn audit_secret(job: &JobId) -> ([u8; 32], sharemesh_protocol::Digest) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use futures::FutureExt;
@@ -563,14 +563,14 @@ mod tests {
         }
     }
 
-    /// A three-token job served on the kernels, each step committing `fp(token, 5.0)`.
-    fn transcript() -> Transcript {
-        let (buyer, provider) = (Keypair::from_secret([1; 32]), Keypair::from_secret([2; 32]));
+    /// A job `buyer` asks `provider` to run of `model` ("hi", temperature 0.7, nothing
+    /// resumed), and the provider's `Accept` of it on the kernels.
+    pub(crate) fn job(buyer: &Keypair, provider: &Keypair, model: ModelId) -> (JobRequest, Accept) {
         let request = JobRequest {
             job_id: JobId::from_bytes([3; 16]),
             buyer: buyer.node_id(),
             provider: provider.node_id(),
-            model: ModelId::from_bytes([4; 32]),
+            model,
             prompt: Prompt::Text("hi".into()),
             sampling: Sampling {
                 temperature: 0.7,
@@ -590,6 +590,13 @@ mod tests {
             credit_window_tokens: 64,
             profile: profile("sharemesh-kernels"),
         };
+        (request, accept)
+    }
+
+    /// A three-token job served on the kernels, each step committing `fp(token, 5.0)`.
+    fn transcript() -> Transcript {
+        let (buyer, provider) = (Keypair::from_secret([1; 32]), Keypair::from_secret([2; 32]));
+        let (request, accept) = job(&buyer, &provider, ModelId::from_bytes([4; 32]));
         let mut head = commitment_root(
             &request.job_id,
             &provider.node_id(),

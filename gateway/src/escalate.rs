@@ -4,7 +4,10 @@
 //! end unsettled (two runs differ and the tie-breakers do not all agree — two colluders
 //! against two honest providers look alike to a node without the model): such disputes
 //! wait for the model, and once it is held the node replays them itself — the ground
-//! truth no vote between providers can give (SPEC.md §12).
+//! truth no vote between providers can give (SPEC.md §12). So does every other piece of
+//! work only providers vouched for while the model was fetched: each job a bought check
+//! passed, and each window a verifier or tie-breaker signed — a colluder that passed its
+//! partner's job signed the same wrong steps, and is convicted with them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -15,8 +18,11 @@ use sharemesh_protocol::{ExecutionProfile, ModelId};
 use crate::audit::{ReplayJob, ReplayResult, Replayer};
 use crate::transcript::Transcript;
 
-/// Disputed transcripts kept per model while its model is being fetched.
-const PENDING_PER_MODEL: usize = 8;
+/// Transcripts kept per model while its model is being fetched.
+const PENDING_PER_MODEL: usize = 64;
+/// Steps (prompt bound, resumed and sent tokens) kept in all models' transcripts: about
+/// 70 bytes each (a token and its top-8 fingerprint), so a few MB at most.
+const PENDING_STEPS: usize = 65_536;
 /// Models asked for at most (each once).
 const MAX_MODELS_ASKED: usize = 64;
 
@@ -71,16 +77,53 @@ pub enum Next {
     Drop,
 }
 
-/// Which models were asked for, and the disputed transcripts waiting for them.
+/// Which models were asked for, and the transcripts waiting for them.
 #[derive(Default)]
 pub struct Escalation {
     asked: Mutex<HashSet<ModelId>>,
-    pending: Mutex<HashMap<ModelId, Vec<Transcript>>>,
+    pending: Mutex<Pending>,
+}
+
+/// The transcripts waiting for their models, and the steps they hold in all.
+#[derive(Default)]
+struct Pending {
+    by_model: HashMap<ModelId, Vec<Transcript>>,
+    steps: usize,
+}
+
+impl Pending {
+    /// Keeps `transcript` for its model (which must be waited for) while it fits the
+    /// bounds; a transcript that does not fit is dropped (it stays as checked).
+    fn keep(&mut self, transcript: &Transcript) {
+        let steps = steps_held(transcript);
+        let Some(waiting) = self.by_model.get_mut(&transcript.request.model) else {
+            return;
+        };
+        if waiting.len() < PENDING_PER_MODEL && self.steps + steps <= PENDING_STEPS {
+            self.steps += steps;
+            waiting.push(transcript.clone());
+        }
+    }
+
+    fn remove(&mut self, model: &ModelId) -> Vec<Transcript> {
+        let waiting = self.by_model.remove(model).unwrap_or_default();
+        let freed: usize = waiting.iter().map(steps_held).sum();
+        self.steps = self.steps.saturating_sub(freed);
+        waiting
+    }
+}
+
+/// What keeping a transcript holds: its prompt's bound, its resumed and its sent steps.
+fn steps_held(transcript: &Transcript) -> usize {
+    let prompt = usize::try_from(transcript.request.prompt.token_bound()).unwrap_or(usize::MAX);
+    prompt
+        .saturating_add(transcript.request.resume.len())
+        .saturating_add(transcript.sent())
 }
 
 impl Escalation {
     /// Whether `model` is to be asked for now: the first time it is wanted (its
-    /// disputes are kept from then until [`Self::settled`]).
+    /// disputes and witnesses are kept from then until [`Self::settled`]).
     pub fn ask(&self, model: ModelId) -> bool {
         let (Ok(mut asked), Ok(mut pending)) = (self.asked.lock(), self.pending.lock()) else {
             return false;
@@ -89,8 +132,17 @@ impl Escalation {
             return false;
         }
         asked.insert(model);
-        pending.insert(model, Vec::new());
+        pending.by_model.insert(model, Vec::new());
         true
+    }
+
+    /// Keeps work that only providers vouched for (a job a bought check passed, a
+    /// window a verifier signed) while its model is being fetched, to replay once it
+    /// is held; nothing otherwise.
+    pub fn witness(&self, transcript: &Transcript) {
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.keep(transcript);
+        }
     }
 
     /// Records an unsettled dispute over `transcript`'s job.
@@ -103,14 +155,12 @@ impl Escalation {
         if first && asked.len() >= MAX_MODELS_ASKED {
             return Next::Drop;
         }
-        if !first && !pending.contains_key(&model) {
+        if !first && !pending.by_model.contains_key(&model) {
             return Next::Drop; // Asked before, and settled (held or not holdable).
         }
         asked.insert(model);
-        let waiting = pending.entry(model).or_default();
-        if waiting.len() < PENDING_PER_MODEL {
-            waiting.push(transcript);
-        }
+        pending.by_model.entry(model).or_default();
+        pending.keep(&transcript);
         if first {
             Next::Fetch
         } else {
@@ -122,8 +172,76 @@ impl Escalation {
     pub fn settled(&self, model: &ModelId) -> Vec<Transcript> {
         self.pending
             .lock()
-            .ok()
-            .and_then(|mut pending| pending.remove(model))
+            .map(|mut pending| pending.remove(model))
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sharemesh_protocol::Keypair;
+
+    /// A transcript of no chunks for `model` that resumed `resumed` steps.
+    fn transcript(model: u8, resumed: usize) -> Transcript {
+        let (buyer, provider) = (Keypair::from_secret([1; 32]), Keypair::from_secret([2; 32]));
+        let (mut request, accept) = crate::audit::tests::job(&buyer, &provider, self::model(model));
+        request.resume = vec![7; resumed];
+        Transcript::new(
+            buyer.seal(&request, 1, 0, 60_000).unwrap(),
+            provider.seal(&accept, 1, 0, 60_000).unwrap(),
+            request,
+            accept,
+        )
+    }
+
+    fn model(byte: u8) -> ModelId {
+        ModelId::from_bytes([byte; 32])
+    }
+
+    #[test]
+    fn witnesses_are_kept_only_while_their_model_is_fetched() {
+        let escalation = Escalation::default();
+        escalation.witness(&transcript(1, 0));
+        assert!(escalation.ask(model(1)));
+        assert!(!escalation.ask(model(1)), "a model is asked for once");
+        escalation.witness(&transcript(1, 0));
+        escalation.witness(&transcript(2, 0)); // Another model, not asked for.
+        assert_eq!(escalation.disputed(transcript(1, 3)), Next::Wait);
+        let waiting = escalation.settled(&model(1));
+        assert_eq!(
+            waiting.len(),
+            2,
+            "the witness after asking, and the dispute"
+        );
+        assert!(escalation.settled(&model(2)).is_empty());
+        // Settled: later work is checked here, not kept.
+        escalation.witness(&transcript(1, 0));
+        assert_eq!(escalation.disputed(transcript(1, 0)), Next::Drop);
+        assert!(escalation.settled(&model(1)).is_empty());
+        // A dispute over a model never asked for asks for it.
+        assert_eq!(escalation.disputed(transcript(2, 0)), Next::Fetch);
+        assert_eq!(escalation.settled(&model(2)).len(), 1);
+    }
+
+    #[test]
+    fn what_is_kept_is_bounded_per_model_and_in_steps() {
+        let escalation = Escalation::default();
+        assert!(escalation.ask(model(1)) && escalation.ask(model(2)));
+        for _ in 0..PENDING_PER_MODEL + 5 {
+            escalation.witness(&transcript(1, 0));
+        }
+        assert_eq!(escalation.settled(&model(1)).len(), PENDING_PER_MODEL);
+        assert!(escalation.ask(model(3)));
+        let long = PENDING_STEPS / 2;
+        escalation.witness(&transcript(2, long));
+        escalation.witness(&transcript(3, long)); // Over the steps left: dropped.
+        escalation.witness(&transcript(3, 10));
+        assert_eq!(escalation.settled(&model(3)).len(), 1);
+        assert_eq!(escalation.settled(&model(2)).len(), 1);
+        // Settling frees the steps.
+        assert!(escalation.ask(model(4)));
+        escalation.witness(&transcript(4, long));
+        assert_eq!(escalation.settled(&model(4)).len(), 1);
     }
 }

@@ -129,8 +129,15 @@ impl Trust {
     }
 
     /// Buys checks from other providers for what this node cannot replay itself (set
-    /// once; what `sharemesh gateway` does unless `--no-verify`).
-    pub fn outsource(&self, outsourcing: Outsourcing) {
+    /// once; what `sharemesh gateway` does unless `--no-verify`). The windows they sign
+    /// are witnesses, replayed here too if they ran while the model was fetched.
+    pub fn outsource(self: &Arc<Self>, outsourcing: Outsourcing) {
+        let trust = Arc::downgrade(self);
+        outsourcing.witness_with(Box::new(move |window| {
+            if let Some(trust) = trust.upgrade() {
+                trust.witness(window);
+            }
+        }));
         let _ = self.outsourcing.set(Arc::new(outsourcing));
     }
 
@@ -320,59 +327,88 @@ impl Trust {
         let Some(permit) = self.auditor.permit() else {
             return;
         };
-        let this = self.clone();
         let span = tracing::info_span!("audit", job = %audit.job_id, %provider);
-        tokio::spawn(
-            async move {
-                let _permit = permit;
-                let replayer = this.auditor.replayer();
-                let here = replayer.as_ref().and_then(|r| r.profile(&model));
-                if here.is_none() {
-                    this.want(model); // Checks are bought until it is held.
-                }
-                // Exact checks first: a replay here on the job's own profile, else a
-                // window bought from a provider on it; a replay here on another profile
-                // (a tolerance, no proof) only when neither could be made. The greedy
-                // rule is checked either way.
-                let exact_here = here
-                    .as_ref()
-                    .is_some_and(|p| p.replays_exactly(audit.transcript.profile()));
-                let first = match this.outsourcing() {
-                    Some(_) if !exact_here => None,
-                    _ => replayer.clone(),
-                };
-                let reporter = this.key.node_id();
-                let sent = audit.transcript.sent();
-                let finding = examine(&audit.transcript, first, reporter).await;
-                let outsourcing = match (&finding, this.outsourcing()) {
-                    (Finding::Unchecked(_), Some(outsourcing)) => outsourcing.clone(),
-                    _ => return this.act_on(provider, finding, sent).await,
-                };
-                let live = this.live();
-                let finding = match outsourcing
-                    .examine(&audit.transcript, &live, reporter)
-                    .await
-                {
-                    Finding::Unchecked(_) if here.is_some() && !exact_here => {
-                        examine(&audit.transcript, replayer, reporter).await
-                    }
-                    finding => finding,
-                };
-                let unsettled = matches!(finding, Finding::Disputed { .. });
-                this.act_on(provider, finding, sent).await;
-                if unsettled {
-                    this.escalate(audit.transcript);
-                }
-                // Planted after the check's effects are in place (a verifier the check
-                // just convicted is not drawn again).
-                if outsourcing.draws_canary() {
-                    if let Some(planted) = outsourcing.plant(&this.live(), reporter).await {
-                        this.act_on_planted(planted).await;
-                    }
-                }
+        tokio::spawn(self.clone().check(audit, model, permit).instrument(span));
+    }
+
+    /// Checks one drawn segment (see [`Self::consider`]).
+    async fn check(
+        self: Arc<Self>,
+        audit: SegmentAudit,
+        model: ModelId,
+        _permit: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let provider = audit.transcript.provider();
+        let replayer = self.auditor.replayer();
+        let here = replayer.as_ref().and_then(|r| r.profile(&model));
+        if here.is_none() {
+            self.want(model); // Checks are bought until it is held.
+        }
+        // Exact checks first: a replay here on the job's own profile, else a window
+        // bought from a provider on it; a replay here on another profile (a tolerance,
+        // no proof) only when neither could be made. The greedy rule is checked either
+        // way.
+        let exact_here = here
+            .as_ref()
+            .is_some_and(|p| p.replays_exactly(audit.transcript.profile()));
+        let first = match self.outsourcing() {
+            Some(_) if !exact_here => None,
+            _ => replayer.clone(),
+        };
+        let reporter = self.key.node_id();
+        let sent = audit.transcript.sent();
+        let finding = examine(&audit.transcript, first, reporter).await;
+        let outsourcing = match (&finding, self.outsourcing()) {
+            (Finding::Unchecked(_), Some(outsourcing)) => outsourcing.clone(),
+            _ => return self.act_on(provider, finding, sent).await,
+        };
+        let live = self.live();
+        let finding = match outsourcing
+            .examine(&audit.transcript, &live, reporter)
+            .await
+        {
+            Finding::Unchecked(_) if here.is_some() && !exact_here => {
+                examine(&audit.transcript, replayer, reporter).await
             }
-            .instrument(span),
-        );
+            finding => finding,
+        };
+        let (unsettled, vouched) = match &finding {
+            Finding::Disputed { .. } => (true, false),
+            Finding::Fraud(_) => (false, false),
+            _ => (false, here.is_none()),
+        };
+        self.act_on(provider, finding, sent).await;
+        if unsettled {
+            self.escalate(audit.transcript);
+        } else if vouched {
+            self.recheck_vouched(&audit.transcript).await;
+        }
+        // Planted after the check's effects are in place (a verifier the check just
+        // convicted is not drawn again).
+        if outsourcing.draws_canary() {
+            if let Some(planted) = outsourcing.plant(&self.live(), reporter).await {
+                self.act_on_planted(planted).await;
+            }
+        }
+    }
+
+    /// A job only providers vouched for while this node did not hold its model:
+    /// replayed here if the model is held by now (its fetch ended during the check),
+    /// else kept for when it is.
+    async fn recheck_vouched(&self, transcript: &Transcript) {
+        let model = transcript.request.model;
+        let held = self
+            .auditor
+            .replayer()
+            .filter(|r| r.profile(&model).is_some());
+        match held {
+            Some(held) => {
+                let finding = examine(transcript, Some(held), self.key.node_id()).await;
+                self.act_on(transcript.provider(), finding, transcript.sent())
+                    .await;
+            }
+            None => self.witness(transcript),
+        }
     }
 
     /// The first check of a model this node cannot replay: ask for the model.
@@ -381,6 +417,16 @@ impl Trust {
             if escalation.ask(model) {
                 self.fetch(model);
             }
+        }
+    }
+
+    /// Work only providers vouched for (a job a bought check passed or could not check,
+    /// a window a provider signed): kept while its model is fetched, to be replayed
+    /// here once it is held (a ring whose members pass each other's jobs is convicted
+    /// on both sides), dropped otherwise.
+    fn witness(&self, transcript: &Transcript) {
+        if let Some((_, escalation)) = self.escalation.get() {
+            escalation.witness(transcript);
         }
     }
 
@@ -396,7 +442,8 @@ impl Trust {
         }
     }
 
-    /// Asks the model source for `model`; once held, replays every dispute that waited.
+    /// Asks the model source for `model`; once held, replays every dispute and witness
+    /// that waited.
     fn fetch(self: &Arc<Self>, model: ModelId) {
         let Some((source, _)) = self.escalation.get() else {
             return;
@@ -408,13 +455,17 @@ impl Trust {
             let Some((_, escalation)) = this.escalation.get() else {
                 return;
             };
-            let waiting = escalation.settled(&model);
             let Some(replayer) = held else {
+                escalation.settled(&model);
                 tracing::warn!(%model, "could not hold the model; its disputes stay unsettled");
                 return;
             };
+            // Held before the waiting work is taken: a check ending in between is kept
+            // and replayed with the rest, one ending after is replayed by its own task
+            // (only a verifier's window that ends after is not replayed).
             this.hold(replayer);
-            tracing::info!(%model, disputes = waiting.len(), "holding the model: replaying the disputed jobs");
+            let waiting = escalation.settled(&model);
+            tracing::info!(%model, transcripts = waiting.len(), "holding the model: replaying the work only providers vouched for");
             let reporter = this.key.node_id();
             for transcript in waiting {
                 let finding = examine(&transcript, this.auditor.replayer(), reporter).await;

@@ -115,9 +115,10 @@ pub struct GatewaySpec {
     /// gateway`'s default; `None` here: the lab's gateways verify only when a test asks).
     pub outsource: Option<sharemesh_gateway::outsource::OutsourcePolicy>,
     /// At its first check of the lab model the gateway "fetches" it (it is handed the
-    /// honest scripted replayer after a pause) and then replays the model's jobs and any
-    /// unsettled disputes itself, as `sharemesh gateway` fetches a catalog model.
-    pub escalate: bool,
+    /// honest scripted replayer after this pause, the download) and then replays the
+    /// model's jobs and what only providers vouched for meanwhile itself, as `sharemesh
+    /// gateway` fetches a catalog model; `None`: it fetches nothing.
+    pub escalate: Option<Duration>,
 }
 
 /// Lab providers refresh every 200 ms: a per-signer rate to match (the real default is
@@ -515,10 +516,12 @@ fn equip_verification(
     dispatcher: &Dispatcher,
     replay: Option<Option<u32>>,
     outsource: Option<sharemesh_gateway::outsource::OutsourcePolicy>,
-    escalate: bool,
+    escalate: Option<Duration>,
 ) {
-    if escalate {
-        dispatcher.trust().escalate_with(Arc::new(LabModelSource));
+    if let Some(download) = escalate {
+        dispatcher
+            .trust()
+            .escalate_with(Arc::new(LabModelSource { download }));
     }
     if let Some(stop_after) = replay {
         dispatcher
@@ -534,7 +537,9 @@ fn equip_verification(
 
 /// Holds the lab model on request: the honest scripted replayer, after a pause that
 /// plays the download.
-struct LabModelSource;
+struct LabModelSource {
+    download: Duration,
+}
 
 impl sharemesh_gateway::escalate::ModelSource for LabModelSource {
     fn hold(
@@ -542,8 +547,9 @@ impl sharemesh_gateway::escalate::ModelSource for LabModelSource {
         model: sharemesh_protocol::ModelId,
     ) -> futures::future::BoxFuture<'static, Option<Arc<dyn sharemesh_gateway::audit::Replayer>>>
     {
+        let download = self.download;
         Box::pin(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(download).await;
             let lab = ScriptedEngine::model(LAB_MODEL).id;
             let replayer: Arc<dyn sharemesh_gateway::audit::Replayer> = lab_replayer(None);
             (model == lab).then_some(replayer)

@@ -174,11 +174,15 @@ pub struct WindowSpending {
     pub spent: Option<prometheus_client::metrics::counter::Counter>,
 }
 
+/// Called with every window a provider ran to the end (see [`Outsourcing::witness_with`]).
+pub type WindowWitness = Box<dyn Fn(&Transcript) + Send + Sync>;
+
 /// Buys verification windows from providers.
 pub struct Outsourcing {
     segments: Segments,
     policy: OutsourcePolicy,
     spending: WindowSpending,
+    witness: std::sync::OnceLock<WindowWitness>,
     /// The execution profile each provider named in its last `Accept`.
     profiles: Mutex<HashMap<NodeId, ExecutionProfile>>,
     known: Mutex<VecDeque<Known>>,
@@ -191,10 +195,18 @@ impl Outsourcing {
             segments,
             policy,
             spending,
+            witness: std::sync::OnceLock::new(),
             profiles: Mutex::default(),
             known: Mutex::default(),
             stats: Mutex::default(),
         }
+    }
+
+    /// Hands `witness` every window a provider signed to the end (verifiers',
+    /// tie-breakers' and planted ones): signed work that a node which comes to hold the
+    /// model checks too (set once).
+    pub fn witness_with(&self, witness: WindowWitness) {
+        let _ = self.witness.set(witness);
     }
 
     pub fn stats(&self) -> OutsourceStats {
@@ -386,6 +398,9 @@ impl Outsourcing {
         match ran {
             Ok((transcript, stopped)) => {
                 self.count(|s| s.windows_run += 1);
+                if let Some(witness) = self.witness.get() {
+                    witness(&transcript);
+                }
                 self.learn(transcript.provider(), transcript.profile());
                 let steps = steps_of(&transcript, prefix.len(), end);
                 Ok(Ran {
