@@ -127,6 +127,10 @@ pub struct SegmentTerms {
     pub counted: Option<Counted>,
 }
 
+/// How long a stream to a provider not connected after its advertised addresses were
+/// dialled may take to open before the attempt counts as unreachable.
+const UNCONNECTED_OPEN: Duration = Duration::from_secs(3);
+
 impl Segments {
     pub fn new(
         mesh: MeshHandle,
@@ -173,22 +177,48 @@ impl Segments {
             let first = stream.recv().await;
             return Ok(Opened::new(Source::Local(stream), first));
         }
+        if entry.advert.addresses.is_empty() && !self.mesh.is_connected(&peer) {
+            // Behind NAT with no relay yet: its next advert says where to reach it.
+            return Err(SegmentError::Unreachable(format!(
+                "{provider} advertises no address it can be reached at yet"
+            )));
+        }
         self.mesh
             .dial_advertised(&peer, &entry.advert.addresses)
             .await;
+        // Not connected at any advertised address (none, while a provider behind NAT
+        // has no relay yet): one try through whatever else the mesh knows, not three —
+        // the request waits for its next advert instead (`SegmentError::is_unavailable`).
+        let connected = self.mesh.is_connected(&peer);
+        let attempts = if connected { 3 } else { 1 };
         // Over a fresh relayed connection, give hole punching its moment: the relayed
         // connection closes once a direct one opens, and would cut this job's stream.
         self.mesh.settle_path(&peer).await;
         let hold = self.mesh.hold_path(peer);
         let mut last_error = SegmentError::Unreachable("not tried".into());
-        for attempt in 1..=3u64 {
+        for attempt in 1..=attempts {
             let terms = StreamTerms {
                 ledger: self.ledger.clone(),
                 stall_timeout: self.stall_timeout,
                 billing: segment.billing.clone(),
                 counted: segment.counted.clone(),
             };
-            let started = start_job(&self.mesh, self.key.clone(), peer, job.clone(), terms).await;
+            let starting = start_job(&self.mesh, self.key.clone(), peer, job.clone(), terms);
+            let started = if connected {
+                starting.await
+            } else {
+                // Dialling by whatever else the mesh knows (a private address from
+                // before its node knew it was behind NAT) must not hold a waiting
+                // request for the whole stream timeout.
+                tokio::time::timeout(UNCONNECTED_OPEN, starting)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(SegmentError::Unreachable(format!(
+                            "{provider}: not reachable at its advertised addresses, \
+                             and no stream within {UNCONNECTED_OPEN:?}"
+                        )))
+                    })
+            };
             match started {
                 Ok(mut stream) => match stream.next().await {
                     // A provider that answered wrongly is not asked again.

@@ -1,6 +1,7 @@
 //! Bursts wait, they do not fail: a request that every provider declined for lack of
-//! capacity (`OverCapacity`, `BuyerLimit`) waits its turn here until capacity frees or
-//! its wait runs out, and only then is answered 503 with `Retry-After`.
+//! capacity (`OverCapacity`, `BuyerLimit`) or could not be reached yet (a provider
+//! behind NAT before its relay) waits its turn here until capacity frees or its wait
+//! runs out, and only then is answered 503 with `Retry-After`.
 //!
 //! The queue is bounded and fair across API keys: waiters of one key are served in
 //! arrival order, and keys take turns (round robin), so one buyer's burst of 100 cannot

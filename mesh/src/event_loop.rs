@@ -138,6 +138,7 @@ impl EventLoop {
     async fn run_loop(mut self) {
         // A mode the operator set applies at once (relay server, reservations).
         self.apply_reachability();
+        self.propose_external();
         let mut maintenance = tokio::time::interval(MAINTENANCE_EVERY);
         // A starved loop runs one late round, not a burst of catch-up rounds.
         maintenance.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -309,6 +310,11 @@ impl EventLoop {
                     .entry(peer_id)
                     .or_default()
                     .insert(connection_id, (address.clone(), endpoint.is_dialer()));
+                if let ConnectedPoint::Listener { local_addr, .. } = &endpoint {
+                    if !super::reachability::is_relayed(local_addr) {
+                        self.nat.inbound.insert(connection_id, local_addr.clone());
+                    }
+                }
                 self.prefer_direct(peer_id, &address);
                 if num_established.get() == 1 {
                     let age = ConnectionAge {
@@ -342,6 +348,7 @@ impl EventLoop {
                 if let Some(open) = self.connections.get_mut(&peer_id) {
                     open.remove(&connection_id);
                 }
+                self.nat.inbound.remove(&connection_id);
                 if num_established == 0 {
                     self.connected_since.remove(&peer_id);
                     self.rtt.remove(&peer_id);
@@ -374,6 +381,7 @@ impl EventLoop {
                 // Gateways (Kademlia clients) are included: lookups are how a provider
                 // behind NAT finds the gateways it must dial itself.
                 self.note_relay_offer(peer_id, connection_id, &info.protocols, &info.listen_addrs);
+                self.on_observed(peer_id, connection_id, &info.observed_addr);
                 for address in info.listen_addrs {
                     self.learn_address(peer_id, address);
                 }

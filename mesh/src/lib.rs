@@ -637,7 +637,7 @@ fn start(secret: [u8; 32], config: &MeshConfig) -> Result<(MeshHandle, event_loo
         address_book,
         event_loop::PeerPolicy {
             target_peers: config.target_peers,
-            nat: config.nat,
+            nat: config.nat.clone(),
             kad_server: config.kad_server,
         },
         config

@@ -2,7 +2,8 @@
 //! (SPEC §8). Pure bookkeeping: the event loop feeds it what AutoNAT, identify and the
 //! relay client report and acts on what it answers; time is an argument.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use libp2p::multiaddr::Protocol;
 use libp2p::{Multiaddr, PeerId};
@@ -36,7 +37,7 @@ pub enum NatStatus {
 }
 
 /// The node's NAT-traversal settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NatConfig {
     /// AutoNAT, relays and hole punching at all (off in in-process simulations, where
     /// every node is reachable and the extra protocols only cost CPU).
@@ -47,6 +48,10 @@ pub struct NatConfig {
     pub relays: usize,
     /// Serve as a relay while reachable, within these limits (`None`: never).
     pub relay_server: Option<RelayLimits>,
+    /// Addresses the operator says the node is reachable at (`--external-address`, a
+    /// port forward or a 1:1 NAT): candidates for AutoNAT, and confirmed once peers on
+    /// [`REACHED_BY_HOSTS`] hosts dialled us and observed us there.
+    pub external: Vec<Multiaddr>,
 }
 
 impl NatConfig {
@@ -56,6 +61,7 @@ impl NatConfig {
         mode: ReachabilityMode::Auto,
         relays: 0,
         relay_server: None,
+        external: Vec::new(),
     };
 
     /// What a real node runs unless told otherwise: AutoNAT, two relays when
@@ -66,6 +72,7 @@ impl NatConfig {
             mode: ReachabilityMode::Auto,
             relays: DEFAULT_RELAYS,
             relay_server: Some(RelayLimits::default()),
+            external: Vec::new(),
         }
     }
 
@@ -141,13 +148,22 @@ pub fn is_relayed(address: &Multiaddr) -> bool {
     address.iter().any(|p| p == Protocol::P2pCircuit)
 }
 
-/// AutoNAT's verdicts folded into one status.
+/// Distinct hosts (IP addresses) that must have dialled an address of ours straight
+/// and seen us there before it counts as reachable without AutoNAT.
+pub const REACHED_BY_HOSTS: usize = 2;
+/// Addresses of ours whose reaching hosts are remembered (the rest are not counted).
+const MAX_REACHED_ADDRESSES: usize = 16;
+
+/// AutoNAT's verdicts, and what peers that dialled us showed, folded into one status.
 #[derive(Debug, Default)]
 pub struct Reachability {
     mode: ReachabilityMode,
     /// Confirmed external addresses that are direct (a relayed one proves nothing).
     confirmed: BTreeSet<Multiaddr>,
     failed_probes: u32,
+    /// Our direct addresses that peers dialled straight, with the hosts they came from
+    /// (at most [`REACHED_BY_HOSTS`] each).
+    reached: BTreeMap<Multiaddr, BTreeSet<IpAddr>>,
 }
 
 impl Reachability {
@@ -193,14 +209,38 @@ impl Reachability {
         true
     }
 
+    /// A peer on host `from` opened a direct connection to us, arriving at `at` (the
+    /// connection's local address, or an address the operator says is ours), and
+    /// observed us there too (identify). AutoNAT v2 asks only peers a node dialled, so a
+    /// node that everyone dials and that can dial none of them back (the one public
+    /// node of a network whose others sit behind NAT) would never learn it is
+    /// reachable; peers on [`REACHED_BY_HOSTS`] hosts reaching it prove it. Behind a
+    /// NAT, peers observe the router's address, never the node's own, so a NATed node
+    /// that a hole punch reached is not fooled. Returns whether `at` is newly
+    /// confirmed by this (the caller confirms it as an external address).
+    pub fn reached(&mut self, at: &Multiaddr, from: IpAddr) -> bool {
+        if !is_direct_dialable(at) || self.confirmed.contains(at) {
+            return false;
+        }
+        if !self.reached.contains_key(at) && self.reached.len() >= MAX_REACHED_ADDRESSES {
+            return false;
+        }
+        let hosts = self.reached.entry(at.clone()).or_default();
+        if hosts.len() < REACHED_BY_HOSTS {
+            hosts.insert(from);
+        }
+        hosts.len() >= REACHED_BY_HOSTS
+    }
+
     pub fn confirmed_addresses(&self) -> impl Iterator<Item = &Multiaddr> {
         self.confirmed.iter()
     }
 }
 
-/// The addresses to put in adverts, at most `limit`: relayed ones first while
-/// unreachable (the private ones are no use to anyone else), then confirmed external
-/// ones, then what we listen on.
+/// The addresses to put in adverts, at most `limit`: while unreachable only relayed
+/// ones (what it listens on directly is a private address nobody else can dial: an
+/// advert of none says "not reachable yet", and buyers wait for the next), else
+/// confirmed external ones, then what we listen on.
 pub fn advertised(
     status: NatStatus,
     listening: &[Multiaddr],
@@ -209,10 +249,10 @@ pub fn advertised(
 ) -> Vec<Multiaddr> {
     let (relayed, direct): (Vec<&Multiaddr>, Vec<&Multiaddr>) =
         listening.iter().partition(|a| is_relayed(a));
-    let mut ordered: Vec<&Multiaddr> = Vec::new();
     if status == NatStatus::Private {
-        ordered.extend(&relayed);
+        return relayed.into_iter().take(limit).cloned().collect();
     }
+    let mut ordered: Vec<&Multiaddr> = Vec::new();
     ordered.extend(confirmed);
     ordered.extend(&direct);
     ordered.extend(&relayed);
@@ -341,7 +381,13 @@ mod tests {
         let listening = [private.clone(), relayed.clone()];
         assert_eq!(
             advertised(NatStatus::Private, &listening, &[], 16),
-            vec![relayed.clone(), private.clone()]
+            vec![relayed.clone()]
+        );
+        // Unreachable and no relay yet: nothing a buyer could dial.
+        assert!(advertised(NatStatus::Private, std::slice::from_ref(&private), &[], 16).is_empty());
+        assert_eq!(
+            advertised(NatStatus::Unknown, &listening, &[], 16),
+            vec![private.clone(), relayed.clone()]
         );
         assert_eq!(
             advertised(
@@ -357,9 +403,39 @@ mod tests {
             .collect();
         let mut listening = many.clone();
         listening.push(relayed.clone());
-        let capped = advertised(NatStatus::Private, &listening, &[], 16);
+        let capped = advertised(NatStatus::Unknown, &listening, &[], 16);
         assert_eq!(capped.len(), 16);
-        assert_eq!(capped[0], relayed, "the relayed address survives the cap");
+        assert_eq!(
+            advertised(NatStatus::Private, &listening, &[], 16),
+            [relayed]
+        );
+    }
+
+    #[test]
+    fn peers_on_two_hosts_reaching_an_address_straight_confirm_it() {
+        let mut auto = Reachability::new(ReachabilityMode::Auto);
+        let listen = addr("/ip4/10.0.0.2/tcp/4001");
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.3".parse().unwrap(), "10.0.0.4".parse().unwrap());
+        assert!(!auto.reached(&listen, a));
+        assert!(!auto.reached(&listen, a), "the same host twice is one host");
+        assert_eq!(auto.status(), NatStatus::Unknown);
+        assert!(auto.reached(&listen, b));
+        auto.confirmed(&listen);
+        assert_eq!(auto.status(), NatStatus::Public);
+        assert!(
+            !auto.reached(&listen, "10.0.0.5".parse().unwrap()),
+            "already confirmed"
+        );
+        // Only a direct address with a host and a port counts.
+        let circuit = addr("/ip4/10.0.0.2/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit");
+        assert!(!auto.reached(&circuit, a) && !auto.reached(&circuit, b));
+        // Bounded: addresses past the limit are not counted.
+        let mut flooded = Reachability::new(ReachabilityMode::Auto);
+        for i in 0..MAX_REACHED_ADDRESSES {
+            flooded.reached(&addr(&format!("/ip4/10.2.0.{i}/tcp/1")), a);
+        }
+        let late = addr("/ip4/10.3.0.1/tcp/1");
+        assert!(!flooded.reached(&late, a) && !flooded.reached(&late, b));
     }
 
     #[test]

@@ -56,6 +56,7 @@ pub fn run(data_dir: &Path) -> Result<()> {
         base_port: 0,
         model: model.clone(),
         provider_args: String::new(),
+        bootstrap_args: String::new(),
         gateway_args: String::new(),
         netns: false,
         nat: 0,

@@ -42,6 +42,12 @@ pub struct NatArgs {
     /// Relay server: a circuit closes after this many seconds.
     #[arg(long, default_value_t = RelayLimits::default().max_circuit_duration.as_secs())]
     pub relay_circuit_secs: u64,
+    /// An address peers can reach this node at that it cannot see itself (a port
+    /// forward, a cloud host's 1:1 NAT), e.g. `/ip4/203.0.113.7/tcp/4001`; repeatable.
+    /// Confirmed once peers on two hosts dial the node and see it there (or AutoNAT
+    /// dials it back) — a claim, not a verdict.
+    #[arg(long = "external-address", value_name = "MULTIADDR")]
+    pub external_address: Vec<String>,
     /// No AutoNAT, relays or hole punching at all.
     #[arg(long)]
     pub no_nat_traversal: bool,
@@ -53,6 +59,8 @@ pub struct NatArgs {
 
 /// Most relays worth holding: each is a connection kept open and a reservation renewed.
 const MAX_RELAYS: usize = 8;
+/// Most `--external-address`es.
+const MAX_EXTERNAL: usize = 8;
 
 impl NatArgs {
     pub fn config(&self) -> Result<NatConfig> {
@@ -83,6 +91,22 @@ impl NatArgs {
                 self.relay_circuit_secs
             );
         }
+        let mut external = Vec::new();
+        for text in &self.external_address {
+            let address: libp2p::Multiaddr = text
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--external-address {text}: not a multiaddr ({e})"))?;
+            if !sharemesh_mesh::reachability::is_direct_dialable(&address) {
+                bail!("--external-address {text}: must name a host and a TCP or UDP port, and no relay (e.g. /ip4/203.0.113.7/tcp/4001)");
+            }
+            external.push(address);
+        }
+        if external.len() > MAX_EXTERNAL {
+            bail!(
+                "--external-address given {} times: at most {MAX_EXTERNAL}",
+                external.len()
+            );
+        }
         let limits = RelayLimits {
             max_circuits: if self.adversary_blackhole_relay {
                 0
@@ -104,6 +128,7 @@ impl NatArgs {
             relays: self.relays,
             relay_server: (!self.no_relay_server || self.adversary_blackhole_relay)
                 .then_some(limits),
+            external,
         })
     }
 }
@@ -157,6 +182,11 @@ mod tests {
             (64 * 1024, 30, 3)
         );
         assert_eq!(config(&["--no-relay-server"]).unwrap().relay_server, None);
+        let claimed = config(&["--external-address", "/ip4/203.0.113.7/tcp/4001"]).unwrap();
+        assert_eq!(
+            claimed.external,
+            vec!["/ip4/203.0.113.7/tcp/4001".parse().unwrap()]
+        );
         // The adversary kit's relay takes reservations and no circuit.
         let blackhole = config(&["--adversary-blackhole-relay"]).unwrap();
         assert_eq!(blackhole.relay_server.unwrap().max_circuits, 0);
@@ -175,6 +205,14 @@ mod tests {
             (
                 &["--relay-max-reservations", "0"][..],
                 "--relay-max-reservations",
+            ),
+            (
+                &["--external-address", "example.com"][..],
+                "--external-address",
+            ),
+            (
+                &["--external-address", "/ip4/203.0.113.7"][..],
+                "--external-address",
             ),
         ] {
             let err = config(flags).unwrap_err().to_string();

@@ -338,6 +338,56 @@ fn nated_buyer_reaches_nated_provider(
     Some((lab, gateway, provider))
 }
 
+/// A network whose only public node is one host — the bootstrap, started with no
+/// reachability flag and refusing every buyer (it relays, it does not serve) — and a
+/// provider and a buyer's gateway each behind a NAT router of `kind`. AutoNAT cannot
+/// tell the bootstrap it is reachable (it asks only peers it dialled, and it can dial
+/// none of them back); the two NATed peers dialling it where it listens do, so it
+/// relays. The buyer asks as soon as the testnet is up, before the provider may hold a
+/// reservation (its advert then lists no address: it is private, and its private
+/// address is no use to anyone): the request waits for the relay rather than failing,
+/// and the NATed provider serves it within 30 s.
+fn lone_public_node_relays_for_nated_peers(kind: &str) {
+    let nobody = sharemesh_protocol::Keypair::from_secret([7; 32]).node_id();
+    let refuse_buyers = format!("--allow-buyer {nobody}");
+    let started = std::time::Instant::now();
+    let Some(lab) = Lab::up(kind, 2, 1, 1, &["--bootstrap-args", &refuse_buyers]) else {
+        return;
+    };
+    let up = started.elapsed();
+    let bootstrap = lab.public("provider").remove(0);
+    let gateway = lab.natted("gateway").remove(0);
+    let provider = lab.natted("provider").remove(0);
+    let relays_before = reachability(&provider)["relays"].clone();
+    let asked = std::time::Instant::now();
+    let (text, served) = chat(&lab, &gateway, 12);
+    println!(
+        "testnet up in {up:?}; the provider held {relays_before} when asked; served after {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(served, provider["peer_id"].as_str().unwrap());
+    assert!(text.starts_with("Once upon a time"), "{text}");
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(30),
+        "served only after {:?}",
+        asked.elapsed()
+    );
+    let view = reachability(&bootstrap);
+    assert_eq!(view["status"], "public", "{view}");
+    assert_eq!(view["relay_server"], true, "{view}");
+    assert_eq!(reachability(&provider)["status"], "private");
+}
+
+#[test]
+fn a_lone_public_node_relays_for_peers_behind_restricted_nats() {
+    lone_public_node_relays_for_nated_peers("restricted");
+}
+
+#[test]
+fn a_lone_public_node_relays_for_peers_behind_symmetric_nats() {
+    lone_public_node_relays_for_nated_peers("symmetric");
+}
+
 #[test]
 fn behind_restricted_nats_a_relayed_connection_is_punched_direct() {
     let Some((_lab, gateway, provider)) =

@@ -64,6 +64,10 @@ pub struct UpArgs {
     /// Extra flags for every provider, e.g. "--price 0.2 --region eu".
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub provider_args: String,
+    /// Extra flags for the first provider only, every node's bootstrap (after
+    /// --provider-args), e.g. "--allow-buyer NODE_ID" to keep it from serving buyers.
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    pub bootstrap_args: String,
     /// Extra flags for every gateway, e.g. "--relay-circuit-kib 64".
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub gateway_args: String,
@@ -280,7 +284,10 @@ pub fn up_options(
             .split_whitespace()
             .map(str::to_owned)
             .collect(),
-        per_provider_args: Vec::new(),
+        per_provider_args: match args.bootstrap_args.trim() {
+            "" => Vec::new(),
+            flags => vec![(0, flags.split_whitespace().map(str::to_owned).collect())],
+        },
         link_args: args.link.flags(),
         link_seed: args.link.link_seed,
         progress: std::sync::Arc::new(crate::progress::Reporter::stderr()),

@@ -307,13 +307,11 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             "--http".into(),
             bind_http,
         ];
+        // The bootstrap needs no flag to learn it is reachable, even when every other
+        // node is behind NAT and AutoNAT cannot ask any of them: peers on two hosts
+        // dialling it where it listens confirm it (SPEC §8).
         if let Some(boot) = &bootstrap {
             args.extend(["--bootstrap".into(), boot.clone()]);
-        } else if netns.is_some() {
-            // The bootstrap: everyone dials it, so it is reachable by construction, and
-            // AutoNAT v2 tests only over connections a node dialled itself, which a
-            // bootstrap of NATed nodes has none of. Its operator says so instead.
-            args.extend(["--reachability".into(), "public".into()]);
         }
         args.extend(options.provider_args.iter().cloned());
         let api_key = match netns {

@@ -108,6 +108,14 @@ impl SegmentError {
         matches!(self, SegmentError::Refused { reason, .. } if reason.is_at_capacity())
     }
 
+    /// The provider cannot take the job now but may soon: at capacity, or not reachable
+    /// (yet: a provider behind NAT is reachable once it holds a relay reservation, and
+    /// its next advert says where). A request every provider was unavailable for waits
+    /// for a turn instead of failing.
+    pub fn is_unavailable(&self) -> bool {
+        self.is_at_capacity() || matches!(self, SegmentError::Unreachable(_))
+    }
+
     /// What the reputation book records about the provider for this ending; `None`
     /// when the fault is this node's own (its ledger could not book a receipt).
     pub fn outcome(&self) -> Option<Outcome> {

@@ -36,7 +36,7 @@ impl Dispatcher {
             let again = refused_since.is_some();
             let since = *refused_since.get_or_insert_with(Instant::now);
             self.count(|m| m.waits.inc());
-            tracing::debug!(error = %err.message, again, "providers at capacity: waiting for a turn");
+            tracing::debug!(error = %err.message, again, "providers at capacity or not reachable yet: waiting for a turn");
             tokio::select! {
                 waited = self.waiting.wait(&who, since, again) => {
                     if let Err(why) = waited {

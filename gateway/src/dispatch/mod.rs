@@ -415,7 +415,7 @@ impl Dispatcher {
         let mut last_error = String::from("no provider answered");
         // Whether every provider tried refused only for lack of capacity (then the
         // request waits for a turn and is planned again).
-        let mut only_at_capacity = true;
+        let mut only_unavailable = true;
         let terms = SegmentTerms {
             billing: Billing::Metered(key.as_ref().map(|k| k.id.clone())),
             counted: plan.counted.clone(),
@@ -452,7 +452,7 @@ impl Dispatcher {
                 Ok(opened) => opened,
                 Err(err) => {
                     last_error = format!("provider {provider}: {err}");
-                    only_at_capacity &= err.is_at_capacity();
+                    only_unavailable &= err.is_unavailable();
                     self.record(provider, err.outcome());
                     self.count(|m| m.failovers.inc());
                     self.log_unserved(&response, &candidate, format!("not opened: {err}"));
@@ -496,12 +496,12 @@ impl Dispatcher {
                 }
                 Ok(finish) => {
                     last_error = format!("provider {provider} stopped the job ({finish:?})");
-                    only_at_capacity = false;
+                    only_unavailable = false;
                     self.record(provider, Outcome::Failed);
                 }
                 Err(why) => {
                     last_error = format!("provider {provider}: {why}");
-                    only_at_capacity &= why.is_at_capacity();
+                    only_unavailable &= why.is_at_capacity();
                     self.record(provider, why.outcome());
                 }
             }
@@ -515,7 +515,7 @@ impl Dispatcher {
         // A provider that accepted is in `providers`: the client has been told.
         Err(if !response.providers.is_empty() {
             ApiError::upstream(last_error)
-        } else if only_at_capacity {
+        } else if only_unavailable {
             ApiError::busy(last_error)
         } else {
             ApiError::no_provider(last_error)

@@ -51,6 +51,8 @@ pub(super) struct NatState {
     /// wait for theirs to end.
     pub held: crate::HeldPaths,
     pub deferred_close: HashSet<PeerId>,
+    /// The local address each direct connection a peer dialled arrived at.
+    pub inbound: HashMap<libp2p::swarm::ConnectionId, Multiaddr>,
     /// Kademlia server mode unless behind NAT (providers).
     pub kad_server: bool,
     /// The Kademlia mode set last (`None`: the configured one).
@@ -66,7 +68,6 @@ impl NatState {
         kad_server: bool,
     ) -> Self {
         NatState {
-            config,
             reachability: Reachability::new(config.mode),
             relays: RelaySet::new(if config.enabled { config.relays } else { 0 }),
             hop_capable: HashMap::new(),
@@ -82,8 +83,10 @@ impl NatState {
             punching,
             held,
             deferred_close: HashSet::new(),
+            inbound: HashMap::new(),
             kad_server,
             kad_serving: None,
+            config,
         }
     }
 }
@@ -130,6 +133,52 @@ impl EventLoop {
             tracing::warn!(%relay, "relay reservation ended; looking for another relay");
             self.keep_relays();
             self.publish_nat_view();
+        }
+    }
+
+    /// The operator's `--external-address`es: AutoNAT tests them like any candidate
+    /// (peers that observe us there confirm them too: `on_observed`).
+    pub(super) fn propose_external(&mut self) {
+        if !self.nat.config.enabled {
+            return;
+        }
+        for address in self.nat.config.external.clone() {
+            self.swarm.behaviour_mut().candidates.propose(address);
+        }
+    }
+
+    /// Identify told us where `peer` sees us on `connection`. When the peer dialled us
+    /// straight and sees us at the address it arrived at (or at one the operator says
+    /// is ours), its host reached us there: enough hosts confirm the address
+    /// ([`Reachability::reached`]).
+    pub(super) fn on_observed(
+        &mut self,
+        peer: PeerId,
+        connection: libp2p::swarm::ConnectionId,
+        observed: &Multiaddr,
+    ) {
+        if !self.nat.config.enabled || self.nat.config.mode != ReachabilityMode::Auto {
+            return;
+        }
+        let Some(local) = self.nat.inbound.get(&connection) else {
+            return;
+        };
+        let (_, observed) = crate::split_peer(observed);
+        if observed != *local && !self.nat.config.external.contains(&observed) {
+            return;
+        }
+        let from = self
+            .connections
+            .get(&peer)
+            .and_then(|open| open.get(&connection))
+            .and_then(|(address, _)| host_of(address));
+        let Some(from) = from else {
+            return;
+        };
+        if self.nat.reachability.reached(&observed, from) {
+            tracing::info!(address = %observed, "peers on several hosts dialled us here: reachable");
+            self.swarm.add_external_address(observed.clone());
+            self.on_external(&observed, true);
         }
     }
 
@@ -417,5 +466,14 @@ impl EventLoop {
         if let Ok(mut shared) = self.nat.view.write() {
             *shared = view;
         }
+    }
+}
+
+/// The IP address `address` starts with, if any.
+fn host_of(address: &Multiaddr) -> Option<std::net::IpAddr> {
+    match address.iter().next()? {
+        Protocol::Ip4(ip) => Some(ip.into()),
+        Protocol::Ip6(ip) => Some(ip.into()),
+        _ => None,
     }
 }
