@@ -7,7 +7,7 @@ use std::path::Path;
 
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
-use candle_transformers::models::{quantized_llama, quantized_qwen2};
+use candle_transformers::models::{quantized_llama, quantized_qwen2, quantized_qwen3};
 use sharemesh_kernels::blocks::BlockType;
 use sharemesh_kernels::llama::{self, Gemma, LlamaConfig, RawFormat, RawTensor};
 use sharemesh_kernels::KernelError;
@@ -17,11 +17,12 @@ use super::EngineError;
 
 /// Loaded weights for one architecture, with the KV cache of the job in progress.
 pub enum Weights {
-    /// sharemesh's own batch-invariant kernels (llama, qwen2 and gemma3 on CPU; see
-    /// `sharemesh-kernels`).
+    /// sharemesh's own batch-invariant kernels (llama, qwen2, qwen3 and gemma3 on CPU;
+    /// see `sharemesh-kernels`).
     Kernels(Box<KernelModel>),
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
+    Qwen3(quantized_qwen3::ModelWeights),
     /// Our own Gemma 3 graph on candle's tensors (candle's has the wrong activation),
     /// where the kernels do not run (CUDA, `SHAREMESH_KERNELS=candle`).
     Gemma3(Box<Gemma3>),
@@ -143,7 +144,9 @@ impl Weights {
                 path.display()
             ))
         };
-        if matches!(architecture, "llama" | "qwen2" | "gemma3")
+        // A scaling neither path runs is refused before either is tried.
+        let rope_scale = rope_scale(&ct, architecture)?;
+        if matches!(architecture, "llama" | "qwen2" | "qwen3" | "gemma3")
             && device.is_cpu()
             && kernels_enabled()
         {
@@ -159,6 +162,12 @@ impl Weights {
                 Err(other) => return Err(other),
             }
         }
+        if let Some(missing) = candle_cannot_run(&ct, rope_scale) {
+            return Err(EngineError::Unsupported(format!(
+                "this file needs {missing}, which only the sharemesh kernels run (CPU; \
+                 quantized or F16/F32 weights they cover), and they could not load it"
+            )));
+        }
         match architecture {
             "llama" => quantized_llama::ModelWeights::from_gguf(ct, reader, device)
                 .map(Weights::Llama)
@@ -166,11 +175,14 @@ impl Weights {
             "qwen2" => quantized_qwen2::ModelWeights::from_gguf(ct, reader, device)
                 .map(Weights::Qwen2)
                 .map_err(corrupt),
+            "qwen3" => quantized_qwen3::ModelWeights::from_gguf(ct, reader, device)
+                .map(Weights::Qwen3)
+                .map_err(corrupt),
             "gemma3" => Gemma3::from_gguf(&ct, reader, device)
                 .map(|m| Weights::Gemma3(Box::new(m)))
                 .map_err(corrupt),
             other => Err(EngineError::Unsupported(format!(
-                "architecture `{other}` (supported: llama, qwen2, gemma3)"
+                "architecture `{other}` (supported: llama, qwen2, qwen3, gemma3)"
             ))),
         }
     }
@@ -252,6 +264,7 @@ impl Weights {
             }
             Weights::Llama(m) => m.clear_kv_cache(),
             Weights::Qwen2(m) => m.clear_kv_cache(),
+            Weights::Qwen3(m) => m.clear_kv_cache(),
             Weights::Gemma3(m) => m.clear_kv_cache(),
         }
     }
@@ -278,6 +291,7 @@ impl Weights {
             let logits = match self {
                 Weights::Llama(m) => m.forward(&input, position)?,
                 Weights::Qwen2(m) => m.forward(&input, position)?,
+                Weights::Qwen3(m) => m.forward(&input, position)?,
                 Weights::Gemma3(m) => m.forward(tokens, position)?,
                 Weights::Kernels(_) => unreachable!("answered above"),
             };
@@ -293,6 +307,59 @@ impl Weights {
 /// `SHAREMESH_KERNELS=candle` serves llama through candle instead (for comparisons).
 fn kernels_enabled() -> bool {
     std::env::var("SHAREMESH_KERNELS").map_or(true, |v| v != "candle")
+}
+
+/// The factor every rotary angle is multiplied by for the file's
+/// `<arch>.rope.scaling.type`: 1 for none (or no key), `1 / rope.scaling.factor` for
+/// `linear` (llama.cpp's `freq_scale`); any other kind (`yarn`, `longrope`) is refused
+/// by name — a model that ignored it would answer wrongly with no warning.
+pub fn rope_scale(ct: &gguf_file::Content, architecture: &str) -> Result<f32, EngineError> {
+    let key = |name: &str| format!("{architecture}.rope.scaling.{name}");
+    let kind = match ct.metadata.get(&key("type")) {
+        None => return Ok(1.0),
+        Some(value) => value
+            .to_string()
+            .map_err(|e| EngineError::BadModel(format!("`{}`: {e}", key("type"))))?
+            .clone(),
+    };
+    match kind.as_str() {
+        "none" => Ok(1.0),
+        "linear" => {
+            let factor = ct
+                .metadata
+                .get(&key("factor"))
+                .and_then(|v| v.to_f32().ok())
+                .ok_or_else(|| {
+                    EngineError::BadModel(format!(
+                        "linear rope scaling without a number at `{}`",
+                        key("factor")
+                    ))
+                })?;
+            if !(factor.is_finite() && factor >= 1.0) {
+                return Err(EngineError::BadModel(format!(
+                    "`{}` is {factor}: a linear rope scaling factor must be at least 1",
+                    key("factor")
+                )));
+            }
+            Ok(1.0 / factor)
+        }
+        other => Err(EngineError::Unsupported(format!(
+            "rope scaling `{other}` (`{}`; supported: none, linear)",
+            key("type")
+        ))),
+    }
+}
+
+/// Why candle's graphs cannot run this file right, if they cannot: they read neither
+/// linear rope scaling nor Llama 3.1's `rope_freqs.weight`, and would answer wrongly
+/// with no warning.
+fn candle_cannot_run(ct: &gguf_file::Content, rope_scale: f32) -> Option<String> {
+    if rope_scale != 1.0 {
+        return Some("linear rope scaling".into());
+    }
+    ct.tensor_infos
+        .contains_key("rope_freqs.weight")
+        .then(|| "rope frequency factors (`rope_freqs.weight`)".into())
 }
 
 /// llama, qwen2 (llama with q/k/v biases and NEOX rotary pairs) or gemma3 on the
@@ -387,18 +454,7 @@ fn kernel_config(ct: &gguf_file::Content, architecture: &str) -> Result<LlamaCon
         }
     }
     let gemma = match architecture {
-        "gemma3" => {
-            let scaling = ct
-                .metadata
-                .get("gemma3.rope.scaling.type")
-                .and_then(|v| v.to_string().ok());
-            if scaling.is_some_and(|kind| kind != "none") {
-                return Err(EngineError::Unsupported(format!(
-                    "gemma3 rope scaling {scaling:?} on the sharemesh kernels"
-                )));
-            }
-            Some(Gemma::gemma3(number("attention.sliding_window")? as usize))
-        }
+        "gemma3" => Some(Gemma::gemma3(number("attention.sliding_window")? as usize)),
         _ => None,
     };
     Ok(LlamaConfig {
@@ -412,8 +468,10 @@ fn kernel_config(ct: &gguf_file::Content, architecture: &str) -> Result<LlamaCon
         // qwen2 and gemma3 files often leave it out: the whole head rotates.
         rope_dimensions: optional("rope.dimension_count")?.map_or(head_dim, |d| d as usize),
         rope_base: optional("rope.freq_base")?.unwrap_or(10_000.0) as f32,
+        rope_scale: rope_scale(ct, architecture)?,
         norm_eps: number("attention.layer_norm_rms_epsilon")? as f32,
         context: number("context_length")? as usize,
+        head_norms: matches!(architecture, "qwen3" | "gemma3"),
         gemma,
     })
 }

@@ -37,9 +37,16 @@ pub struct LlamaConfig {
     pub rope_dimensions: usize,
     /// The rotary base (Gemma 3: of its global layers).
     pub rope_base: f32,
+    /// Linear rope scaling: every angle of the table `rope_base` makes is multiplied by
+    /// this (`1 / rope.scaling.factor`, llama.cpp's `freq_scale`; Gemma 3's local layers
+    /// are not scaled, as in llama.cpp); 1 without scaling.
+    pub rope_scale: f32,
     pub norm_eps: f32,
     pub context: usize,
-    /// Gemma 3's graph instead of llama's.
+    /// Each query and key head is RMS-normed (`attn_q_norm`/`attn_k_norm`, head
+    /// dimension long) before the rotation: Gemma 3 and Qwen 3.
+    pub head_norms: bool,
+    /// Gemma 3's graph instead of llama's (head norms included).
     pub gemma: Option<Gemma>,
 }
 
@@ -106,11 +113,17 @@ impl LlamaConfig {
         if self.context == 0 || self.layers == 0 {
             return bad("context length and block count must be positive");
         }
+        if !(self.rope_scale.is_finite() && self.rope_scale > 0.0) {
+            return bad("the rope scale must be a positive number");
+        }
         if self
             .gemma
             .is_some_and(|g| g.sliding_window == 0 || g.global_every == 0)
         {
             return bad("the sliding window and the global layer period must be positive");
+        }
+        if self.gemma.is_some() && !self.head_norms {
+            return bad("Gemma 3 norms each query and key head");
         }
         // A file's numbers are claims: widths whose products overflow (a KV block holds
         // layers × 2 × 16 positions × the KV width) are refused, not wrapped.
@@ -150,11 +163,15 @@ struct QkvBias {
     v: Vec<f32>,
 }
 
-/// Gemma 3's norms of one layer: of each query and key head (head dimension long), and
-/// of the attention's and feed-forward's outputs.
-struct GemmaNorms {
+/// The RMS norms of each query and key head (head dimension long) before the rotation:
+/// Gemma 3 and Qwen 3.
+struct HeadNorms {
     q: Vec<f32>,
     k: Vec<f32>,
+}
+
+/// Gemma 3's norms of one layer's attention and feed-forward outputs.
+struct GemmaNorms {
     post_attention: Vec<f32>,
     post_ffn: Vec<f32>,
 }
@@ -170,6 +187,7 @@ struct Layer {
     gate: Matrix,
     up: Matrix,
     down: Matrix,
+    head_norms: Option<HeadNorms>,
     gemma: Option<GemmaNorms>,
     /// `Some(w)`: each query sees only the last `w` positions (its own included).
     window: Option<usize>,
@@ -311,14 +329,15 @@ fn kv_bytes_read(
 
 /// Each rotary pair's angle per position: `base^(−2i/d)`, divided by the file's
 /// `rope_freqs.weight` factor for pair `i` where it has one (Llama 3.1+ files scale
-/// long wavelengths so, as llama.cpp's `freq_factors`).
-fn rope_thetas(base: f32, dims: usize, factors: Option<&[f32]>) -> Vec<f32> {
+/// long wavelengths so, as llama.cpp's `freq_factors`), times `scale` (linear rope
+/// scaling; 1 changes no bit).
+fn rope_thetas(base: f32, dims: usize, factors: Option<&[f32]>, scale: f32) -> Vec<f32> {
     (0..dims)
         .step_by(2)
         .enumerate()
         .map(|(pair, i)| {
             let theta = 1f32 / math::pow(base, i as f32 / dims as f32);
-            factors.map_or(theta, |f| theta / f[pair])
+            factors.map_or(theta, |f| theta / f[pair]) * scale
         })
         .collect()
 }
@@ -387,8 +406,10 @@ pub(super) mod tests {
             head_dim: 16,
             rope_dimensions: 16,
             rope_base: 500_000.0,
+            rope_scale: 1.0,
             norm_eps: 1e-5,
             context: 128,
+            head_norms: false,
             gemma: None,
         }
     }
@@ -405,26 +426,47 @@ pub(super) mod tests {
         refused(&|c| c.kv_heads = 3, "multiple of the KV heads");
         refused(&|c| c.head_dim = 15, "positive and even");
         refused(&|c| c.rope_dimensions = 8, "rotary dimensions");
+        refused(&|c| c.rope_scale = f32::NAN, "rope scale");
+        refused(&|c| c.rope_scale = 0.0, "rope scale");
         refused(&|c| c.heads = 1 << 62, "overflow");
         refused(&|c| c.layers = usize::MAX / 4, "overflow");
         refused(&|c| c.gemma = Some(Gemma::gemma3(0)), "sliding window");
+        refused(
+            &|c| c.gemma = Some(Gemma::gemma3(512)),
+            "query and key head",
+        );
         assert!(config().validate().is_ok());
     }
 
     #[test]
     fn rope_frequency_factors_divide_each_pairs_angle() {
-        let plain = rope_thetas(500_000.0, 16, None);
+        let plain = rope_thetas(500_000.0, 16, None, 1.0);
         assert_eq!(plain.len(), 8);
         for (i, theta) in plain.iter().enumerate() {
             let want = 1f32 / 500_000f32.powf((2 * i) as f32 / 16.0);
             assert_eq!(theta.to_bits(), want.to_bits(), "pair {i}");
         }
         let factors: Vec<f32> = (0..8).map(|i| if i < 4 { 1.0 } else { 8.0 }).collect();
-        let scaled = rope_thetas(500_000.0, 16, Some(&factors));
+        let scaled = rope_thetas(500_000.0, 16, Some(&factors), 1.0);
         for i in 0..8 {
             assert_eq!(scaled[i], plain[i] / factors[i], "pair {i}");
         }
         // A factor of one changes no bit: files without long-context scaling are as before.
-        assert_eq!(rope_thetas(500_000.0, 16, Some(&[1.0; 8])), plain);
+        assert_eq!(rope_thetas(500_000.0, 16, Some(&[1.0; 8]), 1.0), plain);
+    }
+
+    #[test]
+    fn linear_rope_scaling_by_two_turns_position_2q_as_far_as_position_q() {
+        // Positions divided by the factor, as the scaling means: exact for a power of two.
+        let plain = rope_thetas(10_000.0, 16, None, 1.0);
+        let scaled = rope_thetas(10_000.0, 16, None, 0.5);
+        for q in [1usize, 7, 100, 4000] {
+            assert_eq!(
+                rope_angles(&scaled, &[2 * q]),
+                rope_angles(&plain, &[q]),
+                "{q}"
+            );
+        }
+        assert_ne!(rope_angles(&scaled, &[7]), rope_angles(&plain, &[7]));
     }
 }

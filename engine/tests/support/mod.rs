@@ -226,3 +226,41 @@ pub fn compare_logits(ours: &[Vec<f32>], reference: &[Vec<f32>]) -> (f64, usize)
     }
     (total / ours.len().max(1) as f64, agree)
 }
+
+/// Writes `src` to `dst` with `extra` metadata entries added (or replacing ones of the
+/// same key), tensors as they were: files that differ from a catalog model in one
+/// setting (a rope scaling, say).
+pub fn with_metadata(
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    extra: &[(&str, candle_core::quantized::gguf_file::Value)],
+) {
+    use candle_core::quantized::gguf_file;
+    let mut reader = std::io::BufReader::new(std::fs::File::open(src).unwrap());
+    let content = gguf_file::Content::read(&mut reader).unwrap();
+    let mut metadata: Vec<(String, gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .filter(|(key, _)| !extra.iter().any(|(k, _)| k == key))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    metadata.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+    metadata.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let tensors: Vec<(String, candle_core::quantized::QTensor)> = names
+        .into_iter()
+        .map(|name| {
+            let tensor = content
+                .tensor(&mut reader, name, &candle_core::Device::Cpu)
+                .unwrap();
+            (name.clone(), tensor)
+        })
+        .collect();
+    let metadata_refs: Vec<(&str, &gguf_file::Value)> =
+        metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tensor_refs: Vec<(&str, &candle_core::quantized::QTensor)> =
+        tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
+    let mut out = std::fs::File::create(dst).unwrap();
+    gguf_file::write(&mut out, &metadata_refs, &tensor_refs).unwrap();
+}

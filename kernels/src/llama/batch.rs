@@ -206,7 +206,7 @@ impl Llama {
             add_to_rows(&mut step.k, &bias.k);
             add_to_rows(&mut step.v, &bias.v);
         }
-        if let Some(norms) = &layer.gemma {
+        if let Some(norms) = &layer.head_norms {
             norm_in_place(&mut step.q, &norms.q, c.norm_eps);
             norm_in_place(&mut step.k, &norms.k, c.norm_eps);
         }

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use super::{rope_thetas, GemmaNorms, Layer, Llama, LlamaConfig, QkvBias, RawFormat, RawTensor};
+use super::{
+    rope_thetas, GemmaNorms, HeadNorms, Layer, Llama, LlamaConfig, QkvBias, RawFormat, RawTensor,
+};
 use crate::dot::Isa;
 use crate::quant::Matrix;
 use crate::KernelError;
@@ -112,12 +114,14 @@ impl Llama {
             config.rope_base,
             config.rope_dimensions,
             rope_factors.as_deref(),
+            config.rope_scale,
         )];
         if let Some(gemma) = &config.gemma {
             rope_tables.push(rope_thetas(
                 gemma.local_rope_base,
                 config.rope_dimensions,
                 None,
+                1.0,
             ));
         }
         let mut output = match tensors.optional("output.weight")? {
@@ -186,10 +190,15 @@ fn load_layer<F: FnMut(&str) -> Fetched>(
     let up = tensors.matrix(&weight("ffn_up"), ffn, hidden)?;
     let down = tensors.matrix(&weight("ffn_down"), hidden, ffn)?;
     let mut bias = load_bias(tensors, i, q_width, kv_width)?;
-    let mut gemma = match config.gemma {
-        Some(_) => Some(GemmaNorms {
+    let mut head_norms = match config.head_norms {
+        true => Some(HeadNorms {
             q: tensors.vector(&weight("attn_q_norm"), head_dim)?,
             k: tensors.vector(&weight("attn_k_norm"), head_dim)?,
+        }),
+        false => None,
+    };
+    let gemma = match config.gemma {
+        Some(_) => Some(GemmaNorms {
             post_attention: tensors.vector(&weight("post_attention_norm"), hidden)?,
             post_ffn: tensors.vector(&weight("post_ffw_norm"), hidden)?,
         }),
@@ -206,7 +215,7 @@ fn load_layer<F: FnMut(&str) -> Fetched>(
             bias.q = reorder(&bias.q, &q_order);
             bias.k = reorder(&bias.k, &k_order);
         }
-        if let Some(norms) = gemma.as_mut() {
+        if let Some(norms) = head_norms.as_mut() {
             // The per-head norms scale each element of a head: they move with the rows.
             let head_order = interleaved_order(1, head_dim);
             norms.q = reorder(&norms.q, &head_order);
@@ -227,6 +236,7 @@ fn load_layer<F: FnMut(&str) -> Fetched>(
         gate,
         up,
         down,
+        head_norms,
         gemma,
         window: config.gemma.filter(|_| !global).map(|g| g.sliding_window),
         rope_table: usize::from(!global),
