@@ -8,12 +8,18 @@
 //! work only providers vouched for while the model was fetched: each job a bought check
 //! passed, and each window a verifier or tie-breaker signed — a colluder that passed its
 //! partner's job signed the same wrong steps, and is convicted with them.
+//!
+//! What is paid back is not prevented, so while a model is fetched its providers are
+//! held to one job on credit each: a provider that served the model since it was asked
+//! for serves it again only once that work is judged here (or [`CREDIT_HOLD_MS`] after
+//! the ask, so a slow download delays requests, never refuses them). A ring cheaper
+//! than everyone serves one request per member before ground truth reaches it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::BoxFuture;
-use sharemesh_protocol::{ExecutionProfile, ModelId};
+use sharemesh_protocol::{ExecutionProfile, ModelId, NodeId};
 
 use crate::audit::{ReplayJob, ReplayResult, Replayer};
 use crate::transcript::Transcript;
@@ -25,6 +31,12 @@ const PENDING_PER_MODEL: usize = 64;
 const PENDING_STEPS: usize = 65_536;
 /// Models asked for at most (each once).
 const MAX_MODELS_ASKED: usize = 64;
+/// How long after a model was asked for a provider that served it meanwhile waits for
+/// that work to be judged; shorter than a request's default wait (30 s), so a request
+/// held back by it is served, not refused, when the download is slow.
+pub const CREDIT_HOLD_MS: u64 = 20_000;
+/// Providers held per model at most (beyond it, one more is not held).
+const CREDIT_PROVIDERS: usize = 4_096;
 
 /// Where a node gets a model to replay with: `None` when it cannot hold it (not a
 /// model it can fetch, over its memory budget, the download or load failed).
@@ -84,11 +96,20 @@ pub struct Escalation {
     pending: Mutex<Pending>,
 }
 
-/// The transcripts waiting for their models, and the steps they hold in all.
+/// The transcripts waiting for their models, and the steps they hold in all; the
+/// providers on credit for each model asked for and not yet judged.
 #[derive(Default)]
 struct Pending {
     by_model: HashMap<ModelId, Vec<Transcript>>,
     steps: usize,
+    credit: HashMap<ModelId, Credit>,
+}
+
+/// A model being fetched (or its waiting work replayed): when it was asked for, and
+/// who served it since.
+struct Credit {
+    asked_ms: u64,
+    served: HashSet<NodeId>,
 }
 
 impl Pending {
@@ -113,6 +134,15 @@ impl Pending {
     }
 }
 
+impl Credit {
+    fn since(asked_ms: u64) -> Self {
+        Self {
+            asked_ms,
+            served: HashSet::new(),
+        }
+    }
+}
+
 /// What keeping a transcript holds: its prompt's bound, its resumed and its sent steps.
 fn steps_held(transcript: &Transcript) -> usize {
     let prompt = usize::try_from(transcript.request.prompt.token_bound()).unwrap_or(usize::MAX);
@@ -122,9 +152,10 @@ fn steps_held(transcript: &Transcript) -> usize {
 }
 
 impl Escalation {
-    /// Whether `model` is to be asked for now: the first time it is wanted (its
-    /// disputes and witnesses are kept from then until [`Self::settled`]).
-    pub fn ask(&self, model: ModelId) -> bool {
+    /// Whether `model` is to be asked for now (at `now_ms`): the first time it is
+    /// wanted (its disputes and witnesses are kept from then until [`Self::settled`],
+    /// its providers held to one job on credit until [`Self::judged`]).
+    pub fn ask(&self, model: ModelId, now_ms: u64) -> bool {
         let (Ok(mut asked), Ok(mut pending)) = (self.asked.lock(), self.pending.lock()) else {
             return false;
         };
@@ -133,7 +164,41 @@ impl Escalation {
         }
         asked.insert(model);
         pending.by_model.insert(model, Vec::new());
+        pending.credit.insert(model, Credit::since(now_ms));
         true
+    }
+
+    /// `provider` serves `model` now: held to it, if the model is being fetched.
+    pub fn served(&self, model: &ModelId, provider: NodeId) {
+        let Ok(mut pending) = self.pending.lock() else {
+            return;
+        };
+        if let Some(credit) = pending.credit.get_mut(model) {
+            if credit.served.len() < CREDIT_PROVIDERS {
+                credit.served.insert(provider);
+            }
+        }
+    }
+
+    /// Whether `provider` is to wait before serving `model` again (at `now_ms`): it
+    /// served the model since it was asked for, that work is not judged yet, and the
+    /// hold has not run out.
+    pub fn on_credit(&self, model: &ModelId, provider: &NodeId, now_ms: u64) -> bool {
+        let Ok(pending) = self.pending.lock() else {
+            return false;
+        };
+        pending.credit.get(model).is_some_and(|credit| {
+            now_ms < credit.asked_ms.saturating_add(CREDIT_HOLD_MS)
+                && credit.served.contains(provider)
+        })
+    }
+
+    /// The work that waited for `model` has been judged (or the model could not be
+    /// held): its providers serve it freely again.
+    pub fn judged(&self, model: &ModelId) {
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.credit.remove(model);
+        }
     }
 
     /// Keeps work that only providers vouched for (a job a bought check passed, a
@@ -145,8 +210,8 @@ impl Escalation {
         }
     }
 
-    /// Records an unsettled dispute over `transcript`'s job.
-    pub fn disputed(&self, transcript: Transcript) -> Next {
+    /// Records an unsettled dispute over `transcript`'s job (at `now_ms`).
+    pub fn disputed(&self, transcript: Transcript, now_ms: u64) -> Next {
         let model = transcript.request.model;
         let (Ok(mut asked), Ok(mut pending)) = (self.asked.lock(), self.pending.lock()) else {
             return Next::Drop;
@@ -162,6 +227,7 @@ impl Escalation {
         pending.by_model.entry(model).or_default();
         pending.keep(&transcript);
         if first {
+            pending.credit.insert(model, Credit::since(now_ms));
             Next::Fetch
         } else {
             Next::Wait
@@ -203,11 +269,11 @@ mod tests {
     fn witnesses_are_kept_only_while_their_model_is_fetched() {
         let escalation = Escalation::default();
         escalation.witness(&transcript(1, 0));
-        assert!(escalation.ask(model(1)));
-        assert!(!escalation.ask(model(1)), "a model is asked for once");
+        assert!(escalation.ask(model(1), 0));
+        assert!(!escalation.ask(model(1), 0), "a model is asked for once");
         escalation.witness(&transcript(1, 0));
         escalation.witness(&transcript(2, 0)); // Another model, not asked for.
-        assert_eq!(escalation.disputed(transcript(1, 3)), Next::Wait);
+        assert_eq!(escalation.disputed(transcript(1, 3), 0), Next::Wait);
         let waiting = escalation.settled(&model(1));
         assert_eq!(
             waiting.len(),
@@ -217,22 +283,22 @@ mod tests {
         assert!(escalation.settled(&model(2)).is_empty());
         // Settled: later work is checked here, not kept.
         escalation.witness(&transcript(1, 0));
-        assert_eq!(escalation.disputed(transcript(1, 0)), Next::Drop);
+        assert_eq!(escalation.disputed(transcript(1, 0), 0), Next::Drop);
         assert!(escalation.settled(&model(1)).is_empty());
         // A dispute over a model never asked for asks for it.
-        assert_eq!(escalation.disputed(transcript(2, 0)), Next::Fetch);
+        assert_eq!(escalation.disputed(transcript(2, 0), 0), Next::Fetch);
         assert_eq!(escalation.settled(&model(2)).len(), 1);
     }
 
     #[test]
     fn what_is_kept_is_bounded_per_model_and_in_steps() {
         let escalation = Escalation::default();
-        assert!(escalation.ask(model(1)) && escalation.ask(model(2)));
+        assert!(escalation.ask(model(1), 0) && escalation.ask(model(2), 0));
         for _ in 0..PENDING_PER_MODEL + 5 {
             escalation.witness(&transcript(1, 0));
         }
         assert_eq!(escalation.settled(&model(1)).len(), PENDING_PER_MODEL);
-        assert!(escalation.ask(model(3)));
+        assert!(escalation.ask(model(3), 0));
         let long = PENDING_STEPS / 2;
         escalation.witness(&transcript(2, long));
         escalation.witness(&transcript(3, long)); // Over the steps left: dropped.
@@ -240,8 +306,42 @@ mod tests {
         assert_eq!(escalation.settled(&model(3)).len(), 1);
         assert_eq!(escalation.settled(&model(2)).len(), 1);
         // Settling frees the steps.
-        assert!(escalation.ask(model(4)));
+        assert!(escalation.ask(model(4), 0));
         escalation.witness(&transcript(4, long));
         assert_eq!(escalation.settled(&model(4)).len(), 1);
+    }
+
+    #[test]
+    fn providers_serve_a_model_being_fetched_once_until_it_is_judged() {
+        let escalation = Escalation::default();
+        let (a, b) = (NodeId::from_bytes([1; 32]), NodeId::from_bytes([2; 32]));
+        escalation.served(&model(1), a); // Before the ask: not held.
+        assert!(!escalation.on_credit(&model(1), &a, 0));
+        assert!(escalation.ask(model(1), 1_000));
+        escalation.served(&model(1), a);
+        assert!(escalation.on_credit(&model(1), &a, 1_001));
+        assert!(
+            !escalation.on_credit(&model(1), &b, 1_001),
+            "b has not served"
+        );
+        assert!(!escalation.on_credit(&model(2), &a, 1_001), "another model");
+        // Settling (the model is held) keeps the hold until the waiting work is judged.
+        escalation.settled(&model(1));
+        assert!(escalation.on_credit(&model(1), &a, 1_002));
+        // A slow download lets it serve again once the hold runs out.
+        let out = 1_000 + CREDIT_HOLD_MS;
+        assert!(escalation.on_credit(&model(1), &a, out - 1));
+        assert!(!escalation.on_credit(&model(1), &a, out));
+        escalation.judged(&model(1));
+        assert!(!escalation.on_credit(&model(1), &a, 1_003));
+        escalation.served(&model(1), b);
+        assert!(
+            !escalation.on_credit(&model(1), &b, 1_003),
+            "judged: held no more"
+        );
+        // A dispute that asks for a model starts its hold.
+        assert_eq!(escalation.disputed(transcript(3, 0), 5), Next::Fetch);
+        escalation.served(&model(3), b);
+        assert!(escalation.on_credit(&model(3), &b, 6));
     }
 }

@@ -411,13 +411,40 @@ impl Trust {
         }
     }
 
-    /// The first check of a model this node cannot replay: ask for the model.
+    /// The first job or check of a model this node cannot replay: ask for the model.
     fn want(self: &Arc<Self>, model: ModelId) {
         if let Some((_, escalation)) = self.escalation.get() {
-            if escalation.ask(model) {
+            if escalation.ask(model, now_ms()) {
                 self.fetch(model);
             }
         }
+    }
+
+    /// `provider` opened a segment of `model` for this node. Where this node fetches
+    /// models it cannot replay, the fetch starts now (not at the job's check), and
+    /// while it runs the provider is on credit ([`Self::on_credit`]).
+    pub(crate) fn serving(self: &Arc<Self>, model: ModelId, provider: NodeId) {
+        let Some((_, escalation)) = self.escalation.get() else {
+            return;
+        };
+        let held = self
+            .auditor
+            .replayer()
+            .is_some_and(|r| r.profile(&model).is_some());
+        if !held {
+            self.want(model);
+            escalation.served(&model, provider);
+        }
+    }
+
+    /// Whether `provider` is to wait before serving `model` again: it served it while
+    /// this node fetches the model, and that work is not judged yet (bounded by
+    /// [`crate::escalate::CREDIT_HOLD_MS`]). What a ring serves before ground truth
+    /// reaches it is then one job per member, not every job until the download ends.
+    pub(crate) fn on_credit(&self, model: &ModelId, provider: &NodeId) -> bool {
+        self.escalation
+            .get()
+            .is_some_and(|(_, escalation)| escalation.on_credit(model, provider, now_ms()))
     }
 
     /// Work only providers vouched for (a job a bought check passed or could not check,
@@ -437,7 +464,7 @@ impl Trust {
             return;
         };
         let model = transcript.request.model;
-        if escalation.disputed(transcript) == Next::Fetch {
+        if escalation.disputed(transcript, now_ms()) == Next::Fetch {
             self.fetch(model);
         }
     }
@@ -457,6 +484,7 @@ impl Trust {
             };
             let Some(replayer) = held else {
                 escalation.settled(&model);
+                escalation.judged(&model);
                 tracing::warn!(%model, "could not hold the model; its disputes stay unsettled");
                 return;
             };
@@ -472,6 +500,7 @@ impl Trust {
                 this.act_on(transcript.provider(), finding, transcript.sent())
                     .await;
             }
+            escalation.judged(&model);
         });
     }
 

@@ -429,13 +429,14 @@ async fn colluding_verifiers_never_convict_an_honest_provider() {
 }
 
 /// The same ring against a gateway that fetches the model, as `sharemesh gateway` does:
-/// its first check starts the "download" (the lab hands it the honest replayer after
+/// its first job starts the "download" (the lab hands it the honest replayer after
 /// 200 ms), checks are bought meanwhile, and once it holds the model it replays what
-/// only providers vouched for meanwhile and every later job here. Both colluders are
-/// convicted and keep none of their pay (a job still running at conviction is paid
-/// nothing more); no honest provider is accused. What the ring serves is what comes
-/// before the model is held (3 of 24 here, 4–5 before the vouched-for work was
-/// replayed): the goal of at most 2 is printed, not met.
+/// only providers vouched for meanwhile and every later job here. Meanwhile each
+/// provider serves the model once: a provider that served it waits (and so do requests
+/// that find every provider waiting) until that work is replayed. Both colluders are
+/// convicted and keep none of their pay; no honest provider is accused; the ring serves
+/// at most one request per member (3–4 of 24 before providers were held to one job on
+/// credit while the model is fetched).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsettled_dispute_fetches_the_model_and_convicts_the_ring() {
     let dir = tempfile::tempdir().unwrap();
@@ -444,14 +445,16 @@ async fn an_unsettled_dispute_fetches_the_model_and_convicts_the_ring() {
     let trust = lab.gateway.trust();
     println!("ring served {served} of 24, kept {kept} of {spent} nano-USD");
     assert_eq!(trust.verification().name(), "replay+outsourced");
+    assert!(served <= 2, "the ring served {served} of 24");
     assert!(kept * 100 <= spent, "the ring kept {kept} of {spent}");
     for honest in &lab.providers[2..] {
         assert!(!trust.auditor.is_banned(&honest.node_id));
     }
 }
 
-/// Everything the ring serves falls inside a long download (4 requests, 2 s): no later
-/// job of it is ever replayed here, so only the work kept meanwhile can convict it —
+/// Everything the ring serves falls inside a long download (4 requests, 2 s; one each,
+/// since a provider that served the model waits while it is fetched): no later job of
+/// it is ever replayed here, so only the work kept meanwhile can convict it —
 /// its jobs that a bought check passed (a colluder checking its partner) and the
 /// windows the colluder signed doing so. Once the model is held both are convicted from
 /// that work alone and keep none of their pay.

@@ -349,6 +349,7 @@ impl Dispatcher {
                 request.model
             )));
         }
+        let candidates = self.hold_on_credit(&model, candidates)?;
         let job_id = JobId::from_bytes(rand::rng().random());
         let candidates = self.limit_unproven(candidates);
         let quoting = Instant::now();
@@ -459,6 +460,7 @@ impl Dispatcher {
                     continue;
                 }
             };
+            self.trust.serving(plan.model, provider);
             let job = JobRequest {
                 provider,
                 max_price_per_token: candidate.price,

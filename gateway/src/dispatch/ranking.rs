@@ -82,6 +82,28 @@ impl Dispatcher {
         }
     }
 
+    /// While this gateway fetches `model` to replay its jobs, a provider that served it
+    /// meanwhile waits for that work to be judged (`Trust::on_credit`); when every
+    /// candidate waits, so does the request (a busy error: it waits for a turn).
+    pub(super) fn hold_on_credit(
+        &self,
+        model: &ModelId,
+        candidates: Vec<Candidate>,
+    ) -> Result<Vec<Candidate>, ApiError> {
+        let offered = candidates.len();
+        let free: Vec<Candidate> = candidates
+            .into_iter()
+            .filter(|c| !self.trust.on_credit(model, &c.provider()))
+            .collect();
+        if free.is_empty() && offered > 0 {
+            return Err(ApiError::busy(format!(
+                "all {offered} providers of this model served it since this gateway began \
+                 fetching it to verify their work; waiting until that work is replayed"
+            )));
+        }
+        Ok(free)
+    }
+
     pub(super) fn limit_unproven(&self, candidates: Vec<Candidate>) -> Vec<Candidate> {
         let Ok(book) = self.mesh.book.read() else {
             return candidates;
