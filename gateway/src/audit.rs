@@ -100,7 +100,7 @@ pub struct Auditor {
     dealings: Mutex<BTreeMap<NodeId, Dealings>>,
     /// Verified jobs per provider that reporters this node trusts vouched for.
     vouched: RwLock<BTreeMap<NodeId, u32>>,
-    suspected: Mutex<HashSet<NodeId>>,
+    suspected: Mutex<HashMap<NodeId, Suspicion>>,
     /// The profile each provider last named: a lone one means every job is verified.
     profiles: Mutex<crate::profiles::ProfileCensus>,
     banned: RwLock<HashSet<NodeId>>,
@@ -108,6 +108,17 @@ pub struct Auditor {
     in_flight: Arc<Semaphore>,
     /// Tokens/s measured on the last jobs of each provider (newest last, ≤ 3).
     speeds: Mutex<HashMap<NodeId, VecDeque<f64>>>,
+}
+
+/// Why a provider is suspected here (every job verified).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Suspicion {
+    /// Only a party to unsettled disputes: cleared when ground truth (a replay here)
+    /// finds the work the disputes left open honest ([`Auditor::vindicate`]).
+    Disputed,
+    /// Something no replay answers (a finding about its claims, a replay on another
+    /// profile far off, a fraud without a valid proof): for good.
+    Lasting,
 }
 
 /// Speed measurements kept per provider.
@@ -205,7 +216,7 @@ impl Auditor {
             suspected: sorted(
                 self.suspected
                     .lock()
-                    .map(|s| s.iter().copied().collect())
+                    .map(|s| s.keys().copied().collect())
                     .unwrap_or_default(),
             ),
             verified_jobs: self
@@ -235,13 +246,36 @@ impl Auditor {
     }
 
     pub fn is_suspected(&self, provider: &NodeId) -> bool {
-        self.suspected.lock().is_ok_and(|s| s.contains(provider))
+        self.suspected
+            .lock()
+            .is_ok_and(|s| s.contains_key(provider))
     }
 
+    /// Suspects `provider` for good.
     pub(crate) fn suspect(&self, provider: NodeId) {
         if let Ok(mut suspected) = self.suspected.lock() {
-            suspected.insert(provider);
+            suspected.insert(provider, Suspicion::Lasting);
         }
+    }
+
+    /// Suspects `party` to a dispute nothing settled, until ground truth does.
+    pub(crate) fn suspect_disputed(&self, party: NodeId) {
+        if let Ok(mut suspected) = self.suspected.lock() {
+            suspected.entry(party).or_insert(Suspicion::Disputed);
+        }
+    }
+
+    /// Ground truth found the work `party`'s disputes left open honest: a suspicion
+    /// that came only from disputes ends (`true` if one did).
+    pub(crate) fn vindicate(&self, party: &NodeId) -> bool {
+        let Ok(mut suspected) = self.suspected.lock() else {
+            return false;
+        };
+        if suspected.get(party) == Some(&Suspicion::Disputed) {
+            suspected.remove(party);
+            return true;
+        }
+        false
     }
 
     /// Changes `provider`'s record, aged to now first.
@@ -343,8 +377,8 @@ impl Auditor {
             .map_or(0, |v| v.get(provider).copied().unwrap_or(0));
         let verified = self.policy.rule.record(own, vouched);
         // A profile no other provider of its model runs is as good as a suspicion.
-        let suspected = self.suspected.lock().is_ok_and(|s| s.contains(provider))
-            || self.profiles.lock().is_ok_and(|p| p.is_lone(provider));
+        let suspected =
+            self.is_suspected(provider) || self.profiles.lock().is_ok_and(|p| p.is_lone(provider));
         let cheap = (price.0 as f64) < self.policy.cheap_below * median_price.0 as f64;
         self.policy.rule.rate(verified, suspected, cheap)
     }
@@ -755,5 +789,27 @@ pub(crate) mod tests {
         // No model: nothing checked.
         let none = examine(&transcript(), None, NodeId::from_bytes([9; 32])).await;
         assert!(matches!(none, Finding::Unchecked(_)));
+    }
+
+    /// A dispute's suspicion ends when ground truth finds the party honest; a lasting
+    /// one (a claim that does not fit, a far-off replay) does not.
+    #[test]
+    fn only_a_suspicion_from_disputes_is_vindicated() {
+        let auditor = Auditor::new(AuditPolicy::default());
+        let (disputed, lasting) = (NodeId::from_bytes([1; 32]), NodeId::from_bytes([2; 32]));
+        auditor.suspect_disputed(disputed);
+        auditor.suspect(lasting);
+        auditor.suspect_disputed(lasting); // A dispute does not soften a lasting one.
+        assert!(auditor.is_suspected(&disputed) && auditor.is_suspected(&lasting));
+        assert_eq!(auditor.rate(&disputed, NanoUsd(100), NanoUsd(100)), 1.0);
+        assert!(auditor.vindicate(&disputed));
+        assert!(!auditor.vindicate(&lasting));
+        assert!(!auditor.is_suspected(&disputed));
+        assert!(auditor.is_suspected(&lasting));
+        assert_eq!(auditor.view().suspected, vec![lasting.to_string()]);
+        // A lasting suspicion after a dispute replaces it.
+        auditor.suspect_disputed(disputed);
+        auditor.suspect(disputed);
+        assert!(!auditor.vindicate(&disputed));
     }
 }

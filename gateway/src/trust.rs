@@ -12,7 +12,7 @@ use sharemesh_mesh::{MeshEvent, MeshHandle};
 use sharemesh_protocol::commitment::audit_draw;
 use sharemesh_protocol::{FraudProof, JobId, Keypair, ModelId, NanoUsd, NodeId, SignedEnvelope};
 use sharemesh_reputation::{Dealings, Outcome, ReputationBook};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use tokio::sync::broadcast;
 use tracing::Instrument;
 
@@ -379,7 +379,10 @@ impl Trust {
         };
         self.act_on(provider, finding, sent).await;
         if unsettled {
-            self.escalate(audit.transcript);
+            // Held by now (its fetch ended during the check): judged here at once.
+            if !self.judge_if_held(&audit.transcript).await {
+                self.escalate(audit.transcript);
+            }
         } else if vouched {
             self.recheck_vouched(&audit.transcript).await;
         }
@@ -396,19 +399,31 @@ impl Trust {
     /// replayed here if the model is held by now (its fetch ended during the check),
     /// else kept for when it is.
     async fn recheck_vouched(&self, transcript: &Transcript) {
+        if !self.judge_if_held(transcript).await {
+            self.witness(transcript);
+        }
+    }
+
+    /// Replays `transcript` here if its model is held: ground truth, so a provider
+    /// only suspected for disputes whose job replays honest is suspected no more.
+    /// `false` when the model is not held.
+    async fn judge_if_held(&self, transcript: &Transcript) -> bool {
         let model = transcript.request.model;
-        let held = self
+        let Some(held) = self
             .auditor
             .replayer()
-            .filter(|r| r.profile(&model).is_some());
-        match held {
-            Some(held) => {
-                let finding = examine(transcript, Some(held), self.key.node_id()).await;
-                self.act_on(transcript.provider(), finding, transcript.sent())
-                    .await;
-            }
-            None => self.witness(transcript),
+            .filter(|r| r.profile(&model).is_some())
+        else {
+            return false;
+        };
+        let provider = transcript.provider();
+        let finding = examine(transcript, Some(held), self.key.node_id()).await;
+        let honest = matches!(finding, Finding::Honest { .. });
+        self.act_on(provider, finding, transcript.sent()).await;
+        if honest {
+            self.auditor.vindicate(&provider);
         }
+        true
     }
 
     /// The first job or check of a model this node cannot replay: ask for the model.
@@ -495,10 +510,22 @@ impl Trust {
             let waiting = escalation.settled(&model);
             tracing::info!(%model, transcripts = waiting.len(), "holding the model: replaying the work only providers vouched for");
             let reporter = this.key.node_id();
+            // Whether every piece of each party's waiting work replayed honest.
+            let mut clean: HashMap<NodeId, bool> = HashMap::new();
             for transcript in waiting {
+                let provider = transcript.provider();
                 let finding = examine(&transcript, this.auditor.replayer(), reporter).await;
-                this.act_on(transcript.provider(), finding, transcript.sent())
-                    .await;
+                let honest = matches!(finding, Finding::Honest { .. });
+                *clean.entry(provider).or_insert(true) &= honest;
+                this.act_on(provider, finding, transcript.sent()).await;
+            }
+            // A party whose disputed and vouched-for work all replayed honest is no
+            // longer suspected for the disputes (an honest verifier a colluder split
+            // with, say); other suspicions stay.
+            for (party, _) in clean.into_iter().filter(|(_, clean)| *clean) {
+                if this.auditor.vindicate(&party) {
+                    tracing::info!(%party, "ground truth found its disputed work honest");
+                }
             }
             escalation.judged(&model);
         });
@@ -518,7 +545,7 @@ impl Trust {
             Finding::Disputed { parties } => {
                 tracing::warn!(?parties, "two runs of a window differ, unsettled");
                 for party in parties {
-                    self.auditor.suspect(party);
+                    self.auditor.suspect_disputed(party);
                 }
                 self.auditor.count(|s| {
                     s.disputed += 1;
@@ -587,7 +614,7 @@ impl Trust {
             }
             Finding::Disputed { parties } => {
                 for party in parties {
-                    self.auditor.suspect(party);
+                    self.auditor.suspect_disputed(party);
                 }
             }
             _ => {}

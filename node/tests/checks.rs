@@ -400,6 +400,22 @@ async fn ring_beside_two_honest(
     (lab, ring, served, kept, spent)
 }
 
+/// Waits for the honest providers (the lab's last two) to be suspected no more: the
+/// ring's disputes with them were judged by ground truth (after the ring's own work).
+async fn honest_suspected_no_more(lab: &Lab) {
+    let trust = lab.gateway.trust();
+    eventually(
+        Duration::from_secs(5),
+        "the honest providers vindicated",
+        || {
+            lab.providers[2..]
+                .iter()
+                .all(|honest| !trust.auditor.is_suspected(&honest.node_id))
+        },
+    )
+    .await;
+}
+
 /// Attack (`collude-verify`) on a light client that cannot fetch the model
 /// (`--no-verify-fetch`): a colluder checking its partner agrees with it; an honest
 /// verifier that differs is not outvoted by the other colluder alone, since a
@@ -450,6 +466,7 @@ async fn an_unsettled_dispute_fetches_the_model_and_convicts_the_ring() {
     for honest in &lab.providers[2..] {
         assert!(!trust.auditor.is_banned(&honest.node_id));
     }
+    honest_suspected_no_more(&lab).await;
 }
 
 /// Everything the ring serves falls inside a long download (4 requests, 2 s; one each,
@@ -478,4 +495,5 @@ async fn what_a_ring_vouched_for_while_the_model_downloads_convicts_it() {
     for honest in &lab.providers[2..] {
         assert!(!trust.auditor.is_banned(&honest.node_id));
     }
+    honest_suspected_no_more(&lab).await;
 }
