@@ -143,6 +143,39 @@ pub fn mesh_dial_addresses(known: Vec<Multiaddr>) -> Vec<Multiaddr> {
     direct
 }
 
+/// The IP address `address` starts with, if any.
+pub fn host_of(address: &Multiaddr) -> Option<IpAddr> {
+    match address.iter().next()? {
+        Protocol::Ip4(ip) => Some(ip.into()),
+        Protocol::Ip6(ip) => Some(ip.into()),
+        _ => None,
+    }
+}
+
+/// An address no host on the public internet reaches straight: private (RFC 1918),
+/// shared (RFC 6598, carrier-grade NAT), loopback, link-local, IPv6 unique-local.
+pub fn is_private_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_private()
+                || v4.is_loopback()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || v6
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| is_private_ip(v4.into()))
+        }
+    }
+}
 /// Whether `address` goes through a relay.
 pub fn is_relayed(address: &Multiaddr) -> bool {
     address.iter().any(|p| p == Protocol::P2pCircuit)
@@ -191,8 +224,11 @@ impl Reachability {
         }
     }
 
+    /// An external address of ours expired: confirming it again takes new evidence
+    /// (the hosts that reached it before are forgotten).
     pub fn expired(&mut self, address: &Multiaddr) {
         self.confirmed.remove(address);
+        self.reached.remove(address);
     }
 
     /// A peer could not dial `address`, a candidate address of ours, back. Only a
@@ -218,8 +254,17 @@ impl Reachability {
     /// NAT, peers observe the router's address, never the node's own, so a NATed node
     /// that a hole punch reached is not fooled. Returns whether `at` is newly
     /// confirmed by this (the caller confirms it as an external address).
+    ///
+    /// Observations are a peer's claim: a peer that reached a NATed node straight (a
+    /// hole punch lands on its listening port) could echo the node's own private
+    /// address back. So a host on the public internet never confirms a private
+    /// address (honestly, it can reach one only through a NAT, and then it observes
+    /// the router); hosts on the node's own private network still do, for that network.
     pub fn reached(&mut self, at: &Multiaddr, from: IpAddr) -> bool {
         if !is_direct_dialable(at) || self.confirmed.contains(at) {
+            return false;
+        }
+        if host_of(at).is_some_and(is_private_ip) && !is_private_ip(from) {
             return false;
         }
         if !self.reached.contains_key(at) && self.reached.len() >= MAX_REACHED_ADDRESSES {
@@ -436,6 +481,45 @@ mod tests {
         }
         let late = addr("/ip4/10.3.0.1/tcp/1");
         assert!(!flooded.reached(&late, a) && !flooded.reached(&late, b));
+        // An expired address needs new evidence.
+        let mut again = Reachability::new(ReachabilityMode::Auto);
+        assert!(!again.reached(&listen, a) && again.reached(&listen, b));
+        again.confirmed(&listen);
+        again.expired(&listen);
+        assert_eq!(again.status(), NatStatus::Unknown);
+        assert!(!again.reached(&listen, b), "the hosts before are forgotten");
+        assert!(again.reached(&listen, a));
+    }
+
+    /// Attack: two internet hosts that reached a NATed node straight (a hole punch on
+    /// its listening port) echo its private address back as what they observed, to
+    /// make it call itself public and give up its relays. They are not counted; hosts
+    /// of its own private network, and any host for a public address, are.
+    #[test]
+    fn internet_hosts_cannot_confirm_a_private_address() {
+        let mut behind_nat = Reachability::new(ReachabilityMode::Auto);
+        let private = addr("/ip4/192.168.1.20/tcp/4001");
+        let (x, y): (IpAddr, IpAddr) = (
+            "203.0.113.7".parse().unwrap(),
+            "198.51.100.9".parse().unwrap(),
+        );
+        assert!(!behind_nat.reached(&private, x) && !behind_nat.reached(&private, y));
+        assert_eq!(behind_nat.status(), NatStatus::Unknown);
+        let cgnat = addr("/ip4/100.64.3.4/tcp/4001");
+        assert!(!behind_nat.reached(&cgnat, x) && !behind_nat.reached(&cgnat, y));
+        let ula = addr("/ip6/fd00::5/tcp/4001");
+        let (v6x, v6y): (IpAddr, IpAddr) = (
+            "2001:db8::1".parse().unwrap(),
+            "2001:db8::2".parse().unwrap(),
+        );
+        assert!(!behind_nat.reached(&ula, v6x) && !behind_nat.reached(&ula, v6y));
+        let lan: [IpAddr; 2] = [
+            "192.168.1.5".parse().unwrap(),
+            "192.168.1.6".parse().unwrap(),
+        ];
+        assert!(!behind_nat.reached(&private, lan[0]) && behind_nat.reached(&private, lan[1]));
+        let public = addr("/ip4/198.51.100.20/tcp/4001");
+        assert!(!behind_nat.reached(&public, x) && behind_nat.reached(&public, lan[0]));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use rand::seq::SliceRandom;
 
 use super::EventLoop;
 use crate::reachability::{
-    is_relayed, relay_of, NatConfig, NatStatus, Reachability, ReachabilityMode,
+    host_of, is_relayed, relay_of, NatConfig, NatStatus, Reachability, ReachabilityMode,
 };
 use crate::relay_set::RelaySet;
 use crate::{MeshEvent, NatView};
@@ -466,14 +466,5 @@ impl EventLoop {
         if let Ok(mut shared) = self.nat.view.write() {
             *shared = view;
         }
-    }
-}
-
-/// The IP address `address` starts with, if any.
-fn host_of(address: &Multiaddr) -> Option<std::net::IpAddr> {
-    match address.iter().next()? {
-        Protocol::Ip4(ip) => Some(ip.into()),
-        Protocol::Ip6(ip) => Some(ip.into()),
-        _ => None,
     }
 }
