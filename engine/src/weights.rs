@@ -150,7 +150,7 @@ impl Weights {
             && device.is_cpu()
             && kernels_enabled()
         {
-            match load_kernels(&ct, reader, architecture, path) {
+            match load_kernels(&ct, reader, architecture, rope_scale, path) {
                 Ok(model) => {
                     let cached = Vec::new();
                     return Ok(Weights::Kernels(Box::new(KernelModel { model, cached })));
@@ -368,9 +368,10 @@ fn load_kernels<R: Read + Seek>(
     ct: &gguf_file::Content,
     reader: &mut R,
     architecture: &str,
+    rope_scale: f32,
     path: &Path,
 ) -> Result<llama::Llama, EngineError> {
-    let config = kernel_config(ct, architecture)?;
+    let config = kernel_config(ct, architecture, rope_scale)?;
     let threads = candle_core::utils::get_num_threads();
     let model = llama::Llama::load(config, threads, |name| {
         let Some(info) = ct.tensor_infos.get(name) else {
@@ -419,7 +420,11 @@ fn load_kernels<R: Read + Seek>(
 }
 
 /// The kernels' hyper-parameters from the file's `{architecture}.*` metadata.
-fn kernel_config(ct: &gguf_file::Content, architecture: &str) -> Result<LlamaConfig, EngineError> {
+fn kernel_config(
+    ct: &gguf_file::Content,
+    architecture: &str,
+    rope_scale: f32,
+) -> Result<LlamaConfig, EngineError> {
     let number = |key: &str| -> Result<f64, EngineError> {
         let value = ct
             .metadata
@@ -468,7 +473,7 @@ fn kernel_config(ct: &gguf_file::Content, architecture: &str) -> Result<LlamaCon
         // qwen2 and gemma3 files often leave it out: the whole head rotates.
         rope_dimensions: optional("rope.dimension_count")?.map_or(head_dim, |d| d as usize),
         rope_base: optional("rope.freq_base")?.unwrap_or(10_000.0) as f32,
-        rope_scale: rope_scale(ct, architecture)?,
+        rope_scale,
         norm_eps: number("attention.layer_norm_rms_epsilon")? as f32,
         context: number("context_length")? as usize,
         head_norms: matches!(architecture, "qwen3" | "gemma3"),

@@ -107,8 +107,8 @@ impl GgufTokenizer {
         let eos_id = get_id("tokenizer.ggml.eos_token_id");
         // llama.cpp's defaults where the GGUF says nothing: BOS for SentencePiece and
         // for Llama 3's vocabulary, none for other byte-level ones.
-        let adds_bos =
-            model == "llama" || crate::pretokenize::by_name(&pre).is_some_and(|p| p.adds_bos);
+        let split = crate::pretokenize::by_name(&pre);
+        let adds_bos = model == "llama" || split.is_some_and(|p| p.adds_bos);
         let add_bos = meta
             .get("tokenizer.ggml.add_bos_token")
             .and_then(|v| v.to_bool().ok())
@@ -138,7 +138,14 @@ impl GgufTokenizer {
                 add_space_prefix,
             )))
         } else {
-            Segmenter::Bpe(Box::new(Self::byte_level_bpe(meta, &tokens, &types, &pre)?))
+            let Some(split) = split else {
+                return Err(TokenizerError::Unsupported(format!(
+                    "pre-tokenizer `{pre}` (supported: {})",
+                    crate::pretokenize::SUPPORTED
+                )));
+            };
+            let bpe = Self::byte_level_bpe(meta, &tokens, &types, &pre, split)?;
+            Segmenter::Bpe(Box::new(bpe))
         };
         let decoder = byte_decoder();
         let token_bytes = tokens
@@ -189,6 +196,7 @@ impl GgufTokenizer {
         tokens: &[String],
         types: &[i32],
         pre: &str,
+        split: crate::pretokenize::PreTokenizer,
     ) -> Result<Tokenizer, TokenizerError> {
         let merges: Vec<(String, String)> = md(meta, "tokenizer.ggml.merges")?
             .to_vec()
@@ -207,12 +215,6 @@ impl GgufTokenizer {
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
-        let Some(split) = crate::pretokenize::by_name(pre) else {
-            return Err(TokenizerError::Unsupported(format!(
-                "pre-tokenizer `{pre}` (supported: {})",
-                crate::pretokenize::SUPPORTED
-            )));
-        };
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
             .ignore_merges(split.ignore_merges)
