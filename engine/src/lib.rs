@@ -13,6 +13,7 @@ pub mod catalog;
 mod fair;
 mod gemma3;
 mod generate;
+mod kernel_file;
 mod prefix;
 pub mod progress;
 mod redraw;

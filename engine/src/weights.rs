@@ -7,22 +7,24 @@ use std::path::Path;
 
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
-use candle_transformers::models::{quantized_llama, quantized_qwen2, quantized_qwen3};
-use sharemesh_kernels::blocks::BlockType;
-use sharemesh_kernels::llama::{self, Gemma, LlamaConfig, RawFormat, RawTensor};
-use sharemesh_kernels::KernelError;
+use candle_transformers::models::{
+    quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3,
+};
+use sharemesh_kernels::llama;
 
 use super::gemma3::Gemma3;
+use super::kernel_file::load_kernels;
 use super::EngineError;
 
 /// Loaded weights for one architecture, with the KV cache of the job in progress.
 pub enum Weights {
-    /// sharemesh's own batch-invariant kernels (llama, qwen2, qwen3 and gemma3 on CPU;
-    /// see `sharemesh-kernels`).
+    /// sharemesh's own batch-invariant kernels (llama, qwen2, qwen3, phi3 and gemma3 on
+    /// CPU; see `sharemesh-kernels`).
     Kernels(Box<KernelModel>),
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
     Qwen3(quantized_qwen3::ModelWeights),
+    Phi3(quantized_phi3::ModelWeights),
     /// Our own Gemma 3 graph on candle's tensors (candle's has the wrong activation),
     /// where the kernels do not run (CUDA, `SHAREMESH_KERNELS=candle`).
     Gemma3(Box<Gemma3>),
@@ -146,8 +148,19 @@ impl Weights {
         };
         // A scaling neither path runs is refused before either is tried.
         let rope_scale = rope_scale(&ct, architecture)?;
-        if matches!(architecture, "llama" | "qwen2" | "qwen3" | "gemma3")
-            && device.is_cpu()
+        if let Some(factors) = ["rope_factors_long.weight", "rope_factors_short.weight"]
+            .into_iter()
+            .find(|name| ct.tensor_infos.contains_key(*name))
+        {
+            return Err(EngineError::Unsupported(format!(
+                "LongRoPE frequency factors (`{factors}`, Phi-3's 128k-context files), which \
+                 neither the sharemesh kernels nor candle read"
+            )));
+        }
+        if matches!(
+            architecture,
+            "llama" | "qwen2" | "qwen3" | "phi3" | "gemma3"
+        ) && device.is_cpu()
             && kernels_enabled()
         {
             match load_kernels(&ct, reader, architecture, rope_scale, path) {
@@ -162,7 +175,7 @@ impl Weights {
                 Err(other) => return Err(other),
             }
         }
-        if let Some(missing) = candle_cannot_run(&ct, rope_scale) {
+        if let Some(missing) = candle_cannot_run(&ct, architecture, rope_scale) {
             return Err(EngineError::Unsupported(format!(
                 "this file needs {missing}, which only the sharemesh kernels run (CPU; \
                  quantized or F16/F32 weights they cover), and they could not load it"
@@ -178,11 +191,14 @@ impl Weights {
             "qwen3" => quantized_qwen3::ModelWeights::from_gguf(ct, reader, device)
                 .map(Weights::Qwen3)
                 .map_err(corrupt),
+            "phi3" => quantized_phi3::ModelWeights::from_gguf(false, ct, reader, device)
+                .map(Weights::Phi3)
+                .map_err(corrupt),
             "gemma3" => Gemma3::from_gguf(&ct, reader, device)
                 .map(|m| Weights::Gemma3(Box::new(m)))
                 .map_err(corrupt),
             other => Err(EngineError::Unsupported(format!(
-                "architecture `{other}` (supported: llama, qwen2, qwen3, gemma3)"
+                "architecture `{other}` (supported: llama, qwen2, qwen3, phi3, gemma3)"
             ))),
         }
     }
@@ -265,6 +281,8 @@ impl Weights {
             Weights::Llama(m) => m.clear_kv_cache(),
             Weights::Qwen2(m) => m.clear_kv_cache(),
             Weights::Qwen3(m) => m.clear_kv_cache(),
+            // Its cache starts over at every run from position 0 (all a reset is for).
+            Weights::Phi3(_) => {}
             Weights::Gemma3(m) => m.clear_kv_cache(),
         }
     }
@@ -292,6 +310,7 @@ impl Weights {
                 Weights::Llama(m) => m.forward(&input, position)?,
                 Weights::Qwen2(m) => m.forward(&input, position)?,
                 Weights::Qwen3(m) => m.forward(&input, position)?,
+                Weights::Phi3(m) => m.forward(&input, position)?,
                 Weights::Gemma3(m) => m.forward(tokens, position)?,
                 Weights::Kernels(_) => unreachable!("answered above"),
             };
@@ -351,134 +370,37 @@ pub fn rope_scale(ct: &gguf_file::Content, architecture: &str) -> Result<f32, En
 }
 
 /// Why candle's graphs cannot run this file right, if they cannot: they read neither
-/// linear rope scaling nor Llama 3.1's `rope_freqs.weight`, and would answer wrongly
+/// linear rope scaling nor Llama 3.1's `rope_freqs.weight`, and candle's phi3 turns
+/// every head whole at base 10,000 whatever the file says; each would answer wrongly
 /// with no warning.
-fn candle_cannot_run(ct: &gguf_file::Content, rope_scale: f32) -> Option<String> {
+fn candle_cannot_run(
+    ct: &gguf_file::Content,
+    architecture: &str,
+    rope_scale: f32,
+) -> Option<String> {
     if rope_scale != 1.0 {
         return Some("linear rope scaling".into());
+    }
+    if architecture == "phi3" {
+        let number = |key: &str| {
+            let value = ct.metadata.get(&format!("phi3.{key}"))?;
+            value
+                .to_f32()
+                .ok()
+                .or_else(|| value.to_u32().ok().map(|v| v as f32))
+        };
+        let heads = number("attention.head_count").unwrap_or(1.0).max(1.0);
+        let head_dim = number("embedding_length").unwrap_or(0.0) / heads;
+        if number("rope.freq_base").is_some_and(|base| base != 10_000.0) {
+            return Some("a rope base other than 10,000 (phi3)".into());
+        }
+        if number("rope.dimension_count").is_some_and(|dims| dims != head_dim) {
+            return Some("rope on part of each head (phi3)".into());
+        }
     }
     ct.tensor_infos
         .contains_key("rope_freqs.weight")
         .then(|| "rope frequency factors (`rope_freqs.weight`)".into())
-}
-
-/// llama, qwen2 (llama with q/k/v biases and NEOX rotary pairs) or gemma3 on the
-/// kernels.
-fn load_kernels<R: Read + Seek>(
-    ct: &gguf_file::Content,
-    reader: &mut R,
-    architecture: &str,
-    rope_scale: f32,
-    path: &Path,
-) -> Result<llama::Llama, EngineError> {
-    let config = kernel_config(ct, architecture, rope_scale)?;
-    let threads = candle_core::utils::get_num_threads();
-    let model = llama::Llama::load(config, threads, |name| {
-        let Some(info) = ct.tensor_infos.get(name) else {
-            return Ok(None);
-        };
-        let format = match info.ggml_dtype {
-            GgmlDType::F32 => RawFormat::F32,
-            GgmlDType::F16 => RawFormat::F16,
-            GgmlDType::Q4_0 => RawFormat::Quantized(BlockType::Q4_0),
-            GgmlDType::Q4_1 => RawFormat::Quantized(BlockType::Q4_1),
-            GgmlDType::Q5_0 => RawFormat::Quantized(BlockType::Q5_0),
-            GgmlDType::Q5_1 => RawFormat::Quantized(BlockType::Q5_1),
-            GgmlDType::Q8_0 => RawFormat::Quantized(BlockType::Q8_0),
-            GgmlDType::Q4K => RawFormat::Quantized(BlockType::Q4_K),
-            GgmlDType::Q5K => RawFormat::Quantized(BlockType::Q5_K),
-            GgmlDType::Q6K => RawFormat::Quantized(BlockType::Q6_K),
-            other => RawFormat::Other(format!("{other:?}")),
-        };
-        if let RawFormat::Other(kind) = format {
-            return Err(KernelError::UnsupportedFormat {
-                name: name.to_owned(),
-                format: kind,
-            });
-        }
-        let read_failed = |e: candle_core::Error| KernelError::BadTensor {
-            name: name.to_owned(),
-            problem: format!("reading {} failed ({e})", path.display()),
-        };
-        let tensor = ct.tensor(reader, name, &Device::Cpu).map_err(read_failed)?;
-        let bytes = tensor.data().map_err(read_failed)?.into_owned();
-        Ok(Some(RawTensor {
-            format,
-            dims: info.shape.dims().to_vec(),
-            bytes,
-        }))
-    });
-    model.map_err(|e| match e {
-        KernelError::UnsupportedFormat { .. } | KernelError::BadConfig(_) => {
-            EngineError::Unsupported(e.to_string())
-        }
-        other => EngineError::BadModel(format!(
-            "{}: {other}; the file may be truncated or corrupt",
-            path.display()
-        )),
-    })
-}
-
-/// The kernels' hyper-parameters from the file's `{architecture}.*` metadata.
-fn kernel_config(
-    ct: &gguf_file::Content,
-    architecture: &str,
-    rope_scale: f32,
-) -> Result<LlamaConfig, EngineError> {
-    let number = |key: &str| -> Result<f64, EngineError> {
-        let value = ct
-            .metadata
-            .get(&format!("{architecture}.{key}"))
-            .ok_or_else(|| {
-                EngineError::BadModel(format!("GGUF metadata lacks `{architecture}.{key}`"))
-            })?;
-        value
-            .to_u32()
-            .map(f64::from)
-            .or_else(|_| value.to_f32().map(f64::from))
-            .or_else(|_| value.to_u64().map(|v| v as f64))
-            .map_err(|e| EngineError::BadModel(format!("`{architecture}.{key}`: {e}")))
-    };
-    // Keys some files leave out; one that is there but not a number is an error.
-    let optional = |key: &str| -> Result<Option<f64>, EngineError> {
-        match ct.metadata.contains_key(&format!("{architecture}.{key}")) {
-            true => number(key).map(Some),
-            false => Ok(None),
-        }
-    };
-    let (hidden, heads) = (
-        number("embedding_length")? as usize,
-        number("attention.head_count")? as usize,
-    );
-    let head_dim = optional("attention.key_length")?.map_or(hidden / heads.max(1), |d| d as usize);
-    if let Some(value_length) = optional("attention.value_length")? {
-        if value_length as usize != head_dim {
-            return Err(EngineError::Unsupported(format!(
-                "value heads of {value_length} beside key heads of {head_dim} on the sharemesh kernels"
-            )));
-        }
-    }
-    let gemma = match architecture {
-        "gemma3" => Some(Gemma::gemma3(number("attention.sliding_window")? as usize)),
-        _ => None,
-    };
-    Ok(LlamaConfig {
-        neox_rope: architecture != "llama",
-        hidden,
-        feed_forward: number("feed_forward_length")? as usize,
-        layers: number("block_count")? as usize,
-        heads,
-        kv_heads: number("attention.head_count_kv")? as usize,
-        head_dim,
-        // qwen2 and gemma3 files often leave it out: the whole head rotates.
-        rope_dimensions: optional("rope.dimension_count")?.map_or(head_dim, |d| d as usize),
-        rope_base: optional("rope.freq_base")?.unwrap_or(10_000.0) as f32,
-        rope_scale,
-        norm_eps: number("attention.layer_norm_rms_epsilon")? as f32,
-        context: number("context_length")? as usize,
-        head_norms: matches!(architecture, "qwen3" | "gemma3"),
-        gemma,
-    })
 }
 
 /// Testnet adversary kit: writes `src` to `dst` with every matrix requantized to Q8_0

@@ -235,7 +235,18 @@ pub fn with_metadata(
     dst: &std::path::Path,
     extra: &[(&str, candle_core::quantized::gguf_file::Value)],
 ) {
+    with_additions(src, dst, extra, Vec::new());
+}
+
+/// [`with_metadata`], and `tensors` added.
+pub fn with_additions(
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    extra: &[(&str, candle_core::quantized::gguf_file::Value)],
+    tensors: Vec<(String, candle_core::quantized::QTensor)>,
+) {
     use candle_core::quantized::gguf_file;
+    let added = tensors;
     let mut reader = std::io::BufReader::new(std::fs::File::open(src).unwrap());
     let content = gguf_file::Content::read(&mut reader).unwrap();
     let mut metadata: Vec<(String, gguf_file::Value)> = content
@@ -256,6 +267,7 @@ pub fn with_metadata(
                 .unwrap();
             (name.clone(), tensor)
         })
+        .chain(added)
         .collect();
     let metadata_refs: Vec<(&str, &gguf_file::Value)> =
         metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();

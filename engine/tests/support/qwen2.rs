@@ -54,12 +54,13 @@ fn vector(n: usize, value: impl Fn(usize) -> f32) -> QTensor {
 }
 
 /// Writes SmolLM2's llama file as architecture `arch`: its `llama.*` metadata renamed,
-/// the q/k rows in NEOX order, and what `added` gives (more metadata and tensors).
+/// the q/k rows in NEOX order, and what `change` makes of it: it edits the tensors and
+/// gives metadata to add (a key already there takes the new value).
 fn write_neox_from_llama(
     llama: &Path,
     target: &Path,
     arch: &str,
-    added: impl Fn(&Heads) -> (Vec<(String, gguf_file::Value)>, Vec<(String, QTensor)>),
+    change: impl Fn(&Heads, &mut Vec<(String, QTensor)>) -> Vec<(String, gguf_file::Value)>,
 ) {
     let mut reader = BufReader::new(File::open(llama).unwrap());
     let content = gguf_file::Content::read(&mut reader).unwrap();
@@ -71,8 +72,7 @@ fn write_neox_from_llama(
         layers: number("llama.block_count"),
         head_dim: number("llama.embedding_length") / heads,
     };
-    let (more_metadata, more_tensors) = added(&shape);
-    let mut metadata: Vec<(String, gguf_file::Value)> = content
+    let mut metadata: std::collections::BTreeMap<String, gguf_file::Value> = content
         .metadata
         .iter()
         .map(|(key, value)| match key.strip_prefix("llama.") {
@@ -82,9 +82,7 @@ fn write_neox_from_llama(
             }
             None => (key.clone(), value.clone()),
         })
-        .chain(more_metadata)
         .collect();
-    metadata.sort_by(|a, b| a.0.cmp(&b.0));
 
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
@@ -100,7 +98,7 @@ fn write_neox_from_llama(
         };
         tensors.push((name.clone(), tensor));
     }
-    tensors.extend(more_tensors);
+    metadata.extend(change(&shape, &mut tensors));
     let metadata_refs: Vec<(&str, &gguf_file::Value)> =
         metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
@@ -111,8 +109,7 @@ fn write_neox_from_llama(
 /// Writes the qwen2 file; `bias(i)` is the value of element `i` of every q, k and v
 /// bias (`|_| 0.0`: the llama network itself).
 pub fn write_qwen2_from_llama(llama: &Path, target: &Path, bias: impl Fn(usize) -> f32) {
-    write_neox_from_llama(llama, target, "qwen2", |shape| {
-        let mut tensors = Vec::new();
+    write_neox_from_llama(llama, target, "qwen2", |shape, tensors| {
         for layer in 0..shape.layers {
             for (part, width) in [
                 ("q", shape.heads),
@@ -125,7 +122,7 @@ pub fn write_qwen2_from_llama(llama: &Path, target: &Path, bias: impl Fn(usize) 
                 ));
             }
         }
-        (Vec::new(), tensors)
+        Vec::new()
     });
 }
 
@@ -133,13 +130,12 @@ pub fn write_qwen2_from_llama(llama: &Path, target: &Path, bias: impl Fn(usize) 
 /// rotary layout and an RMS norm of each query and key head before the rotation, and no
 /// biases. `norm(i)` is element `i` of every q and k head norm's weight.
 pub fn write_qwen3_from_llama(llama: &Path, target: &Path, norm: impl Fn(usize) -> f32) {
-    write_neox_from_llama(llama, target, "qwen3", |shape| {
+    write_neox_from_llama(llama, target, "qwen3", |shape, tensors| {
         // candle's qwen3 reads the head width from the file, as Qwen 3's own files give it.
         let metadata = vec![(
             "qwen3.attention.key_length".to_owned(),
             gguf_file::Value::U32(shape.head_dim as u32),
         )];
-        let mut tensors = Vec::new();
         for layer in 0..shape.layers {
             for part in ["q", "k"] {
                 tensors.push((
@@ -148,6 +144,71 @@ pub fn write_qwen3_from_llama(llama: &Path, target: &Path, norm: impl Fn(usize) 
                 ));
             }
         }
-        (metadata, tensors)
+        metadata
     });
+}
+
+/// Writes a phi3 file from SmolLM2's llama weights: phi3 is llama with the NEOX rotary
+/// layout, q, k and v fused in one `attn_qkv` (rows q, k, v) and gate and up in one
+/// `ffn_up` (gate's rows first), and its own output matrix (SmolLM2 ties it to the
+/// embeddings). Its rope base is 10,000, as candle's phi3 assumes. Rows are whole
+/// blocks, so fusing is byte concatenation where the parts share a format (else F32).
+pub fn write_phi3_from_llama(llama: &Path, target: &Path) {
+    write_neox_from_llama(llama, target, "phi3", |shape, tensors| {
+        for layer in 0..shape.layers {
+            for (fused, parts) in [
+                ("attn_qkv", &["attn_q", "attn_k", "attn_v"][..]),
+                ("ffn_up", &["ffn_gate", "ffn_up"][..]),
+            ] {
+                let names: Vec<String> = parts
+                    .iter()
+                    .map(|part| format!("blk.{layer}.{part}.weight"))
+                    .collect();
+                let taken: Vec<QTensor> = names
+                    .iter()
+                    .map(|name| {
+                        let at = tensors.iter().position(|(n, _)| n == name).unwrap();
+                        tensors.remove(at).1
+                    })
+                    .collect();
+                tensors.push((format!("blk.{layer}.{fused}.weight"), rows_stacked(&taken)));
+            }
+        }
+        if !tensors.iter().any(|(name, _)| name == "output.weight") {
+            let embeddings = tensors
+                .iter()
+                .find(|(n, _)| n == "token_embd.weight")
+                .unwrap();
+            let copy = rows_stacked(std::slice::from_ref(&embeddings.1));
+            tensors.push(("output.weight".to_owned(), copy));
+        }
+        vec![(
+            "phi3.rope.freq_base".to_owned(),
+            gguf_file::Value::F32(10_000.0),
+        )]
+    });
+}
+
+/// The matrices' rows one after another (their bytes, where they share a format).
+fn rows_stacked(parts: &[QTensor]) -> QTensor {
+    let width = parts[0].shape().dims()[1];
+    let rows: usize = parts.iter().map(|t| t.shape().dims()[0]).sum();
+    if parts.iter().all(|t| t.dtype() == parts[0].dtype()) {
+        let bytes: Vec<u8> = parts
+            .iter()
+            .flat_map(|t| t.data().unwrap().into_owned())
+            .collect();
+        return ggml_file::qtensor_from_ggml(
+            parts[0].dtype(),
+            &bytes,
+            vec![rows, width],
+            &Device::Cpu,
+        )
+        .unwrap();
+    }
+    let floats: Vec<Tensor> = parts
+        .iter()
+        .map(|t| t.dequantize(&Device::Cpu).unwrap())
+        .collect();
+    QTensor::quantize(&Tensor::cat(&floats, 0).unwrap(), GgmlDType::F32).unwrap()
 }
