@@ -5,8 +5,9 @@
 //! gate and up fused in `ffn_up`, rope base 10,000); the reference is candle's own
 //! `quantized_phi3` on the same weights dequantized, with float activations. llama.cpp
 //! runs Phi-3 without its sliding window (its converters do not fill it in right), and so
-//! do both paths here. Whether the kernels agree with llama.cpp on a real Phi-3 file is
-//! not measured here.
+//! do both paths here. llama.cpp's greedy ids on the same file are in
+//! `tests/fixtures/families_reference.json` (`scripts/make-family-fixtures.py`); a real
+//! Phi-3 file is not measured here.
 
 mod support;
 
@@ -154,4 +155,20 @@ fn phi3_files_no_path_runs_right_are_refused_by_name() {
     std::env::set_var("SHAREMESH_KERNELS", "candle");
     let err = load(&based).err().unwrap().to_string();
     assert!(err.contains("rope base other than 10,000"), "{err}");
+}
+
+/// The same file in llama.cpp 0.3.16 (F32 KV cache): greedy ids on raw text, every one
+/// of 16 on both prompts.
+#[test]
+fn phi3_greedy_ids_match_llama_cpp() {
+    sharemesh_engine::set_threads(1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut phi3 = load(&phi3_file(dir.path())).unwrap();
+    let agreed = support::greedy_against_llama_cpp(&mut phi3, "phi3");
+    println!("phi3 vs llama.cpp, tokens agreed per prompt: {agreed:?}");
+    assert_eq!(
+        agreed,
+        [(16, 16), (16, 16)],
+        "measured: every token of both"
+    );
 }

@@ -276,3 +276,45 @@ pub fn with_additions(
     let mut out = std::fs::File::create(dst).unwrap();
     gguf_file::write(&mut out, &metadata_refs, &tensor_refs).unwrap();
 }
+
+/// Greedy ids on raw text against llama.cpp's for `family`'s file written from SmolLM2
+/// (`tests/fixtures/families_reference.json`, `scripts/make-family-fixtures.py`): the
+/// prompt ids must be llama.cpp's, and wherever the continuations part, llama.cpp's own
+/// top-2 margin must be under 0.25 logits (a near-tie its F32-cache run could take
+/// either way). Returns, per prompt, how many tokens agreed of how many llama.cpp gave.
+pub fn greedy_against_llama_cpp(
+    model: &mut sharemesh_engine::LoadedModel,
+    family: &str,
+) -> Vec<(usize, usize)> {
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("../fixtures/families_reference.json")).unwrap();
+    let mut agreed = Vec::new();
+    for case in fixture[family].as_array().unwrap() {
+        let raw = case["raw"].as_str().unwrap();
+        let prompt = sharemesh_protocol::Prompt::Text(raw.into());
+        assert_eq!(
+            model.prompt_tokens(&prompt).unwrap(),
+            ids(&case["prompt_ids"]),
+            "{raw:?}"
+        );
+        let reference = ids(&case["greedy_ids"]);
+        let ours = greedy_job(model, &prompt, reference.len() as u32, vec![]);
+        let agree = ours
+            .token_ids
+            .iter()
+            .zip(&reference)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if agree < reference.len() {
+            let margin = case["margins"][agree].as_f64().unwrap();
+            assert!(
+                margin < 0.25,
+                "{family} {raw:?}: parted at {agree} where llama.cpp's margin is {margin}: \
+                 ours {:?}, llama.cpp {reference:?}",
+                ours.token_ids
+            );
+        }
+        agreed.push((agree, reference.len()));
+    }
+    agreed
+}

@@ -126,6 +126,12 @@ pub fn write_qwen2_from_llama(llama: &Path, target: &Path, bias: impl Fn(usize) 
     });
 }
 
+/// The q/k head norm weights of the qwen3 files the tests write: a size that moves the
+/// answer (not all ones).
+pub fn qwen3_norm(i: usize) -> f32 {
+    0.6 + (i * 37 % 101) as f32 / 101.0
+}
+
 /// Writes a qwen3 file from SmolLM2's llama weights: qwen3 is llama with the NEOX
 /// rotary layout and an RMS norm of each query and key head before the rotation, and no
 /// biases. `norm(i)` is element `i` of every q and k head norm's weight.
