@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Regenerates engine/tests/fixtures/families_reference.json from llama.cpp: for each file
-the tests write from SmolLM2's weights in another family's layout (qwen3, phi3:
+the tests write from SmolLM2's weights in another family's layout or with another
+setting (qwen2 with biases, qwen3, phi3, llama with linear rope scaling ×2:
 `cargo run -p sharemesh-engine --example family_files`), the prompt ids and greedy
 continuations with llama.cpp's top-2 margins.
 
@@ -54,7 +55,7 @@ def main():
         subprocess.check_call(["cargo", "run", "-q", "-p", "sharemesh-engine", "--example",
                                "family_files", "--", smollm2, out], cwd=ROOT)
         fixture = {}
-        for family in ["qwen3", "phi3"]:
+        for family in ["qwen2", "qwen3", "phi3", "llama-linear-2"]:
             result = subprocess.run([python, "-c", RUN, os.path.join(out, f"{family}.gguf"),
                                      json.dumps(PROMPTS), str(TOKENS)],
                                     check=True, capture_output=True, text=True)

@@ -1,13 +1,15 @@
-//! Writes the GGUF files of other families that the tests write from SmolLM2's weights
-//! (`tests/support/qwen2.rs`), for `scripts/make-family-fixtures.py` to run llama.cpp on:
+//! Writes the GGUF files of other families and settings that the tests write from
+//! SmolLM2's weights (`tests/support/`), for `scripts/make-family-fixtures.py` to run
+//! llama.cpp on:
 //!
 //!     cargo run -p sharemesh-engine --example family_files -- SMOLLM2.gguf OUT_DIR
 //!
-//! writes OUT_DIR/qwen3.gguf and OUT_DIR/phi3.gguf, the same bytes as the tests'.
+//! writes OUT_DIR/{qwen2,qwen3,phi3,llama-linear-2}.gguf, the same bytes as the tests'.
 
-#[path = "../tests/support/qwen2.rs"]
-#[allow(dead_code)] // The qwen2 writer is for the tests only.
-mod qwen2;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use candle_core::quantized::gguf_file::Value;
 
 use std::path::PathBuf;
 
@@ -22,7 +24,16 @@ fn main() {
         eprintln!("cannot create {}: {err}", out.display());
         std::process::exit(1);
     }
-    qwen2::write_qwen3_from_llama(&smollm2, &out.join("qwen3.gguf"), qwen2::qwen3_norm);
-    qwen2::write_phi3_from_llama(&smollm2, &out.join("phi3.gguf"));
+    let qwen2 = out.join("qwen2.gguf");
+    support::qwen2::write_qwen2_from_llama(&smollm2, &qwen2, support::qwen2::qwen2_bias);
+    let qwen3 = out.join("qwen3.gguf");
+    support::qwen2::write_qwen3_from_llama(&smollm2, &qwen3, support::qwen2::qwen3_norm);
+    support::qwen2::write_phi3_from_llama(&smollm2, &out.join("phi3.gguf"));
+    // As `tests/rope_scaling.rs` writes it.
+    let scaling = [
+        ("llama.rope.scaling.type", Value::String("linear".into())),
+        ("llama.rope.scaling.factor", Value::F32(2.0)),
+    ];
+    support::with_metadata(&smollm2, &out.join("llama-linear-2.gguf"), &scaling);
     println!("{}", out.display());
 }

@@ -73,3 +73,16 @@ fn rope_scaling_no_path_runs_is_refused_by_name() {
         .to_string();
     assert!(err.contains("at least 1"), "{err}");
 }
+
+/// SmolLM2 with linear scaling ×2 in llama.cpp 0.3.16 (F32 KV cache): greedy ids on raw
+/// text (`tests/fixtures/families_reference.json`) — 16 of 16 on the France prompt; on
+/// the story prompt they part at the fifth token, where llama.cpp's own top-2 margin is
+/// 0.139 logits. (Before scaling was read, 0 of 264 greedy tokens agreed: #42.)
+#[test]
+fn linear_rope_scaling_greedy_ids_match_llama_cpp() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut doubled = load(&scaled(dir.path(), "linear", 2.0)).unwrap();
+    let agreed = support::greedy_against_llama_cpp(&mut doubled, "llama-linear-2");
+    println!("linear ×2 vs llama.cpp, tokens agreed per prompt: {agreed:?}");
+    assert!(agreed[0].0 >= 4 && agreed[1].0 == 16, "{agreed:?}");
+}

@@ -126,6 +126,12 @@ pub fn write_qwen2_from_llama(llama: &Path, target: &Path, bias: impl Fn(usize) 
     });
 }
 
+/// The q, k and v biases of the biased qwen2 files the tests write: a size that moves
+/// the answer.
+pub fn qwen2_bias(i: usize) -> f32 {
+    ((i * 37 % 101) as f32 / 101.0 - 0.5) * 0.8
+}
+
 /// The q/k head norm weights of the qwen3 files the tests write: a size that moves the
 /// answer (not all ones).
 pub fn qwen3_norm(i: usize) -> f32 {
