@@ -409,3 +409,51 @@ async fn a_short_job_behind_a_long_one(
         cheap_load,
     }
 }
+
+/// A client that leaves mid-stream ends its request, but the segment in flight is still
+/// what the gateway saw: logged with what it delivered (`the client went away`) and
+/// considered for verification like any other (#41: it was neither). The provider is
+/// not marked down for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_the_client_left_is_logged_and_verified() {
+    let spec = GatewaySpec {
+        verify: true,
+        ..GatewaySpec::default()
+    };
+    let lab = Lab::start(vec![slow(provider(100), 20)], spec)
+        .await
+        .unwrap();
+    let request = Lab::request("a long story", 200, RoutingOptions::default());
+    let mut events = lab.gateway.run(request, None);
+    let mut tokens = 0;
+    while tokens < 6 {
+        match events.recv().await.unwrap() {
+            sharemesh_gateway::dispatch::DispatchEvent::Token { .. } => tokens += 1,
+            sharemesh_gateway::dispatch::DispatchEvent::Failed(err) => panic!("{err:?}"),
+            _ => {}
+        }
+    }
+    drop(events);
+    let log = lab.gateway.jobs();
+    eventually(Duration::from_secs(10), "the segment logged", || {
+        log.list(1, None)
+            .first()
+            .is_some_and(|job| !job.segments.is_empty())
+    })
+    .await;
+    let job = &log.list(1, None)[0];
+    assert_eq!(job.segments[0].ended, "the client went away");
+    assert!(
+        job.segments[0].completion_tokens >= 6,
+        "{:?}",
+        job.segments[0]
+    );
+    // A newcomer's every job is verified: the partial transcript is replayed.
+    let trust = lab.gateway.trust();
+    eventually(Duration::from_secs(10), "the segment verified", || {
+        trust.auditor.stats().verified_ok == 1
+    })
+    .await;
+    let provider = lab.providers[0].node_id;
+    assert!(!trust.auditor.is_suspected(&provider));
+}

@@ -122,6 +122,9 @@ struct SegmentReport {
     end: Result<FinishReason, SegmentError>,
     /// What the provider signed (remote providers only), for verification.
     transcript: Option<Transcript>,
+    /// The client went away during the segment: what arrived is still logged and
+    /// audited, and the request ends there.
+    client_left: bool,
 }
 
 impl Dispatcher {
@@ -466,12 +469,9 @@ impl Dispatcher {
                 max_price_per_token: candidate.price,
                 ..job
             };
-            let Some(mut report) = self
+            let mut report = self
                 .stream_segment(opened, &job, started, &mut response, queue.front(), events)
-                .await
-            else {
-                return Ok(false); // The client went away: dropping the stream cancels the job.
-            };
+                .await;
             self.book(&report, request, key.as_ref(), &mut response)
                 .await;
             self.log_segment(&response, &report, candidate.price);
@@ -483,6 +483,11 @@ impl Dispatcher {
                     price: candidate.price,
                     median_price,
                 });
+            }
+            if report.client_left {
+                // Its stream was dropped, which cancelled the job and sent the receipt
+                // for what arrived; the provider did nothing wrong.
+                return Ok(false);
             }
             match report.end {
                 // A provider that cancels (preemption) or errs has not finished the job.

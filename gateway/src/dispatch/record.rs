@@ -44,6 +44,7 @@ impl Dispatcher {
     pub(super) fn log_segment(&self, response: &Response, report: &SegmentReport, price: NanoUsd) {
         let since = |t: Instant| t.saturating_duration_since(response.started).as_millis() as u64;
         let ended = match &report.end {
+            _ if report.client_left => "the client went away".to_owned(),
             Ok(FinishReason::Stop | FinishReason::Length) => "completed".to_owned(),
             Ok(FinishReason::Cancelled) => "preempted".to_owned(),
             Ok(FinishReason::Error) => "provider error".to_owned(),

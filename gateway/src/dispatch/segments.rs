@@ -52,8 +52,8 @@ impl Dispatcher {
         (winner, opened)
     }
 
-    /// Relays one segment's events to the client until it ends; `None` when the client
-    /// went away.
+    /// Relays one segment's events to the client until it ends or the client goes away
+    /// (`client_left`; the stream is dropped on return, which cancels the job).
     pub(super) async fn stream_segment(
         &self,
         mut stream: Opened,
@@ -62,7 +62,7 @@ impl Dispatcher {
         response: &mut Response,
         next: Option<&Candidate>,
         events: &mpsc::Sender<DispatchEvent>,
-    ) -> Option<SegmentReport> {
+    ) -> SegmentReport {
         let provider = job.provider;
         let mut report = SegmentReport {
             provider,
@@ -75,6 +75,7 @@ impl Dispatcher {
                 "the job ended without an answer".into(),
             )),
             transcript: None,
+            client_left: false,
         };
         while let Some(event) = stream.next().await {
             match event {
@@ -91,7 +92,10 @@ impl Dispatcher {
                         }
                     };
                     report.accept = Some(accept);
-                    events.send(event).await.ok()?;
+                    if events.send(event).await.is_err() {
+                        report.client_left = true;
+                        break;
+                    }
                 }
                 JobEvent::Rejected(reject) => {
                     report.end = Err(SegmentError::Refused {
@@ -108,14 +112,15 @@ impl Dispatcher {
                     self.maybe_warm_standby(response, job, next);
                     let text = chunk.text_delta;
                     let logprobs = chunk.logprobs.into_iter().next();
-                    events
-                        .send(DispatchEvent::Token {
-                            text,
-                            token_id,
-                            logprobs,
-                        })
-                        .await
-                        .ok()?;
+                    let token = DispatchEvent::Token {
+                        text,
+                        token_id,
+                        logprobs,
+                    };
+                    if events.send(token).await.is_err() {
+                        report.client_left = true;
+                        break;
+                    }
                 }
                 JobEvent::Receipted(receipt) => report.last_receipt = Some(receipt),
                 JobEvent::Finished { finish, .. } => {
@@ -128,8 +133,11 @@ impl Dispatcher {
                 }
             }
         }
+        if report.client_left {
+            report.end = Err(SegmentError::StreamBroke("the client went away".into()));
+        }
         report.transcript = stream.transcript().cloned();
-        Some(report)
+        report
     }
 
     /// Every `warm_standby_every` delivered tokens, warms the next provider in line with
