@@ -216,10 +216,15 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             hardware,
             Some(ledger.clone()),
         );
-        tokio::spawn(provider.clone().serve());
-        tokio::spawn(provider.clone().serve_quotes());
-        tokio::spawn(provider.clone().serve_headers());
-        tokio::spawn(provider.clone().advertise());
+        let mut serving = tokio::task::JoinSet::new();
+        serving.spawn(named("job streams", provider.clone().serve()));
+        serving.spawn(named("quotes", provider.clone().serve_quotes()));
+        serving.spawn(named("model headers", provider.clone().serve_headers()));
+        let advertising = provider.clone();
+        serving.spawn(named("adverts", async move {
+            advertising.advertise().await;
+            Ok(())
+        }));
         let http = match args.mesh.http {
             Some(address) => {
                 let gateway = if args.openai {
@@ -251,9 +256,31 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             None => None,
         };
         announce(&mesh, "provider", http).await;
-        wait_for_shutdown().await;
-        Ok(())
+        tokio::select! {
+            () = wait_for_shutdown() => Ok(()),
+            Some(ended) = serving.join_next() => stopped_serving(ended),
+        }
     })
+}
+
+/// A provider task, with what it serves for the error that ends it.
+async fn named(
+    what: &'static str,
+    task: impl std::future::Future<Output = Result<()>>,
+) -> (&'static str, Result<()>) {
+    (what, task.await)
+}
+
+/// One of the provider's tasks ended, which none does while it serves: the provider
+/// stops with why, rather than run on without answering that part of the protocol.
+fn stopped_serving(
+    ended: Result<(&'static str, Result<()>), tokio::task::JoinError>,
+) -> Result<()> {
+    match ended {
+        Ok((what, Err(err))) => Err(err.context(format!("the provider stopped serving {what}"))),
+        Ok((what, Ok(()))) => anyhow::bail!("the provider stopped serving {what}: the mesh closed"),
+        Err(err) => anyhow::bail!("a provider task failed: {err}"),
+    }
 }
 
 /// Testnet adversary kit (`claim-gpu:MIB`, `uuid-copy:UUID`): a GPU this provider does
