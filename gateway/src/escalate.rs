@@ -11,8 +11,8 @@
 //!
 //! What is paid back is not prevented, so while a model is fetched its providers are
 //! held to one job on credit each: a provider that served the model since it was asked
-//! for serves it again only once that work is judged here (or [`CREDIT_HOLD_MS`] after
-//! the ask, so a slow download delays requests, never refuses them). A ring cheaper
+//! for serves it again only once that work is judged here (or a hold after the ask —
+//! [`credit_hold`] — so a slow download delays requests, never refuses them). A ring cheaper
 //! than everyone serves one request per member before ground truth reaches it.
 
 use std::collections::{HashMap, HashSet};
@@ -31,10 +31,19 @@ const PENDING_PER_MODEL: usize = 64;
 const PENDING_STEPS: usize = 65_536;
 /// Models asked for at most (each once).
 const MAX_MODELS_ASKED: usize = 64;
-/// How long after a model was asked for a provider that served it meanwhile waits for
-/// that work to be judged; shorter than a request's default wait (30 s), so a request
-/// held back by it is served, not refused, when the download is slow.
+/// The longest a provider that served a model being fetched waits for that work to be
+/// judged ([`credit_hold`]).
 pub const CREDIT_HOLD_MS: u64 = 20_000;
+
+/// How long after a model was asked for a provider that served it meanwhile waits for
+/// that work to be judged, where requests wait at most `max_wait` for a provider: two
+/// thirds of it, at most [`CREDIT_HOLD_MS`] (20 s of the default 30), so a request held
+/// back is served, not refused, when the download is slow; none where requests never
+/// wait.
+pub fn credit_hold(max_wait: std::time::Duration) -> u64 {
+    let two_thirds = max_wait.as_millis().saturating_mul(2) / 3;
+    u64::try_from(two_thirds).map_or(CREDIT_HOLD_MS, |ms| ms.min(CREDIT_HOLD_MS))
+}
 /// Providers held per model at most (beyond it, one more is not held).
 const CREDIT_PROVIDERS: usize = 4_096;
 
@@ -182,14 +191,13 @@ impl Escalation {
 
     /// Whether `provider` is to wait before serving `model` again (at `now_ms`): it
     /// served the model since it was asked for, that work is not judged yet, and the
-    /// hold has not run out.
-    pub fn on_credit(&self, model: &ModelId, provider: &NodeId, now_ms: u64) -> bool {
+    /// hold (`hold_ms` from the ask) has not run out.
+    pub fn on_credit(&self, model: &ModelId, provider: &NodeId, now_ms: u64, hold_ms: u64) -> bool {
         let Ok(pending) = self.pending.lock() else {
             return false;
         };
         pending.credit.get(model).is_some_and(|credit| {
-            now_ms < credit.asked_ms.saturating_add(CREDIT_HOLD_MS)
-                && credit.served.contains(provider)
+            now_ms < credit.asked_ms.saturating_add(hold_ms) && credit.served.contains(provider)
         })
     }
 
@@ -316,32 +324,49 @@ mod tests {
         let escalation = Escalation::default();
         let (a, b) = (NodeId::from_bytes([1; 32]), NodeId::from_bytes([2; 32]));
         escalation.served(&model(1), a); // Before the ask: not held.
-        assert!(!escalation.on_credit(&model(1), &a, 0));
+        assert!(!escalation.on_credit(&model(1), &a, 0, CREDIT_HOLD_MS));
         assert!(escalation.ask(model(1), 1_000));
         escalation.served(&model(1), a);
-        assert!(escalation.on_credit(&model(1), &a, 1_001));
+        assert!(escalation.on_credit(&model(1), &a, 1_001, CREDIT_HOLD_MS));
         assert!(
-            !escalation.on_credit(&model(1), &b, 1_001),
+            !escalation.on_credit(&model(1), &b, 1_001, CREDIT_HOLD_MS),
             "b has not served"
         );
-        assert!(!escalation.on_credit(&model(2), &a, 1_001), "another model");
+        assert!(
+            !escalation.on_credit(&model(2), &a, 1_001, CREDIT_HOLD_MS),
+            "another model"
+        );
         // Settling (the model is held) keeps the hold until the waiting work is judged.
         escalation.settled(&model(1));
-        assert!(escalation.on_credit(&model(1), &a, 1_002));
+        assert!(escalation.on_credit(&model(1), &a, 1_002, CREDIT_HOLD_MS));
         // A slow download lets it serve again once the hold runs out.
         let out = 1_000 + CREDIT_HOLD_MS;
-        assert!(escalation.on_credit(&model(1), &a, out - 1));
-        assert!(!escalation.on_credit(&model(1), &a, out));
+        assert!(escalation.on_credit(&model(1), &a, out - 1, CREDIT_HOLD_MS));
+        assert!(!escalation.on_credit(&model(1), &a, out, CREDIT_HOLD_MS));
         escalation.judged(&model(1));
-        assert!(!escalation.on_credit(&model(1), &a, 1_003));
+        assert!(!escalation.on_credit(&model(1), &a, 1_003, CREDIT_HOLD_MS));
         escalation.served(&model(1), b);
         assert!(
-            !escalation.on_credit(&model(1), &b, 1_003),
+            !escalation.on_credit(&model(1), &b, 1_003, CREDIT_HOLD_MS),
             "judged: held no more"
         );
         // A dispute that asks for a model starts its hold.
         assert_eq!(escalation.disputed(transcript(3, 0), 5), Next::Fetch);
         escalation.served(&model(3), b);
-        assert!(escalation.on_credit(&model(3), &b, 6));
+        assert!(escalation.on_credit(&model(3), &b, 6, CREDIT_HOLD_MS));
+        assert!(
+            !escalation.on_credit(&model(3), &b, 6, 0),
+            "no hold where nobody waits"
+        );
+    }
+
+    #[test]
+    fn the_hold_ends_before_a_held_request_stops_waiting() {
+        use std::time::Duration;
+        assert_eq!(credit_hold(Duration::from_secs(30)), 20_000);
+        assert_eq!(credit_hold(Duration::from_secs(300)), CREDIT_HOLD_MS);
+        assert_eq!(credit_hold(Duration::from_secs(6)), 4_000);
+        assert_eq!(credit_hold(Duration::ZERO), 0);
+        assert_eq!(credit_hold(Duration::MAX), CREDIT_HOLD_MS);
     }
 }

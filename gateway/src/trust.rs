@@ -453,13 +453,14 @@ impl Trust {
     }
 
     /// Whether `provider` is to wait before serving `model` again: it served it while
-    /// this node fetches the model, and that work is not judged yet (bounded by
-    /// [`crate::escalate::CREDIT_HOLD_MS`]). What a ring serves before ground truth
-    /// reaches it is then one job per member, not every job until the download ends.
-    pub(crate) fn on_credit(&self, model: &ModelId, provider: &NodeId) -> bool {
+    /// this node fetches the model, and that work is not judged yet (at most `hold_ms`
+    /// after the ask: [`crate::escalate::credit_hold`]). What a ring serves before
+    /// ground truth reaches it is then one job per member, not every job until the
+    /// download ends.
+    pub(crate) fn on_credit(&self, model: &ModelId, provider: &NodeId, hold_ms: u64) -> bool {
         self.escalation
             .get()
-            .is_some_and(|(_, escalation)| escalation.on_credit(model, provider, now_ms()))
+            .is_some_and(|(_, escalation)| escalation.on_credit(model, provider, now_ms(), hold_ms))
     }
 
     /// Work only providers vouched for (a job a bought check passed or could not check,

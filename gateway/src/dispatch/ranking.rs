@@ -91,9 +91,10 @@ impl Dispatcher {
         candidates: Vec<Candidate>,
     ) -> Result<Vec<Candidate>, ApiError> {
         let offered = candidates.len();
+        let hold = crate::escalate::credit_hold(self.defaults.waiting.max_wait);
         let free: Vec<Candidate> = candidates
             .into_iter()
-            .filter(|c| !self.trust.on_credit(model, &c.provider()))
+            .filter(|c| !self.trust.on_credit(model, &c.provider(), hold))
             .collect();
         if free.is_empty() && offered > 0 {
             return Err(ApiError::busy(format!(
