@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used)]
 //! The workspace's layout keeps its promises: the light client (gateway) and the mesh
-//! do not link the engine (no candle), the pure crates stay pure, and no two files of a
-//! crate import each other (a cycle means a responsibility sits in the wrong place).
+//! do not link the engine (no candle), the pure crates stay pure, no two files of a
+//! crate import each other (a cycle means a responsibility sits in the wrong place), and
+//! every patched copy in `vendor/` is the one the build uses.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -77,6 +78,96 @@ fn the_gateway_mesh_and_testnet_do_not_link_the_engine() {
             assert!(!links.contains(io), "{pure} is pure, but links {io}");
         }
     }
+}
+
+/// The `[patch.crates-io]` entries of the workspace manifest: crate name → path.
+fn patches() -> BTreeMap<String, String> {
+    let manifest = std::fs::read_to_string(workspace().join("Cargo.toml")).unwrap();
+    let section = manifest
+        .split("[patch.crates-io]")
+        .nth(1)
+        .expect("a [patch.crates-io] section");
+    section
+        .lines()
+        .take_while(|line| !line.trim_start().starts_with('['))
+        .filter_map(|line| {
+            let (name, rest) = line.split_once('=')?;
+            let path = rest.split("path = \"").nth(1)?.split('"').next()?;
+            Some((name.trim().to_owned(), path.to_owned()))
+        })
+        .collect()
+}
+
+/// A libp2p upgrade that no longer matches a patched copy's version makes cargo take the
+/// published crate and only warn that the patch was not used: each fix in `vendor/`
+/// would be dropped silently. Every copy must be patched in, carry its marked changes
+/// (`// sharemesh:`), and be the one the workspace links.
+#[test]
+fn every_vendored_patch_is_in_use() {
+    let patches = patches();
+    let copies: BTreeSet<String> = std::fs::read_dir(workspace().join("vendor"))
+        .unwrap()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.path().is_dir())
+        .map(|entry| format!("vendor/{}", entry.file_name().to_string_lossy()))
+        .collect();
+    let patched: BTreeSet<String> = patches.values().cloned().collect();
+    assert_eq!(
+        copies, patched,
+        "every copy in vendor/ is patched in, and only those"
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(workspace())
+        .args([
+            "tree",
+            "--offline",
+            "--workspace",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = String::from_utf8_lossy(&out.stdout);
+    for (name, path) in &patches {
+        let linked: BTreeSet<&str> = tree
+            .lines()
+            .filter(|line| line.split_whitespace().next() == Some(name.as_str()))
+            .collect();
+        assert!(!linked.is_empty(), "{name} is patched but nothing links it");
+        for line in linked {
+            assert!(
+                line.contains(&format!("/{path})")),
+                "{name} is linked from elsewhere than its patched copy {path}: {line}"
+            );
+        }
+        let marked = files_containing(&workspace().join(path).join("src"), "// sharemesh:");
+        assert!(marked > 0, "{path} carries no marked change");
+    }
+}
+
+/// How many files under `dir` contain `needle`.
+fn files_containing(dir: &Path, needle: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path())
+        .map(|path| {
+            if path.is_dir() {
+                files_containing(&path, needle)
+            } else {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                usize::from(text.contains(needle))
+            }
+        })
+        .sum()
 }
 
 /// A crate's modules: path (`["dispatch"]`, `["a", "b"]`) → file.
