@@ -12,29 +12,27 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The packages `package` links (normal dependencies, transitively).
-fn linked(package: &str) -> BTreeSet<String> {
+/// `cargo tree` of the normal dependencies, one package per line, for `select`
+/// (`["-p", name]`, `["--workspace"]`).
+fn cargo_tree(select: &[&str]) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(workspace())
-        .args([
-            "tree",
-            "--offline",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "-p",
-            package,
-        ])
+        .args(["tree", "--offline", "-e", "normal", "--prefix", "none"])
+        .args(select)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "cargo tree -p {package}: {}",
+        "cargo tree {select:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The packages `package` links (normal dependencies, transitively).
+fn linked(package: &str) -> BTreeSet<String> {
+    cargo_tree(&["-p", package])
         .lines()
         .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
         .collect()
@@ -116,26 +114,7 @@ fn every_vendored_patch_is_in_use() {
         copies, patched,
         "every copy in vendor/ is patched in, and only those"
     );
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .current_dir(workspace())
-        .args([
-            "tree",
-            "--offline",
-            "--workspace",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tree = String::from_utf8_lossy(&out.stdout);
+    let tree = cargo_tree(&["--workspace"]);
     for (name, path) in &patches {
         let linked: BTreeSet<&str> = tree
             .lines()
