@@ -14,6 +14,7 @@ pub mod buyer;
 pub mod dispatch;
 pub mod error;
 pub mod escalate;
+pub mod examine;
 mod fields;
 mod format_check;
 pub mod jobs;
