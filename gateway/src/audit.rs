@@ -20,8 +20,6 @@ use sharemesh_protocol::{ExecutionProfile, JobId, ModelId, NanoUsd, NodeId};
 use sharemesh_reputation::{AuditRule, Dealings, DEALINGS_HALF_LIFE_MS};
 use tokio::sync::Semaphore;
 
-pub use crate::examine::{check_proof, examine, Finding, ProofCheck};
-
 /// Something that holds models and can replay jobs on them. The node implements it
 /// over its engine; the gateway does not link one.
 pub trait Replayer: Send + Sync + 'static {

@@ -17,8 +17,9 @@ use tokio::sync::broadcast;
 use tracing::Instrument;
 
 use crate::attest::Attestations;
-use crate::audit::{check_proof, examine, AuditPolicy, Auditor, Finding, ProofCheck, Replayer};
+use crate::audit::{AuditPolicy, Auditor, Replayer};
 use crate::escalate::{Escalation, HeldModels, ModelSource, Next};
+use crate::examine::{check_proof, examine, Finding, ProofCheck};
 use crate::outsource::Outsourcing;
 use crate::standing::Standing;
 use crate::transcript::Transcript;

@@ -13,7 +13,7 @@ use sharemesh_mesh::orderbook::BookEntry;
 use sharemesh_protocol::{ExecutionProfile, JobRequest, NodeId, StepFingerprint};
 
 use super::{compare, proof_finding, Comparison, Known, Outsourcing, Ran};
-use crate::audit::Finding;
+use crate::examine::Finding;
 use crate::transcript::Transcript;
 
 /// Tie-breakers drawn for a dispute when there are that many to draw.

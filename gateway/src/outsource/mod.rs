@@ -30,8 +30,8 @@ use sharemesh_protocol::{
     StepFingerprint, Tier,
 };
 
-use crate::audit::Finding;
 use crate::buyer::{Billing, JobEvent};
+use crate::examine::Finding;
 use crate::segment::{SegmentTerms, Segments};
 use crate::transcript::Transcript;
 
