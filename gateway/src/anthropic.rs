@@ -25,6 +25,7 @@ use crate::dispatch::DispatchEvent;
 use crate::error::ApiError;
 use crate::fields::{boolean, integer, kind, number, object, string, text_content};
 use crate::openai::{message_list, routing, top_p, CompletionRequest};
+use crate::route::RouteRequest;
 use crate::tools::Answer;
 
 /// Request fields sharemesh does not serve yet: refused with a 400 naming the field.
@@ -196,12 +197,14 @@ pub fn parse(
         }
     }
     Ok(CompletionRequest {
-        model,
-        prompt,
-        sampling,
+        route: RouteRequest {
+            model,
+            prompt,
+            sampling,
+            routing: routing(obj, headers)?,
+        },
         stream: boolean(obj, "stream")?.unwrap_or(false),
         include_usage: true,
-        routing: routing(obj, headers)?,
         chat: true,
         n: 1,
         tools: tools.map(std::sync::Arc::new),
@@ -499,7 +502,7 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Res
                     return Some((frames, (events, reply, at, true)));
                 }
                 Some(DispatchEvent::Failed(err)) => {
-                    let frame = event("error", error_body("api_error", &err.message));
+                    let frame = event("error", error_body("api_error", &err.to_string()));
                     return Some((vec![frame], (events, reply, at, true)));
                 }
                 Some(_) => {}
@@ -534,8 +537,8 @@ mod tests {
                 "metadata": {"user_id": "u1"}, "sharemesh": {"tier": "gold"}}"#,
         )
         .unwrap();
-        let Prompt::Chat(chat) = &req.prompt else {
-            panic!("{:?}", req.prompt)
+        let Prompt::Chat(chat) = &req.route.prompt else {
+            panic!("{:?}", req.route.prompt)
         };
         let roles: Vec<Role> = chat.iter().map(|m| m.role).collect();
         assert_eq!(
@@ -543,11 +546,17 @@ mod tests {
             [Role::System, Role::User, Role::Assistant, Role::User]
         );
         assert_eq!(chat[2].content, "Hello.");
-        assert_eq!(req.sampling.max_tokens, 20);
-        assert_eq!(req.sampling.stop, ["\n\n"]);
-        assert_eq!((req.sampling.temperature, req.sampling.top_k), (0.0, 5));
+        assert_eq!(req.route.sampling.max_tokens, 20);
+        assert_eq!(req.route.sampling.stop, ["\n\n"]);
+        assert_eq!(
+            (req.route.sampling.temperature, req.route.sampling.top_k),
+            (0.0, 5)
+        );
         assert!(req.stream);
-        assert_eq!(req.routing.tier, Some(sharemesh_protocol::Tier::Reserved));
+        assert_eq!(
+            req.route.routing.tier,
+            Some(sharemesh_protocol::Tier::Reserved)
+        );
     }
 
     #[test]

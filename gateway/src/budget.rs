@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use sharemesh_ledger::{Ledger, LedgerError, Period, SpendScope};
 use sharemesh_protocol::{NanoUsd, NodeId};
 
-use crate::error::ApiError;
 use crate::keys::KeyRecord;
+use crate::route::RouteError;
 
 /// Spend limits of the gateway, in nano-USD.
 #[derive(Clone, Debug, Default)]
@@ -76,13 +76,13 @@ impl Budgets {
         key: Option<&KeyRecord>,
         held: &Held,
         now_ms: u64,
-    ) -> Result<Vec<Limit>, ApiError> {
+    ) -> Result<Vec<Limit>, RouteError> {
         // Running totals: a few reads, however long the history.
-        let spent = |scope: SpendScope<'_>, period: Period| -> Result<u64, ApiError> {
+        let spent = |scope: SpendScope<'_>, period: Period| -> Result<u64, RouteError> {
             match ledger {
-                Some(ledger) => ledger
-                    .spent(scope, period)
-                    .map_err(|e: LedgerError| ApiError::upstream(e.to_string())),
+                Some(ledger) => ledger.spent(scope, period).map_err(|e: LedgerError| {
+                    RouteError::Internal(format!("reading spend from the ledger: {e}"))
+                }),
                 None => Ok(0),
             }
         };
@@ -118,11 +118,11 @@ impl Budgets {
         buyer: &NodeId,
         key: Option<&KeyRecord>,
         now_ms: u64,
-    ) -> Result<Vec<BudgetView>, ApiError> {
+    ) -> Result<Vec<BudgetView>, RouteError> {
         let held = self
             .held
             .lock()
-            .map_err(|_| ApiError::upstream("budget lock poisoned"))?;
+            .map_err(|_| RouteError::Internal("budget lock poisoned".into()))?;
         Ok(self
             .limits(ledger, buyer, key, &held, now_ms)?
             .into_iter()
@@ -153,16 +153,16 @@ impl Budgets {
         worst_case: u64,
         key: Option<&KeyRecord>,
         now_ms: u64,
-    ) -> Result<Reservation<'_>, ApiError> {
+    ) -> Result<Reservation<'_>, RouteError> {
         let mut held = self
             .held
             .lock()
-            .map_err(|_| ApiError::upstream("budget lock poisoned"))?;
+            .map_err(|_| RouteError::Internal("budget lock poisoned".into()))?;
         let limits = self.limits(ledger, buyer, key, &held, now_ms)?;
         for (limit, spent, name, in_flight) in limits {
             let left = limit.saturating_sub(spent).saturating_sub(in_flight);
             if worst_case > left {
-                return Err(ApiError::insufficient_balance(format!(
+                return Err(RouteError::OverBudget(format!(
                     "the worst-case cost of this request is {worst_case} nano-USD but only {left} of the {name} budget of {limit} nano-USD is left"
                 )));
             }

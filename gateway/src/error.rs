@@ -4,6 +4,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use crate::route::RouteError;
+
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -14,25 +16,8 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    /// A request the protocol would refuse (sizes, ranges), answered before any
-    /// provider is asked.
-    pub fn from_validation(err: sharemesh_protocol::ValidationError) -> Self {
-        match &err {
-            sharemesh_protocol::ValidationError::Field { field, .. } => {
-                Self::invalid(field, err.to_string())
-            }
-            _ => Self::invalid("request", err.to_string()),
-        }
-    }
-
     pub fn invalid(param: &str, message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-            kind: "invalid_request_error",
-            param: Some(param.to_owned()),
-            code: None,
-        }
+        RouteError::invalid(param, message).into()
     }
 
     pub fn bad_json(message: impl Into<String>) -> Self {
@@ -46,42 +31,7 @@ impl ApiError {
     }
 
     pub fn model_not_found(model: &str) -> Self {
-        Self {
-            status: StatusCode::NOT_FOUND,
-            message: format!(
-                "The model `{model}` is not offered on the network now: use a catalog name or a model id (see GET /v1/models)"
-            ),
-            kind: "invalid_request_error",
-            param: Some("model".into()),
-            code: Some("model_not_found"),
-        }
-    }
-
-    pub fn no_provider(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: message.into(),
-            kind: "server_error",
-            param: None,
-            code: Some("no_provider_available"),
-        }
-    }
-
-    /// Every provider that could serve the request is at capacity now (it waits for a
-    /// turn first: `waiting.rs`).
-    pub fn busy(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: message.into(),
-            kind: "server_error",
-            param: None,
-            code: Some(BUSY),
-        }
-    }
-
-    /// Whether the request failed only because providers were at capacity.
-    pub fn is_busy(&self) -> bool {
-        self.code == Some(BUSY)
+        RouteError::model_not_found(model).into()
     }
 
     /// A route this node does not serve in its role (a provider's view on a node that
@@ -97,23 +47,7 @@ impl ApiError {
     }
 
     pub fn upstream(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::BAD_GATEWAY,
-            message: message.into(),
-            kind: "server_error",
-            param: None,
-            code: Some("provider_failed"),
-        }
-    }
-
-    pub fn insufficient_balance(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::PAYMENT_REQUIRED,
-            message: message.into(),
-            kind: "insufficient_quota",
-            param: None,
-            code: Some("insufficient_balance"),
-        }
+        RouteError::Upstream(message.into()).into()
     }
 
     pub fn unauthorized(code: &'static str, message: &str) -> Self {
@@ -158,10 +92,8 @@ impl ApiError {
     }
 }
 
-const BUSY: &str = "providers_busy";
-
 /// Seconds a client is told to wait before retrying a 503 (the SDKs honour it).
-pub const RETRY_AFTER_SECS: u64 = 5;
+pub const RETRY_AFTER_SECS: u64 = crate::route::BUSY_RETRY_AFTER.as_secs();
 
 /// `response` with `Retry-After` when it is a 503: capacity may free, providers may
 /// come back, so the client should try again later, not give up.
@@ -178,5 +110,113 @@ pub fn with_retry_after(mut response: Response) -> Response {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         with_retry_after((self.status, Json(self.body())).into_response())
+    }
+}
+
+impl From<RouteError> for ApiError {
+    /// The routing core's outcome in OpenAI's error shape (the Anthropic and Responses
+    /// edges re-shape this one).
+    fn from(err: RouteError) -> Self {
+        let message = err.to_string();
+        let (status, kind, param, code) = match err {
+            RouteError::Invalid { param, .. } => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                Some(param),
+                None,
+            ),
+            RouteError::ModelNotFound { .. } => (
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                Some("model".to_owned()),
+                Some("model_not_found"),
+            ),
+            RouteError::NoProvider(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                None,
+                Some("no_provider_available"),
+            ),
+            RouteError::Busy { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                None,
+                Some("providers_busy"),
+            ),
+            RouteError::OverBudget(_) => (
+                StatusCode::PAYMENT_REQUIRED,
+                "insufficient_quota",
+                None,
+                Some("insufficient_balance"),
+            ),
+            RouteError::Upstream(_) => (
+                StatusCode::BAD_GATEWAY,
+                "server_error",
+                None,
+                Some("provider_failed"),
+            ),
+            RouteError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                None,
+                Some("internal_error"),
+            ),
+        };
+        Self {
+            status,
+            message,
+            kind,
+            param,
+            code,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_route_error_has_its_status_and_code() {
+        let cases = [
+            (RouteError::invalid("stop", "bad"), 400, None),
+            (
+                RouteError::model_not_found("m"),
+                404,
+                Some("model_not_found"),
+            ),
+            (
+                RouteError::NoProvider("none".into()),
+                503,
+                Some("no_provider_available"),
+            ),
+            (RouteError::busy("full"), 503, Some("providers_busy")),
+            (
+                RouteError::OverBudget("spent".into()),
+                402,
+                Some("insufficient_balance"),
+            ),
+            (
+                RouteError::Upstream("gone".into()),
+                502,
+                Some("provider_failed"),
+            ),
+            (
+                RouteError::Internal("ledger".into()),
+                500,
+                Some("internal_error"),
+            ),
+        ];
+        for (err, status, code) in cases {
+            let message = err.to_string();
+            let answered = ApiError::from(err);
+            assert_eq!(answered.status.as_u16(), status, "{message}");
+            assert_eq!(answered.code, code, "{message}");
+            assert_eq!(answered.message, message);
+        }
+        let invalid = ApiError::from(RouteError::invalid("stop", "bad"));
+        assert_eq!(invalid.param.as_deref(), Some("stop"));
+        let busy = ApiError::from(RouteError::busy("full")).into_response();
+        assert_eq!(busy.headers()["retry-after"], "5");
     }
 }

@@ -28,6 +28,7 @@ pub mod proof_limits;
 pub mod quote;
 mod respond;
 mod responses;
+pub mod route;
 pub mod segment;
 pub mod standing;
 pub mod tools;
@@ -104,7 +105,7 @@ async fn complete(
     let runs = (0..request.n).map(|i| {
         let mut one = request.clone();
         one.n = 1;
-        one.sampling.seed = one.sampling.seed.wrapping_add(u64::from(i));
+        one.route.sampling.seed = one.route.sampling.seed.wrapping_add(u64::from(i));
         let (state, key) = (&state, key.clone());
         async move { start(state, &one, key).await }
     });
@@ -115,10 +116,11 @@ async fn complete(
     let first = &runs[0].1;
     let span = tracing::info_span!("request", job = %first.job_id, provider = %first.provider);
     let vocabulary = request
+        .route
         .sampling
         .logprobs
-        .and_then(|_| state.dispatcher.vocabulary_of(&request.model));
-    let shape = respond::Shape::new(first, &request.model, chat, request.tools.clone())
+        .and_then(|_| state.dispatcher.vocabulary_of(&request.route.model));
+    let shape = respond::Shape::new(first, &request.route.model, chat, request.tools.clone())
         .with_vocabulary(vocabulary);
     if request.stream {
         let _entered = span.enter(); // Only while the response is built: no await here.
@@ -142,7 +144,7 @@ async fn start(
     ApiError,
 > {
     let started = Instant::now();
-    let mut events = state.dispatcher.run(request.clone(), key);
+    let mut events = state.dispatcher.run(request.route.clone(), key);
     match events.recv().await {
         Some(DispatchEvent::Accepted {
             job_id,
@@ -157,7 +159,7 @@ async fn start(
                 started,
             },
         )),
-        Some(DispatchEvent::Failed(err)) => Err(err),
+        Some(DispatchEvent::Failed(err)) => Err(err.into()),
         _ => Err(ApiError::upstream(
             "the request ended before a provider accepted it",
         )),
@@ -222,12 +224,12 @@ async fn anthropic_message(
         axum::http::HeaderValue::from_str(&value).map_err(|e| ApiError::upstream(e.to_string()))
     };
     let dispatcher = state.dispatcher.clone();
-    let model = request.model.clone();
+    let model = request.route.model.clone();
     let reply = anthropic::Reply {
         id: format!("msg_{}", accepted.job_id),
-        model: request.model.clone(),
+        model: request.route.model.clone(),
         prompt_tokens: accepted.prompt_tokens,
-        stops: request.sampling.stop.clone(),
+        stops: request.route.sampling.stop.clone(),
         decode: Box::new(move |ids| dispatcher.decode(&model, ids)),
         tools: request.tools.clone(),
         job_header: header(accepted.job_id.to_string())?,
@@ -253,8 +255,9 @@ async fn count_tokens(
         let request = anthropic::parse(&body, &headers, true)?;
         state
             .dispatcher
-            .count_tokens(&request.model, &request.prompt)
+            .count_tokens(&request.route.model, &request.route.prompt)
             .await
+            .map_err(ApiError::from)
     };
     match counted.await {
         Ok(tokens) => Json(json!({"input_tokens": tokens})).into_response(),
@@ -383,7 +386,7 @@ async fn list_jobs(
 async fn budgets(State(state): State<GatewayState>, key: ApiKey) -> Response {
     match state.dispatcher.budgets(key.as_ref().map(|k| &k.0)) {
         Ok(budgets) => Json(json!({"budgets": budgets})).into_response(),
-        Err(err) => err.into_response(),
+        Err(err) => ApiError::from(err).into_response(),
     }
 }
 

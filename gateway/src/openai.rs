@@ -7,27 +7,14 @@ use sharemesh_protocol::{ChatMessage, NanoUsd, OutputFormat, Prompt, Role, Sampl
 
 use super::error::ApiError;
 use crate::fields::{boolean, integer, kind, number, object, string, text_content};
-
-/// Per-request routing options: the `sharemesh` body object or `x-sharemesh-*` headers.
-#[derive(Clone, Debug, Default)]
-pub struct RoutingOptions {
-    pub max_price_per_token: Option<NanoUsd>,
-    pub tier: Option<Tier>,
-    pub region: Option<String>,
-    pub min_vram_bytes: Option<u64>,
-    pub interruptible: bool,
-    /// Gold only: start on the two best providers and keep the first to answer.
-    pub hedge: Option<bool>,
-}
+use crate::route::{RouteRequest, RoutingOptions};
 
 #[derive(Clone, Debug)]
 pub struct CompletionRequest {
-    pub model: String,
-    pub prompt: Prompt,
-    pub sampling: Sampling,
+    /// What the routing core serves: the model, the prompt, sampling and routing.
+    pub route: RouteRequest,
     pub stream: bool,
     pub include_usage: bool,
-    pub routing: RoutingOptions,
     pub chat: bool,
     /// Choices asked for (OpenAI's `n`, 1..=`MAX_CHOICES`): the gateway runs that many
     /// separate jobs (seeds `seed`, `seed + 1`, …); the dispatcher runs one.
@@ -457,13 +444,15 @@ pub fn parse(
     refuse_unserved(obj, chat)?;
     let (prompt, sampling, tools) = shaped_output(obj, prompt, sampling)?;
     Ok(CompletionRequest {
-        model,
-        prompt,
-        sampling,
+        route: RouteRequest {
+            model,
+            prompt,
+            sampling,
+            routing: routing(obj, headers)?,
+        },
         tools,
         stream,
         include_usage,
-        routing: routing(obj, headers)?,
         chat,
         n,
     })
@@ -541,14 +530,14 @@ mod tests {
                 "sharemesh": {"max_price_per_mtok": 0.2, "tier": "bronze", "region": "eu", "min_vram_gb": 8, "hedge": true}}"#,
         )
         .unwrap();
-        assert_eq!(req.sampling.max_tokens, 5);
-        assert_eq!(req.sampling.stop, vec!["x"]);
+        assert_eq!(req.route.sampling.max_tokens, 5);
+        assert_eq!(req.route.sampling.stop, vec!["x"]);
         assert!(req.stream && req.include_usage);
-        assert_eq!(req.routing.tier, Some(Tier::Interruptible));
-        assert_eq!(req.routing.max_price_per_token, Some(NanoUsd(200)));
-        assert_eq!(req.routing.min_vram_bytes, Some(8_000_000_000));
-        assert_eq!(req.routing.hedge, Some(true));
-        let Prompt::Chat(messages) = req.prompt else {
+        assert_eq!(req.route.routing.tier, Some(Tier::Interruptible));
+        assert_eq!(req.route.routing.max_price_per_token, Some(NanoUsd(200)));
+        assert_eq!(req.route.routing.min_vram_bytes, Some(8_000_000_000));
+        assert_eq!(req.route.routing.hedge, Some(true));
+        let Prompt::Chat(messages) = req.route.prompt else {
             panic!()
         };
         assert_eq!(messages[1].content, "hi");
@@ -560,14 +549,14 @@ mod tests {
         let mut headers = axum::http::HeaderMap::new();
         headers.insert("x-sharemesh-hedge", "0".parse().unwrap());
         assert_eq!(
-            parse(body, true, &headers).unwrap().routing.hedge,
+            parse(body, true, &headers).unwrap().route.routing.hedge,
             Some(false)
         );
         headers.insert("x-sharemesh-hedge", "maybe".parse().unwrap());
         let err = parse(body, true, &headers).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("x-sharemesh-hedge"));
         let absent = parse(body, true, &axum::http::HeaderMap::new()).unwrap();
-        assert_eq!(absent.routing.hedge, None);
+        assert_eq!(absent.route.routing.hedge, None);
     }
 
     /// A price ceiling that is not a usable price is an error naming it, never the
@@ -580,6 +569,7 @@ mod tests {
         assert_eq!(
             parse(body, true, &headers)
                 .unwrap()
+                .route
                 .routing
                 .max_price_per_token,
             Some(NanoUsd(200))

@@ -12,9 +12,8 @@ use sharemesh_mesh::orderbook::BookEntry;
 use sharemesh_mesh::MeshHandle;
 use sharemesh_protocol::{JobId, Keypair, ModelId, NanoUsd, NodeId, QuoteRequest, Tier};
 
-use crate::error::ApiError;
-use crate::openai::CompletionRequest;
 use crate::quote::{self, Candidate, QuoteAnswer};
+use crate::route::{RouteError, RouteRequest};
 
 /// Gateway-wide defaults for routing options a request leaves out.
 #[derive(Clone, Debug)]
@@ -100,23 +99,23 @@ pub struct Context<'a> {
 /// anyone offers that model now. A name outside the catalog resolves to nothing: such a
 /// model is addressed by its id (`GET /v1/models` lists it), so no provider can capture
 /// a name by declaring it.
-pub fn resolve_model(live: &[Arc<BookEntry>], name: &str) -> Result<ModelId, ApiError> {
+pub fn resolve_model(live: &[Arc<BookEntry>], name: &str) -> Result<ModelId, RouteError> {
     let id = match sharemesh_protocol::catalog::catalog_id(name) {
         Some(id) => id,
         None => name
             .parse::<ModelId>()
-            .map_err(|_| ApiError::model_not_found(name))?,
+            .map_err(|_| RouteError::model_not_found(name))?,
     };
     if live.iter().any(|e| e.advert.offer(&id).is_some()) {
         Ok(id)
     } else {
-        Err(ApiError::model_not_found(name))
+        Err(RouteError::model_not_found(name))
     }
 }
 
 /// The tier a request runs in: interruptible if it says so, else its tier or the
 /// gateway's default.
-pub fn tier_of(request: &CompletionRequest, defaults: &RoutingDefaults) -> Tier {
+pub fn tier_of(request: &RouteRequest, defaults: &RoutingDefaults) -> Tier {
     if request.routing.interruptible {
         Tier::Interruptible
     } else {
@@ -125,7 +124,7 @@ pub fn tier_of(request: &CompletionRequest, defaults: &RoutingDefaults) -> Tier 
 }
 
 /// The highest price per token the request accepts.
-pub fn ceiling_of(request: &CompletionRequest, defaults: &RoutingDefaults) -> NanoUsd {
+pub fn ceiling_of(request: &RouteRequest, defaults: &RoutingDefaults) -> NanoUsd {
     request
         .routing
         .max_price_per_token
@@ -141,7 +140,7 @@ pub const SPEED_CLAIM_TOLERANCE: f64 = 0.8;
 /// queue at the advertised speed), throughput and observed success rate.
 pub fn candidates(
     model: &ModelId,
-    request: &CompletionRequest,
+    request: &RouteRequest,
     context: &Context<'_>,
 ) -> (Vec<Candidate>, Tier) {
     let defaults = context.defaults;
@@ -225,7 +224,7 @@ pub fn candidates(
 /// The most the request can cost: the prompt's token bound (`Prompt::token_bound`, the
 /// most a provider may bill for it), every completion token produced, at the highest
 /// price among `candidates`.
-pub fn worst_case(request: &CompletionRequest, candidates: &[Candidate]) -> u64 {
+pub fn worst_case(request: &RouteRequest, candidates: &[Candidate]) -> u64 {
     let highest = candidates.iter().map(|c| c.price.0).max().unwrap_or(0);
     highest.saturating_mul(request.prompt.token_bound() + u64::from(request.sampling.max_tokens))
 }
@@ -258,7 +257,7 @@ pub async fn quote_round(
     key: &Keypair,
     candidates: Vec<Candidate>,
     plan: (JobId, ModelId, Tier),
-    request: &CompletionRequest,
+    request: &RouteRequest,
     defaults: &RoutingDefaults,
 ) -> (Vec<Candidate>, bool) {
     let (job_id, model, tier) = plan;

@@ -350,7 +350,7 @@ pub(crate) fn stream(
                     }
                     DispatchEvent::Failed(err) => {
                         let state = (merged, shape, running, tokens, true, held);
-                        return Some((vec![err.body()], state));
+                        return Some((vec![ApiError::from(err).body()], state));
                     }
                     _ => continue,
                 }
@@ -439,7 +439,7 @@ pub(crate) async fn collect(
                     segments,
                 })
             }
-            Some(DispatchEvent::Failed(err)) => return Err(err),
+            Some(DispatchEvent::Failed(err)) => return Err(err.into()),
             Some(_) => {}
             None => return Err(ApiError::upstream("the job ended before it was done")),
         }

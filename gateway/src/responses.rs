@@ -22,6 +22,7 @@ use crate::dispatch::DispatchEvent;
 use crate::error::ApiError;
 use crate::fields::{boolean, integer, kind, number, object, string, text_content};
 use crate::openai::{routing, top_p, CompletionRequest};
+use crate::route::RouteRequest;
 
 /// Fields a stateless gateway without tools cannot honour: refused when set.
 const UNSERVED: &[(&str, &str)] = &[
@@ -159,12 +160,14 @@ pub fn parse(body: &[u8], headers: &HeaderMap) -> Result<CompletionRequest, ApiE
         ..Sampling::default()
     };
     Ok(CompletionRequest {
-        model,
-        prompt: prompt(obj)?,
-        sampling,
+        route: RouteRequest {
+            model,
+            prompt: prompt(obj)?,
+            sampling,
+            routing: routing(obj, headers)?,
+        },
         stream: boolean(obj, "stream")?.unwrap_or(false),
         include_usage: true,
-        routing: routing(obj, headers)?,
         chat: true,
         n: 1,
         tools: None,
@@ -194,7 +197,7 @@ impl Shape {
         Self {
             id: format!("resp_{job}"),
             item_id: format!("msg_{job}"),
-            model: request.model.clone(),
+            model: request.route.model.clone(),
             created_at: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -235,7 +238,7 @@ impl Shape {
                 )
             }
         };
-        let sampling = &self.request.sampling;
+        let sampling = &self.request.route.sampling;
         // The SDK's `responses.parse` reads the format back from the response.
         let format = match &sampling.format {
             OutputFormat::Free => json!({"type": "text"}),
@@ -358,6 +361,7 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, shape: Shape) -> Res
                         return Some((events_out, (events, shape, text, true)));
                     }
                     Some(DispatchEvent::Failed(err)) => {
+                        let err = ApiError::from(err);
                         let event = (
                             "error",
                             json!({"code": err.code, "message": err.message, "param": err.param}),
@@ -396,12 +400,15 @@ mod tests {
     #[test]
     fn input_and_instructions_become_a_chat_prompt() {
         let req = parse_body(r#"{"model": "m", "input": "Hi", "instructions": "Be brief.", "max_output_tokens": 9, "temperature": 0}"#).unwrap();
-        let Prompt::Chat(chat) = &req.prompt else {
+        let Prompt::Chat(chat) = &req.route.prompt else {
             panic!()
         };
         assert_eq!((chat[0].role, chat[1].role), (Role::System, Role::User));
         assert_eq!(
-            (req.sampling.max_tokens, req.sampling.temperature),
+            (
+                req.route.sampling.max_tokens,
+                req.route.sampling.temperature
+            ),
             (9, 0.0)
         );
         let items = parse_body(
@@ -410,7 +417,7 @@ mod tests {
                                         {"role": "user", "content": "c"}]}"#,
         )
         .unwrap();
-        let Prompt::Chat(chat) = &items.prompt else {
+        let Prompt::Chat(chat) = &items.route.prompt else {
             panic!()
         };
         assert_eq!(

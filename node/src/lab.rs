@@ -20,9 +20,9 @@ use sharemesh_engine::GenerateRequest;
 use sharemesh_gateway::budget::Budget;
 use sharemesh_gateway::buyer::{start_job, Billing, BuyerStream, StreamTerms};
 use sharemesh_gateway::dispatch::{DispatchEvent, Dispatcher, Segment};
-use sharemesh_gateway::error::ApiError;
-use sharemesh_gateway::openai::{CompletionRequest, RoutingOptions};
 use sharemesh_gateway::plan::RoutingDefaults;
+use sharemesh_gateway::route::RouteError;
+use sharemesh_gateway::route::{RouteRequest, RoutingOptions};
 use sharemesh_ledger::Ledger;
 use sharemesh_mesh::link::LinkProfile;
 use sharemesh_mesh::orderbook::BookLimits;
@@ -320,7 +320,7 @@ impl Lab {
 
     /// A chat-less text request for the lab model (by its id: it is not a catalog
     /// model).
-    pub fn request(prompt: &str, max_tokens: u32, routing: RoutingOptions) -> CompletionRequest {
+    pub fn request(prompt: &str, max_tokens: u32, routing: RoutingOptions) -> RouteRequest {
         Self::request_for(
             &ScriptedEngine::model(LAB_MODEL).id.to_string(),
             prompt,
@@ -335,30 +335,25 @@ impl Lab {
         prompt: &str,
         max_tokens: u32,
         routing: RoutingOptions,
-    ) -> CompletionRequest {
-        CompletionRequest {
+    ) -> RouteRequest {
+        RouteRequest {
             model: model.into(),
             prompt: Prompt::Text(prompt.into()),
             sampling: Sampling {
                 max_tokens,
                 ..Sampling::default()
             },
-            stream: true,
-            include_usage: true,
             routing,
-            chat: false,
-            n: 1,
-            tools: None,
         }
     }
 
     /// What an uninterrupted scripted run of `request` answers (token ids and text),
     /// whichever provider serves it.
-    pub fn expected(&self, request: &CompletionRequest) -> Result<(Vec<u32>, String)> {
+    pub fn expected(&self, request: &RouteRequest) -> Result<(Vec<u32>, String)> {
         let model = self
             .gateway
             .resolve_model(&request.model)
-            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let engine = &self
             .providers
             .first()
@@ -380,9 +375,9 @@ impl Lab {
     /// stall a provider mid-stream).
     pub async fn complete_with<F, Fut>(
         &self,
-        request: CompletionRequest,
+        request: RouteRequest,
         mut on_token: F,
-    ) -> Result<Completion, ApiError>
+    ) -> Result<Completion, RouteError>
     where
         F: FnMut(usize, NodeId) -> Fut,
         Fut: std::future::Future<Output = ()>,
@@ -428,13 +423,13 @@ impl Lab {
                 DispatchEvent::Failed(err) => return Err(err),
             }
         }
-        Err(ApiError::upstream(
-            "the dispatcher stopped without an answer",
+        Err(RouteError::Upstream(
+            "the dispatcher stopped without an answer".into(),
         ))
     }
 
     /// Runs a request through the gateway to its end.
-    pub async fn complete(&self, request: CompletionRequest) -> Result<Completion, ApiError> {
+    pub async fn complete(&self, request: RouteRequest) -> Result<Completion, RouteError> {
         self.complete_with(request, |_, _| async {}).await
     }
 

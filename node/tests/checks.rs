@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use lab_support::*;
 use sharemesh_engine::Cheat;
-use sharemesh_gateway::openai::RoutingOptions;
+use sharemesh_gateway::route::RoutingOptions;
 use sharemesh_ledger::Side;
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_node::lab::{GatewaySpec, Lab};

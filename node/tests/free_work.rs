@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lab_support::*;
 use sharemesh_gateway::buyer::{Billing, JobEvent, SegmentError};
-use sharemesh_gateway::openai::RoutingOptions;
+use sharemesh_gateway::route::RoutingOptions;
 use sharemesh_node::lab::{GatewaySpec, Lab, LabBuyer};
 use sharemesh_protocol::{NodeId, RejectReason};
 

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use lab_support::*;
 use sharemesh_gateway::budget::Budget;
-use sharemesh_gateway::openai::RoutingOptions;
 use sharemesh_gateway::plan::RoutingDefaults;
+use sharemesh_gateway::route::RouteError;
+use sharemesh_gateway::route::RoutingOptions;
 use sharemesh_node::lab::{Completion, GatewaySpec, Lab, ProviderSpec};
 use sharemesh_protocol::{FinishReason, NanoUsd, NodeId, Tier};
 use sharemesh_provider::policy::Adversary;
@@ -205,7 +206,7 @@ async fn the_daily_budget_refuses_what_could_exceed_it() {
         ))
         .await
         .unwrap_err();
-    assert_eq!(refused.code, Some("insufficient_balance"), "{refused:?}");
+    assert!(matches!(refused, RouteError::OverBudget(_)), "{refused:?}");
     // Worst case 100 × (2 + 8 + 5) = 1,500 fits; it costs 100 × (2 + 5) = 700.
     let done = lab
         .complete(Lab::request("hi", 5, RoutingOptions::default()))
@@ -217,7 +218,7 @@ async fn the_daily_budget_refuses_what_could_exceed_it() {
         .complete(Lab::request("hi", 5, RoutingOptions::default()))
         .await
         .unwrap_err();
-    assert_eq!(refused.code, Some("insufficient_balance"), "{refused:?}");
+    assert!(matches!(refused, RouteError::OverBudget(_)), "{refused:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,12 +234,14 @@ async fn no_provider_within_the_price_ceiling_is_a_clear_503() {
         .complete(Lab::request("hi", 5, routing))
         .await
         .unwrap_err();
-    assert_eq!(refused.code, Some("no_provider_available"));
     assert!(
-        refused.message.contains("price ceiling"),
-        "{}",
-        refused.message
+        matches!(&refused, RouteError::NoProvider(why) if why.contains("price ceiling")),
+        "{refused:?}"
     );
+    // The API edge answers it as a 503 the SDKs retry.
+    let answered = sharemesh_gateway::error::ApiError::from(refused);
+    assert_eq!(answered.status.as_u16(), 503);
+    assert_eq!(answered.code, Some("no_provider_available"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,8 +4,8 @@
 
 use sharemesh_gateway::budget::Budget;
 use sharemesh_gateway::dispatch::Dispatcher;
-use sharemesh_gateway::openai::{CompletionRequest, RoutingOptions};
 use sharemesh_gateway::plan::RoutingDefaults;
+use sharemesh_gateway::route::{RouteRequest, RoutingOptions};
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_mesh::{self as mesh, MeshConfig};
 use sharemesh_protocol::*;
@@ -72,17 +72,12 @@ fn advert(offer: &Offer) -> (Keypair, Advert) {
     (key, advert)
 }
 
-fn request(routing: RoutingOptions) -> CompletionRequest {
-    CompletionRequest {
+fn request(routing: RoutingOptions) -> RouteRequest {
+    RouteRequest {
         model: "test-model".into(),
         prompt: Prompt::Text("hi".into()),
         sampling: Sampling::default(),
-        stream: false,
-        include_usage: false,
         routing,
-        chat: false,
-        n: 1,
-        tools: None,
     }
 }
 

@@ -42,7 +42,7 @@ impl Dispatcher {
         &self,
         name: &str,
         prompt: &sharemesh_protocol::Prompt,
-    ) -> Result<u32, ApiError> {
+    ) -> Result<u32, RouteError> {
         let live = self.live();
         let model = plan::resolve_model(&live, name)?;
         let sources: Vec<&BookEntry> = live
@@ -54,13 +54,12 @@ impl Dispatcher {
             .defaults
             .count_wait
             .max(std::time::Duration::from_secs(10));
-        let vocabulary = self
-            .vocabulary(model, &sources, wait)
-            .await
-            .map_err(|e| ApiError::no_provider(format!("cannot count tokens for `{name}`: {e}")))?;
+        let vocabulary = self.vocabulary(model, &sources, wait).await.map_err(|e| {
+            RouteError::NoProvider(format!("cannot count tokens for `{name}`: {e}"))
+        })?;
         vocab::count(&vocabulary, prompt)
             .map(|c| c.prompt_tokens)
-            .map_err(|e| ApiError::invalid("messages", e.to_string()))
+            .map_err(|e| RouteError::invalid("messages", e.to_string()))
     }
 
     /// `ids` decoded with the vocabulary of the model `name` names, if this node holds
@@ -80,9 +79,9 @@ impl Dispatcher {
     pub(super) async fn count_prompt(
         &self,
         model: ModelId,
-        request: &CompletionRequest,
+        request: &RouteRequest,
         candidates: &[Candidate],
-    ) -> Result<Option<Counted>, ApiError> {
+    ) -> Result<Option<Counted>, RouteError> {
         let sources: Vec<&BookEntry> = candidates.iter().map(|c| c.entry.as_ref()).collect();
         let vocabulary = self
             .vocabulary(model, &sources, self.defaults.count_wait)
@@ -99,7 +98,7 @@ impl Dispatcher {
             _ => "prompt",
         };
         let mut counted = vocab::count(&vocabulary, &request.prompt)
-            .map_err(|e| ApiError::invalid(param, e.to_string()))?;
+            .map_err(|e| RouteError::invalid(param, e.to_string()))?;
         if !request.sampling.format.is_free() {
             let (vocabularies, format) =
                 (self.vocabularies.clone(), request.sampling.format.clone());
@@ -114,7 +113,7 @@ impl Dispatcher {
             match compiled {
                 // A format the vocabulary cannot follow is refused before any provider works.
                 Some(Err(err)) => {
-                    return Err(ApiError::invalid("response_format", err.to_string()))
+                    return Err(RouteError::invalid("response_format", err.to_string()))
                 }
                 Some(Ok(guide)) => {
                     counted.format = guide.map(|g| Arc::new(std::sync::Mutex::new(g)))
@@ -126,7 +125,7 @@ impl Dispatcher {
         // context must not make the gateway refuse every request for the model.
         let context = vocabulary.context_length.unwrap_or(u32::MAX);
         if counted.prompt_tokens >= context {
-            return Err(ApiError::invalid(
+            return Err(RouteError::invalid(
                 param,
                 format!(
                     "the prompt is {} tokens, but the model's context is {context}",

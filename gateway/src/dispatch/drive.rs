@@ -9,24 +9,23 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{DispatchEvent, Dispatcher};
-use crate::error::ApiError;
 use crate::keys::KeyRecord;
-use crate::openai::CompletionRequest;
+use crate::route::{RouteError, RouteRequest};
 
 impl Dispatcher {
     pub(super) async fn drive(
         self: &Arc<Self>,
-        request: CompletionRequest,
+        request: RouteRequest,
         key: Option<KeyRecord>,
         events: &mpsc::Sender<DispatchEvent>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), RouteError> {
         // Fairness is per API key; without keys every request is the operator's.
         let who = key.as_ref().map_or_else(String::new, |k| k.id.clone());
         let mut refused_since: Option<Instant> = None;
         loop {
             let attempt = self.attempt(&request, key.as_ref(), events).await;
             let err = match attempt {
-                Err(err) if err.is_busy() => err,
+                Err(err @ RouteError::Busy { .. }) => err,
                 done => {
                     // A job of this gateway ended: its slot may be free for a waiter.
                     self.waiting.hand_out_turn();
@@ -36,11 +35,11 @@ impl Dispatcher {
             let again = refused_since.is_some();
             let since = *refused_since.get_or_insert_with(Instant::now);
             self.count(|m| m.waits.inc());
-            tracing::debug!(error = %err.message, again, "providers at capacity or not reachable yet: waiting for a turn");
+            tracing::debug!(error = %err, again, "providers at capacity or not reachable yet: waiting for a turn");
             tokio::select! {
                 waited = self.waiting.wait(&who, since, again) => {
                     if let Err(why) = waited {
-                        return Err(ApiError::busy(format!("{}; {why}", err.message)));
+                        return Err(err.with_detail(why));
                     }
                 }
                 // The client went away while waiting.
@@ -52,10 +51,10 @@ impl Dispatcher {
     /// Plans and serves the request once.
     async fn attempt(
         self: &Arc<Self>,
-        request: &CompletionRequest,
+        request: &RouteRequest,
         key: Option<&KeyRecord>,
         events: &mpsc::Sender<DispatchEvent>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), RouteError> {
         let plan = self.plan(request).await?;
         let reservation = self.budgets.reserve(
             self.ledger.as_deref(),
@@ -75,9 +74,7 @@ impl Dispatcher {
             Ok(false) => self
                 .jobs
                 .finish(&job_id, now_ms(), Err("the client went away".into())),
-            Err(err) => self
-                .jobs
-                .finish(&job_id, now_ms(), Err(err.message.clone())),
+            Err(err) => self.jobs.finish(&job_id, now_ms(), Err(err.to_string())),
         }
         served.map(|_| ())
     }

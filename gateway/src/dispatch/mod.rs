@@ -22,11 +22,10 @@ use tokio::sync::{broadcast, mpsc};
 use crate::audit::{self, AuditPolicy};
 use crate::budget::{Budget, Budgets};
 use crate::buyer::{Billing, JobEvent, SegmentError};
-use crate::error::ApiError;
 use crate::keys::KeyRecord;
-use crate::openai::CompletionRequest;
 use crate::plan::{self, Plan, RoutingDefaults};
 use crate::quote::Candidate;
+use crate::route::{RouteError, RouteRequest};
 use crate::segment::{race, LocalRoute, Opened, SegmentTerms, Segments};
 use crate::transcript::Transcript;
 use crate::trust::{SegmentAudit, Trust};
@@ -61,7 +60,7 @@ pub enum DispatchEvent {
         cost: NanoUsd,
         segments: Vec<Segment>,
     },
-    Failed(ApiError),
+    Failed(RouteError),
 }
 
 /// What one provider served of a response, as its receipts priced it.
@@ -220,7 +219,7 @@ impl Dispatcher {
     pub fn budgets(
         &self,
         key: Option<&KeyRecord>,
-    ) -> Result<Vec<crate::budget::BudgetView>, ApiError> {
+    ) -> Result<Vec<crate::budget::BudgetView>, RouteError> {
         self.budgets
             .view(self.ledger.as_deref(), &self.node_id(), key, now_ms())
     }
@@ -230,7 +229,7 @@ impl Dispatcher {
         if let Some(metrics) = &self.metrics {
             match self.budgets(key) {
                 Ok(budgets) => metrics.show_budgets(&budgets),
-                Err(err) => tracing::warn!(message = %err.message, "budget gauges not refreshed"),
+                Err(err) => tracing::warn!(error = %err, "budget gauges not refreshed"),
             }
         }
     }
@@ -276,7 +275,7 @@ impl Dispatcher {
     }
 
     /// A catalog name or model id → the model id, if anyone offers it now.
-    pub fn resolve_model(&self, name: &str) -> Result<ModelId, ApiError> {
+    pub fn resolve_model(&self, name: &str) -> Result<ModelId, RouteError> {
         plan::resolve_model(&self.live(), name)
     }
 
@@ -306,7 +305,7 @@ impl Dispatcher {
     /// `Accepted` or `Failed`.
     pub fn run(
         self: &Arc<Self>,
-        request: CompletionRequest,
+        request: RouteRequest,
         key: Option<KeyRecord>,
     ) -> mpsc::Receiver<DispatchEvent> {
         let (events, receiver) = mpsc::channel(64);
@@ -317,7 +316,11 @@ impl Dispatcher {
             if let Some(metrics) = &this.metrics {
                 let status = match &result {
                     Ok(()) => "200".to_owned(),
-                    Err(err) => err.status.as_u16().to_string(),
+                    // The status the API edge answers with, as the label has always read.
+                    Err(err) => crate::error::ApiError::from(err.clone())
+                        .status
+                        .as_u16()
+                        .to_string(),
                 };
                 let tier = format!("{tier:?}").to_lowercase();
                 metrics
@@ -333,21 +336,21 @@ impl Dispatcher {
     }
 
     /// Resolves the model, filters and ranks the providers, asks the best for quotes.
-    async fn plan(&self, request: &CompletionRequest) -> Result<Plan, ApiError> {
+    async fn plan(&self, request: &RouteRequest) -> Result<Plan, RouteError> {
         // What every provider would refuse is refused here, with the reason, before any
         // provider work (it was retried on every candidate and reported as a 503).
         request
             .prompt
             .validate()
             .and_then(|()| request.sampling.validate())
-            .map_err(ApiError::from_validation)?;
+            .map_err(RouteError::from_validation)?;
         // One read of the book serves both the model's resolution and the ranking.
         let live = self.live();
         let model = plan::resolve_model(&live, &request.model)?;
         let rtt_ms = self.mesh.round_trips_ms();
         let (candidates, tier) = self.rank(live, &model, request, &rtt_ms);
         if candidates.is_empty() {
-            return Err(ApiError::no_provider(format!(
+            return Err(RouteError::NoProvider(format!(
                 "no provider can serve `{}` now within the price ceiling, tier, region and VRAM constraints",
                 request.model
             )));
@@ -375,9 +378,9 @@ impl Dispatcher {
                 request.model
             );
             return Err(if at_capacity {
-                ApiError::busy(format!("{declined} (at capacity)"))
+                RouteError::busy(format!("{declined} (at capacity)"))
             } else {
-                ApiError::no_provider(declined)
+                RouteError::NoProvider(declined)
             });
         }
         candidates.truncate(self.defaults.max_attempts);
@@ -398,10 +401,10 @@ impl Dispatcher {
     async fn serve(
         self: &Arc<Self>,
         plan: Plan,
-        request: &CompletionRequest,
+        request: &RouteRequest,
         key: Option<KeyRecord>,
         events: &mpsc::Sender<DispatchEvent>,
-    ) -> Result<bool, ApiError> {
+    ) -> Result<bool, RouteError> {
         let mut response = Response {
             started: Instant::now(),
             job_id: plan.job_id,
@@ -521,11 +524,11 @@ impl Dispatcher {
         }
         // A provider that accepted is in `providers`: the client has been told.
         Err(if !response.providers.is_empty() {
-            ApiError::upstream(last_error)
+            RouteError::Upstream(last_error)
         } else if only_unavailable {
-            ApiError::busy(last_error)
+            RouteError::busy(last_error)
         } else {
-            ApiError::no_provider(last_error)
+            RouteError::NoProvider(last_error)
         })
     }
 

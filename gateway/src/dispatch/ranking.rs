@@ -8,7 +8,7 @@ impl Dispatcher {
     pub fn candidates(
         &self,
         model: &ModelId,
-        request: &CompletionRequest,
+        request: &RouteRequest,
         rtt_ms: &std::collections::HashMap<libp2p::PeerId, f64>,
     ) -> (Vec<Candidate>, Tier) {
         self.rank(self.live(), model, request, rtt_ms)
@@ -19,7 +19,7 @@ impl Dispatcher {
         &self,
         live: Vec<Arc<BookEntry>>,
         model: &ModelId,
-        request: &CompletionRequest,
+        request: &RouteRequest,
         rtt_ms: &std::collections::HashMap<libp2p::PeerId, f64>,
     ) -> (Vec<Candidate>, Tier) {
         let now = now_ms();
@@ -89,7 +89,7 @@ impl Dispatcher {
         &self,
         model: &ModelId,
         candidates: Vec<Candidate>,
-    ) -> Result<Vec<Candidate>, ApiError> {
+    ) -> Result<Vec<Candidate>, RouteError> {
         let offered = candidates.len();
         let hold = crate::escalate::credit_hold(self.defaults.waiting.max_wait);
         let free: Vec<Candidate> = candidates
@@ -97,7 +97,7 @@ impl Dispatcher {
             .filter(|c| !self.trust.on_credit(model, &c.provider(), hold))
             .collect();
         if free.is_empty() && offered > 0 {
-            return Err(ApiError::busy(format!(
+            return Err(RouteError::busy(format!(
                 "all {offered} providers of this model served it since this gateway began \
                  fetching it to verify their work; waiting until that work is replayed"
             )));

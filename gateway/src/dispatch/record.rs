@@ -9,7 +9,7 @@ impl Dispatcher {
     pub(super) fn job_record(
         &self,
         plan: &Plan,
-        request: &CompletionRequest,
+        request: &RouteRequest,
         key: Option<&KeyRecord>,
     ) -> crate::jobs::JobRecord {
         let tokens = request.sampling.max_tokens;
@@ -109,7 +109,7 @@ impl Dispatcher {
     pub(super) async fn book(
         &self,
         report: &SegmentReport,
-        request: &CompletionRequest,
+        request: &RouteRequest,
         key: Option<&KeyRecord>,
         response: &mut Response,
     ) {

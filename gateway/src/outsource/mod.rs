@@ -358,7 +358,7 @@ impl Outsourcing {
                     )
                     .map_err(|err| {
                         self.count(|s| s.windows_failed += 1);
-                        format!("not within the budgets: {}", err.message)
+                        format!("not within the budgets: {err}")
                     })?,
             ),
             None => None,

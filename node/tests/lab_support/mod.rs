@@ -103,7 +103,7 @@ pub fn verifying(dir: &tempfile::TempDir) -> GatewaySpec {
 /// the answer the client got.
 pub async fn served_by_cheat_then_convicted(
     lab: &Lab,
-    request: sharemesh_gateway::openai::CompletionRequest,
+    request: sharemesh_gateway::route::RouteRequest,
     cheat: NodeId,
     why: &str,
 ) -> sharemesh_node::lab::Completion {
@@ -137,8 +137,8 @@ pub fn buying_checks(dir: &tempfile::TempDir, canary_rate: f64) -> GatewaySpec {
 }
 
 /// A sampled request (temperature 0.8, its own seed): the draw is the request's.
-pub fn sampled(prompt: &str, max_tokens: u32) -> sharemesh_gateway::openai::CompletionRequest {
-    let routing = sharemesh_gateway::openai::RoutingOptions::default();
+pub fn sampled(prompt: &str, max_tokens: u32) -> sharemesh_gateway::route::RouteRequest {
+    let routing = sharemesh_gateway::route::RoutingOptions::default();
     let mut request = Lab::request(prompt, max_tokens, routing);
     request.sampling.temperature = 0.8;
     request.sampling.seed = 7;
@@ -161,7 +161,7 @@ pub fn ending_after_five(cheat: bool) -> ProviderSpec {
 /// (verified, convicted, disputed, unverifiable, or skipped for want of a replay slot).
 pub async fn complete_then_checked(
     lab: &Lab,
-    request: sharemesh_gateway::openai::CompletionRequest,
+    request: sharemesh_gateway::route::RouteRequest,
 ) -> sharemesh_node::lab::Completion {
     let done = lab.complete(request).await.unwrap();
     let trust = lab.gateway.trust();
