@@ -110,11 +110,11 @@ pub(crate) struct Decoder {
     text: TextStream,
     out_text: String,
     guide: Option<sharemesh_constrain::Guide>,
-    /// Testnet adversary kit: tokens that cost no model work.
-    garbage: bool,
-    /// Testnet adversary kit: how the real model's tokens are chosen rather than drawn
-    /// (`Cheat::ChooseTokens`, `Cheat::NeverStop`; anything else draws honestly).
-    cheat: crate::Cheat,
+    /// Adversary kit: what this job of a cheating engine does.
+    #[cfg(feature = "adversary")]
+    playing: crate::cheat::Playing,
+    /// Adversary kit: garbage tokens are drawn below it.
+    #[cfg(feature = "adversary")]
     vocab: u32,
     /// The next completion index.
     index: usize,
@@ -190,10 +190,8 @@ impl Decoder {
         for &token in &request.resume {
             let _ = text.push(tokenizer.token_bytes(token));
         }
-        let garbage = model
-            .cheat
-            .serves_garbage(model.jobs_run, !request.resume.is_empty());
-        model.jobs_run += 1;
+        #[cfg(feature = "adversary")]
+        let playing = model.playing(!request.resume.is_empty());
         let mut history = prompt;
         let prompt_len = history.len();
         history.extend_from_slice(&request.resume);
@@ -205,8 +203,9 @@ impl Decoder {
             text,
             out_text: String::new(),
             guide,
-            garbage,
-            cheat: model.cheat,
+            #[cfg(feature = "adversary")]
+            playing,
+            #[cfg(feature = "adversary")]
             vocab,
             index: request.resume.len(),
             finish: FinishReason::Length,
@@ -248,6 +247,52 @@ impl Decoder {
         self.generation_started = Some(Instant::now());
     }
 
+    /// The request's seeded draw from `logits` (a cheating engine of the adversary kit
+    /// may choose its own).
+    fn draw(
+        &self,
+        logits: &mut [f32],
+        tokenizer: &sharemesh_tokenizer::GgufTokenizer,
+        generated: usize,
+        index: usize,
+    ) -> u32 {
+        #[cfg(feature = "adversary")]
+        if let Some(token) = crate::cheat::choose(
+            self.playing.cheat,
+            logits,
+            &self.history,
+            generated,
+            &self.request.sampling,
+            index,
+            tokenizer,
+        ) {
+            return token;
+        }
+        #[cfg(not(feature = "adversary"))]
+        let _ = tokenizer;
+        let sampling = &self.request.sampling;
+        sampler::sample(logits, &self.history, generated, sampling, index as u64)
+    }
+
+    /// Whether this job serves tokens without model work (only a cheating engine of the
+    /// adversary kit does).
+    fn serves_garbage(&self) -> bool {
+        #[cfg(feature = "adversary")]
+        return self.playing.garbage;
+        #[cfg(not(feature = "adversary"))]
+        false
+    }
+
+    /// The next garbage token and its forged fingerprint, where this job serves garbage.
+    fn garbage_step(&self) -> Option<(u32, StepFingerprint)> {
+        #[cfg(feature = "adversary")]
+        if self.playing.garbage {
+            let step = crate::cheat::garbage_step(&self.history, self.vocab, self.index);
+            return Some(step);
+        }
+        None
+    }
+
     /// Takes the next token from `logits` (the logits after the history so far; empty
     /// for the garbage adversary), tells `on_token`, and says what comes next.
     pub(crate) fn take(
@@ -261,8 +306,8 @@ impl Decoder {
         let want_logprobs = sampling.logprobs.map(usize::from);
         // Log-probabilities are of the raw logits, as the fingerprint is.
         let raw = want_logprobs.map(|_| logits.clone());
-        let (token, fingerprint) = if self.garbage {
-            garbage_step(&self.history, self.vocab, index)
+        let (token, fingerprint) = if let Some(garbage) = self.garbage_step() {
+            garbage
         } else {
             // The commitment covers the raw logits; the format's mask comes after.
             let fingerprint = StepFingerprint::from_logits(&logits);
@@ -272,42 +317,7 @@ impl Decoder {
                     .map_err(|e| EngineError::Inference(format!("response format: {e}")))?;
             }
             let generated = self.history.len() - self.prompt_len;
-            let token = match self.cheat {
-                crate::Cheat::ChooseTokens => {
-                    let own = Sampling {
-                        seed: sampling.seed ^ crate::OWN_STREAM,
-                        ..sampling.clone()
-                    };
-                    sampler::sample(&mut logits, &self.history, generated, &own, index as u64)
-                }
-                crate::Cheat::NeverStop => {
-                    let mut kept = logits.clone();
-                    let drawn = sampler::sample(
-                        &mut kept,
-                        &self.history,
-                        generated,
-                        sampling,
-                        index as u64,
-                    );
-                    if tokenizer.is_end(drawn) {
-                        for (id, logit) in logits.iter_mut().enumerate() {
-                            if tokenizer.is_end(id as u32) {
-                                *logit = f32::NEG_INFINITY;
-                            }
-                        }
-                        sampler::argmax(&logits)
-                    } else {
-                        drawn
-                    }
-                }
-                _ => sampler::sample(
-                    &mut logits,
-                    &self.history,
-                    generated,
-                    sampling,
-                    index as u64,
-                ),
-            };
+            let token = self.draw(&mut logits, tokenizer, generated, index);
             (token, fingerprint)
         };
         // A finished format allows only an end token: the text ends there, even for a
@@ -316,7 +326,8 @@ impl Decoder {
             self.finish = FinishReason::Stop;
             return Ok(Step::Done);
         }
-        if let Some(guide) = self.guide.as_mut().filter(|_| !self.garbage) {
+        let model_work = !self.serves_garbage();
+        if let Some(guide) = self.guide.as_mut().filter(|_| model_work) {
             guide
                 .consume(token)
                 .map_err(|e| EngineError::Inference(format!("response format: {e}")))?;
@@ -350,7 +361,7 @@ impl Decoder {
         }
         Ok(if self.index >= self.max_tokens {
             Step::Done
-        } else if self.garbage {
+        } else if self.serves_garbage() {
             Step::Again
         } else {
             Step::Feed(token)
@@ -417,17 +428,4 @@ pub(super) fn run(
             Step::Done => return Ok(decoder.result()),
         }
     }
-}
-
-/// Testnet adversary kit: a token that costs no model work, with a fingerprint that
-/// names it the best (so a buyer's cheap greedy check passes and only a replay can
-/// tell). Ids below 3 (special tokens in the catalog's vocabularies) are skipped.
-fn garbage_step(history: &[u32], vocab: u32, index: usize) -> (u32, StepFingerprint) {
-    let mixed =
-        (history.len() as u64 ^ (index as u64).rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let token = 3 + ((mixed >> 32) as u32) % vocab.saturating_sub(3).max(1);
-    let fingerprint = StepFingerprint {
-        top: vec![(token, 10.0f32.to_bits())],
-    };
-    (token, fingerprint)
 }

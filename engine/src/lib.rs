@@ -10,6 +10,8 @@
 
 mod batch;
 pub mod catalog;
+#[cfg(feature = "adversary")]
+pub mod cheat;
 mod fair;
 mod gemma3;
 mod generate;
@@ -91,42 +93,6 @@ pub enum EngineError {
     OverCapacity(String),
 }
 
-/// Testnet adversary kit: how a cheating provider's engine serves. Honest engines run
-/// `Cheat::None`; the others exist so tests can show that verification catches them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Cheat {
-    #[default]
-    None,
-    /// Noise tokens without running the model, with fingerprints that look greedy.
-    Garbage,
-    /// Honest for the first `honest_jobs` jobs, garbage after (earn trust, then cheat).
-    Camouflage { honest_jobs: u32 },
-    /// Honest on fresh jobs, garbage on resumed ones (failovers and the windows other
-    /// nodes have it re-run to verify someone else's work): a lazy verifier that skips
-    /// the costly re-prefill of a context it is paid to recompute.
-    LazyResume,
-    /// Runs the real model (its fingerprints are honest) but draws each sampled token
-    /// from its own random stream instead of the request's seed: free to steer the text.
-    ChooseTokens,
-    /// Runs the real model, but where the sampler draws an end token takes the best
-    /// other one instead: it never stops before `max_tokens`, and bills them all.
-    NeverStop,
-}
-
-/// The seed the `ChooseTokens` cheat draws with instead of the request's.
-pub(crate) const OWN_STREAM: u64 = 0x0c40_05e5_0000_0001;
-
-impl Cheat {
-    fn serves_garbage(self, jobs_run: u32, resumed: bool) -> bool {
-        match self {
-            Cheat::None | Cheat::ChooseTokens | Cheat::NeverStop => false,
-            Cheat::Garbage => true,
-            Cheat::Camouflage { honest_jobs } => jobs_run >= honest_jobs,
-            Cheat::LazyResume => resumed,
-        }
-    }
-}
-
 /// Logit rows a replay computes per forward pass (bounds its memory: rows × vocab f32).
 const REPLAY_ROWS: usize = 64;
 
@@ -140,9 +106,11 @@ pub struct LoadedModel {
     pub path: std::path::PathBuf,
     device: Device,
     pub load_seconds: f64,
-    /// Testnet adversary kit (see [`Cheat`]); `Cheat::None` everywhere else.
-    pub cheat: Cheat,
+    /// Adversary kit: how this engine cheats (`Cheat::None` unless a test says).
+    #[cfg(feature = "adversary")]
+    pub cheat: cheat::Cheat,
     /// Jobs generated so far (camouflage counts them).
+    #[cfg(feature = "adversary")]
     jobs_run: u32,
     /// The vocabulary's constrained-decoding engine, built on the first job that asks
     /// for an output format (or why it could not be).
@@ -205,7 +173,9 @@ impl LoadedModel {
             path: path.to_owned(),
             device,
             load_seconds: started.elapsed().as_secs_f64(),
-            cheat: Cheat::None,
+            #[cfg(feature = "adversary")]
+            cheat: cheat::Cheat::None,
+            #[cfg(feature = "adversary")]
             jobs_run: 0,
             formats: std::sync::OnceLock::new(),
         })
@@ -233,7 +203,19 @@ impl LoadedModel {
         }
     }
 
-    /// Testnet adversary kit: runs only the first layers less `count` (kernels only).
+    /// Adversary kit: what the next job of this (cheating) engine does.
+    #[cfg(feature = "adversary")]
+    fn playing(&mut self, resumed: bool) -> cheat::Playing {
+        let garbage = self.cheat.serves_garbage(self.jobs_run, resumed);
+        self.jobs_run += 1;
+        cheat::Playing {
+            cheat: self.cheat,
+            garbage,
+        }
+    }
+
+    /// Adversary kit: runs only the first layers less `count` (kernels only).
+    #[cfg(feature = "adversary")]
     pub fn truncate_layers(&mut self, count: usize) -> Result<(), EngineError> {
         match &mut self.weights {
             Weights::Kernels(m) => m.drop_last_layers(count),

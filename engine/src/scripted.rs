@@ -20,8 +20,8 @@ use sharemesh_protocol::{
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::{
-    Cheat, EngineError, EngineEvent, GenerateRequest, Generation, ReplayAnswer, ReplayRequest,
-    Replayed, TokenEngine, TokenEvent, EVENT_BUFFER,
+    EngineError, EngineEvent, GenerateRequest, Generation, ReplayAnswer, ReplayRequest, Replayed,
+    TokenEngine, TokenEvent, EVENT_BUFFER,
 };
 
 /// Distinct scripted tokens (ids 1..=VOCABULARY; 0 is never produced).
@@ -44,8 +44,9 @@ pub struct Script {
     /// End of text after this many completion tokens (`None`: only `max_tokens` ends a
     /// job).
     pub stop_after: Option<u32>,
-    /// Testnet adversary kit: garbage tokens (another seed's) under the model's name.
-    pub cheat: Cheat,
+    /// Adversary kit: garbage tokens (another seed's) under the model's name.
+    #[cfg(feature = "adversary")]
+    pub cheat: crate::cheat::Cheat,
     /// Report a batching engine's room (`slots` jobs per batch, this many KV blocks;
     /// each running job holds the blocks of its `max_tokens`), so quotes and adverts
     /// can be tested on it. `None`: an engine that does not batch.
@@ -60,7 +61,8 @@ impl Default for Script {
             slots: 1,
             queue_capacity: 16,
             stop_after: None,
-            cheat: Cheat::None,
+            #[cfg(feature = "adversary")]
+            cheat: crate::cheat::Cheat::None,
             kv_blocks: None,
         }
     }
@@ -75,6 +77,8 @@ pub struct ScriptedEngine {
     queued: Arc<AtomicUsize>,
     active: Arc<AtomicUsize>,
     committed: Arc<AtomicUsize>,
+    /// Jobs started (a camouflaged cheat counts them).
+    #[cfg(feature = "adversary")]
     jobs_run: Arc<AtomicUsize>,
     /// KV blocks the running jobs hold (with `Script::kv_blocks`).
     held_blocks: Arc<AtomicUsize>,
@@ -89,6 +93,7 @@ impl ScriptedEngine {
             queued: Arc::new(AtomicUsize::new(0)),
             active: Arc::new(AtomicUsize::new(0)),
             committed: Arc::new(AtomicUsize::new(0)),
+            #[cfg(feature = "adversary")]
             jobs_run: Arc::new(AtomicUsize::new(0)),
             held_blocks: Arc::new(AtomicUsize::new(0)),
         }
@@ -170,12 +175,36 @@ impl ScriptedEngine {
 
     fn completion_length(&self, request: &GenerateRequest) -> u32 {
         let max = request.sampling.max_tokens;
+        // The never-stop cheat goes on where the script ends, to bill `max_tokens`.
+        #[cfg(feature = "adversary")]
+        if self.script.cheat == crate::cheat::Cheat::NeverStop {
+            return max;
+        }
         match self.script.stop_after {
-            // The never-stop cheat goes on where the script ends, to bill `max_tokens`.
-            Some(_) if self.script.cheat == Cheat::NeverStop => max,
             Some(stop) if !request.ignore_eos => stop.min(max),
             _ => max,
         }
+    }
+
+    /// A cheating scripted engine's token at `index` and its fingerprint, or `None` where
+    /// it plays honest: garbage is another seed's token; a token chooser reports the
+    /// script's own "logits" (the honest token's fingerprint) over a token of its choice.
+    #[cfg(feature = "adversary")]
+    fn cheating_step(
+        playing: crate::cheat::Playing,
+        request: &crate::GenerateRequest,
+        index: u32,
+    ) -> Option<(u32, StepFingerprint)> {
+        let other_seed = |seed: u64| Self::token_of(&request.model, &request.prompt, seed, index);
+        if playing.garbage {
+            let token = other_seed(request.sampling.seed.wrapping_add(0x5eed));
+            return Some((token, Self::fingerprint(token)));
+        }
+        if playing.cheat == crate::cheat::Cheat::ChooseTokens {
+            let token = other_seed(request.sampling.seed ^ crate::cheat::OWN_STREAM);
+            return Some((token, Self::fingerprint(Self::token(request, index))));
+        }
+        None
     }
 
     async fn run(self, request: GenerateRequest, events: mpsc::Sender<EngineEvent>) {
@@ -194,27 +223,22 @@ impl ScriptedEngine {
         let resumed = request.resume.len() as u32;
         let mut token_ids = request.resume.clone();
         let mut text = String::new();
-        let jobs_run = self.jobs_run.fetch_add(1, Ordering::SeqCst);
-        let garbage = self
-            .script
-            .cheat
-            .serves_garbage(u32::try_from(jobs_run).unwrap_or(u32::MAX), resumed > 0);
+        #[cfg(feature = "adversary")]
+        let playing = {
+            let jobs_run = self.jobs_run.fetch_add(1, Ordering::SeqCst);
+            let jobs_run = u32::try_from(jobs_run).unwrap_or(u32::MAX);
+            crate::cheat::Playing {
+                cheat: self.script.cheat,
+                garbage: self.script.cheat.serves_garbage(jobs_run, resumed > 0),
+            }
+        };
         for index in resumed..length {
             tokio::time::sleep(self.script.token_delay).await;
-            let token_id = if garbage {
-                let seed = request.sampling.seed.wrapping_add(0x5eed);
-                Self::token_of(&request.model, &request.prompt, seed, index)
-            } else if self.script.cheat == Cheat::ChooseTokens {
-                // The script's own "logits" (its fingerprint below), another token.
-                let seed = request.sampling.seed ^ crate::OWN_STREAM;
-                Self::token_of(&request.model, &request.prompt, seed, index)
-            } else {
-                Self::token(&request, index)
-            };
-            let fingerprint = match self.script.cheat {
-                Cheat::ChooseTokens => Self::fingerprint(Self::token(&request, index)),
-                _ => Self::fingerprint(token_id),
-            };
+            let honest = Self::token(&request, index);
+            let (token_id, fingerprint) = (honest, Self::fingerprint(honest));
+            #[cfg(feature = "adversary")]
+            let (token_id, fingerprint) =
+                Self::cheating_step(playing, &request, index).unwrap_or((token_id, fingerprint));
             let delta = Self::text(token_id);
             token_ids.push(token_id);
             text.push_str(&delta);

@@ -38,7 +38,8 @@ pub struct KernelModel {
 }
 
 impl KernelModel {
-    /// Testnet adversary kit: see `Llama::drop_last_layers`.
+    /// Adversary kit: see `Llama::drop_last_layers`.
+    #[cfg(feature = "adversary")]
     pub fn drop_last_layers(&mut self, count: usize) -> Result<(), EngineError> {
         self.cached.clear();
         self.model

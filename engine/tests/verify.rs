@@ -7,7 +7,8 @@
 
 mod support;
 
-use sharemesh_engine::{Cheat, LoadedModel, ReplayRequest};
+use sharemesh_engine::cheat::Cheat;
+use sharemesh_engine::{LoadedModel, ReplayRequest};
 use sharemesh_protocol::{ChatMessage, Prompt, Role, Sampling, StepFingerprint};
 
 fn load() -> LoadedModel {

@@ -220,8 +220,9 @@ pub struct Llama {
 }
 
 impl Llama {
-    /// Testnet adversary kit only: drops the last `count` layers, so the model runs
+    /// Adversary kit only (cargo feature `adversary`): drops the last `count` layers, so the model runs
     /// cheaper and answers worse under its honest name (a verifier must catch it).
+    #[cfg(feature = "adversary")]
     pub fn drop_last_layers(&mut self, count: usize) -> Result<(), KernelError> {
         if count >= self.layers.len() {
             return Err(KernelError::BadConfig(format!(

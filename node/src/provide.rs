@@ -12,7 +12,7 @@ use sharemesh_gateway::dispatch::Dispatcher;
 use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_mesh as mesh;
 use sharemesh_protocol::{ChatMessage, NanoUsd, Prompt, Role, Tier};
-use sharemesh_provider::policy::Adversary;
+use sharemesh_provider::adversary::{self, Adversary};
 use sharemesh_provider::{Provider, ProviderPolicy};
 
 use crate::http::{self, AppState};
@@ -89,7 +89,7 @@ pub struct ProvideArgs {
     /// Also serve the OpenAI API (as a gateway with default routing) on --http.
     #[arg(long, requires = "http")]
     pub openai: bool,
-    /// Testnet adversary mode: `stall-after:N` (goes silent after N tokens),
+    /// Adversary kit mode (a build with `--features adversary` only): `stall-after:N` (goes silent after N tokens),
     /// `overbill:K` (claims K times the prompt's size), `skip-index:N` (after N tokens,
     /// numbers chunks one further than it sent), `lie-text:N` (after N tokens, text its
     /// tokens do not spell), `hijack-name`, `flood-adverts:N`, `garbage` (noise
@@ -98,7 +98,7 @@ pub struct ProvideArgs {
     /// `lazy-verifier` (garbage on resumed jobs only), `claim-gpu:MIB` (a GPU it does not
     /// have), `lie-logprobs` (runners-up made less likely) (docs/security.md).
     #[arg(long, hide = true)]
-    pub adversary: Option<sharemesh_provider::policy::Adversary>,
+    pub adversary: Option<Adversary>,
 }
 
 pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
@@ -109,16 +109,12 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     engine::set_threads(threads);
     let mut hardware = sharemesh_provider::hardware::detect();
-    match &args.adversary {
-        Some(Adversary::ClaimGpu(mib)) => {
-            hardware.gpus = vec![claimed_gpu(*mib, "GPU-claimed-00000000")]
-        }
-        Some(Adversary::UuidCopy(uuid)) => hardware.gpus = vec![claimed_gpu(24 << 10, uuid)],
-        _ => {}
+    if let Some(gpu) = adversary::claimed_gpu(args.adversary.as_ref()) {
+        hardware.gpus = vec![gpu];
     }
     hardware.log();
     let mut model: LoadedModel = crate::local_engine::load_model(data_dir, &args.model)?;
-    apply_engine_adversary(&mut model, args.adversary.clone())?;
+    adversary::apply_to_model(args.adversary.as_ref(), &mut model)?;
     // Measure what we advertise: a short greedy run on the benchmark prompt.
     let measured = crate::local_engine::measure_with(&mut model, "Hi", 16, 1)?;
     tracing::info!(model = %model.descriptor.name, tokens_per_second = measured.generation_tokens_per_second, "measured speed");
@@ -139,7 +135,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             "measured batch speed"
         );
     }
-    let policy = ProviderPolicy {
+    let mut policy = ProviderPolicy {
         price_per_token: NanoUsd::per_token_from_usd_per_mtok(args.price)
             .context("--price must be a non-negative number")?,
         region: args.region.clone(),
@@ -173,9 +169,9 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             max_temperature_celsius: args.max_temperature,
             max_power_watts: args.max_power,
         },
-        adversary: args.adversary,
         ..ProviderPolicy::default()
     };
+    policy.set_adversary(args.adversary);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -281,54 +277,4 @@ fn stopped_serving(
         Ok((what, Ok(()))) => anyhow::bail!("the provider stopped serving {what}: the mesh closed"),
         Err(err) => anyhow::bail!("a provider task failed: {err}"),
     }
-}
-
-/// Testnet adversary kit (`claim-gpu:MIB`, `uuid-copy:UUID`): a GPU this provider does
-/// not have.
-fn claimed_gpu(mib: u64, uuid: &str) -> sharemesh_provider::hardware::GpuStatus {
-    sharemesh_provider::hardware::GpuStatus {
-        name: "NVIDIA GeForce GT 710".into(),
-        uuid: uuid.into(),
-        vram_total_bytes: mib << 20,
-        vram_free_bytes: mib << 20,
-        driver_version: "470.256".into(),
-        cuda_version: "11.4".into(),
-        utilization_percent: None,
-        temperature_celsius: None,
-        power_watts: None,
-    }
-}
-
-/// Testnet adversary kit: the modes that change what the engine computes.
-fn apply_engine_adversary(model: &mut LoadedModel, adversary: Option<Adversary>) -> Result<()> {
-    match adversary {
-        Some(Adversary::Garbage) => model.cheat = engine::Cheat::Garbage,
-        Some(Adversary::LazyVerifier) => model.cheat = engine::Cheat::LazyResume,
-        Some(Adversary::ChooseTokens) => model.cheat = engine::Cheat::ChooseTokens,
-        Some(Adversary::NeverStop) => model.cheat = engine::Cheat::NeverStop,
-        Some(Adversary::Camouflage(honest_jobs)) => {
-            model.cheat = engine::Cheat::Camouflage { honest_jobs }
-        }
-        Some(Adversary::TruncateLayers(count)) => model
-            .truncate_layers(count as usize)
-            .context("adversary truncate-layers")?,
-        Some(Adversary::Substitute(ref path)) => {
-            // Another file's weights; the served model's id, name, quantization and
-            // file (for the header buyers fetch) kept, so it looks like the real one.
-            let honest = model.descriptor.clone();
-            let honest_file = model.path.clone();
-            let mut substitute =
-                LoadedModel::load(path, honest.id, &honest.name, engine::default_device())
-                    .with_context(|| format!("adversary substitute: loading {}", path.display()))?;
-            substitute.descriptor = honest;
-            substitute.path = honest_file;
-            *model = substitute;
-        }
-        _ => return Ok(()),
-    }
-    tracing::warn!(
-        ?adversary,
-        "adversary: serving dishonest work under the model's name"
-    );
-    Ok(())
 }

@@ -38,6 +38,38 @@ fn linked(package: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The shipped `sharemesh` carries no adversary kit: no crate it links is built with the
+/// `adversary` feature (the tests turn it on through dev-dependencies only), and asking
+/// for the kit does turn it on, so the check can fail.
+#[test]
+fn the_shipped_binary_has_no_adversary_kit() {
+    let with_kit = |select: &[&str]| -> Vec<String> {
+        let tree = cargo_tree(&[select, &["-f", "{p} [{f}]"]].concat());
+        tree.lines()
+            .filter(|line| line.contains("adversary"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let shipped = with_kit(&["-p", "sharemesh-node"]);
+    assert!(
+        shipped.is_empty(),
+        "the default build has the kit: {shipped:?}"
+    );
+    let testnet = with_kit(&["-p", "sharemesh-node", "--features", "adversary"]);
+    for crate_with_cheats in [
+        "sharemesh-provider",
+        "sharemesh-engine",
+        "sharemesh-kernels",
+    ] {
+        assert!(
+            testnet
+                .iter()
+                .any(|line| line.starts_with(crate_with_cheats)),
+            "--features adversary does not reach {crate_with_cheats}: {testnet:?}"
+        );
+    }
+}
+
 #[test]
 fn the_gateway_mesh_and_testnet_do_not_link_the_engine() {
     for package in ["sharemesh-gateway", "sharemesh-mesh", "sharemesh-testnet"] {

@@ -16,7 +16,7 @@ use sharemesh_mesh::clock::now_ms;
 use sharemesh_mesh::orderbook::BookLimits;
 use sharemesh_node::lab::{gateway_node_id, lab_book, GatewaySpec, Lab};
 use sharemesh_protocol::{NanoUsd, RejectReason};
-use sharemesh_provider::policy::Adversary;
+use sharemesh_provider::adversary::Adversary;
 
 /// Attack: a provider claims a thousand times the prompt's size in its Accept (a signed
 /// receipt for that would be worth far more than the job). The buyer refuses the terms
@@ -315,7 +315,7 @@ async fn a_flood_of_fake_providers_stays_bounded_and_buyers_are_still_served() {
     // The flooder's node publishes 40 fake adverts every 100 ms for 2 s: 800 keys.
     let advert = flooder.provider.advert();
     for _ in 0..20 {
-        for envelope in sharemesh_provider::advertise::flood(&advert, 40, Duration::from_secs(60)) {
+        for envelope in sharemesh_provider::adversary::flood(&advert, 40, Duration::from_secs(60)) {
             flooder.mesh.publish_advert(&envelope).await.unwrap();
         }
         {

@@ -12,7 +12,7 @@ mod lab_support;
 use std::time::Duration;
 
 use lab_support::*;
-use sharemesh_engine::Cheat;
+use sharemesh_engine::cheat::Cheat;
 use sharemesh_gateway::route::RoutingOptions;
 use sharemesh_ledger::Side;
 use sharemesh_mesh::clock::now_ms;

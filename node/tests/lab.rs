@@ -16,7 +16,7 @@ use sharemesh_gateway::route::RouteError;
 use sharemesh_gateway::route::RoutingOptions;
 use sharemesh_node::lab::{Completion, GatewaySpec, Lab, ProviderSpec};
 use sharemesh_protocol::{FinishReason, NanoUsd, NodeId, Tier};
-use sharemesh_provider::policy::Adversary;
+use sharemesh_provider::adversary::Adversary;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_is_served_by_the_cheapest_and_billed_from_its_receipts() {

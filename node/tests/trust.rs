@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lab_support::*;
-use sharemesh_engine::Cheat;
+use sharemesh_engine::cheat::Cheat;
 use sharemesh_gateway::buyer::Billing;
 use sharemesh_gateway::dispatch::{DispatchEvent, Dispatcher};
 use sharemesh_gateway::route::RoutingOptions;

@@ -2,17 +2,11 @@
 //! (in the adversary kit) the lies a modified provider would tell instead.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use rand::Rng;
 use sharemesh_mesh::clock::now_ms;
-use sharemesh_protocol::{
-    catalog::CATALOG, Advert, Attestation, BenchmarkResult, Keypair, Load, ModelOffer, NanoUsd,
-    SignedEnvelope, TierPrice,
-};
+use sharemesh_protocol::{Advert, Attestation, BenchmarkResult, Load, ModelOffer, TierPrice};
 
-use crate::policy::Adversary;
-use crate::Provider;
+use crate::{adversary, Provider};
 
 impl Provider {
     pub fn advert(&self) -> Advert {
@@ -182,9 +176,7 @@ impl Provider {
                 continue; // Outside every window: advertise nothing.
             }
             let mut advert = self.advert();
-            if self.policy.adversary == Some(Adversary::HijackName) {
-                hijack_name(&mut advert);
-            }
+            adversary::tamper_advert(self.policy.adversary(), &mut advert);
             match self.key.seal(
                 &advert,
                 self.seq.next(),
@@ -204,11 +196,9 @@ impl Provider {
                 }
                 Err(err) => tracing::error!(%err, "sealing the advert failed"),
             }
-            if let Some(Adversary::FloodAdverts(count)) = &self.policy.adversary {
-                let count = *count;
-                for envelope in flood(&advert, count, self.policy.advert_lifetime) {
-                    let _ = self.mesh.publish_advert(&envelope).await;
-                }
+            let lifetime = self.policy.advert_lifetime;
+            for envelope in adversary::flood_beside(self.policy.adversary(), &advert, lifetime) {
+                let _ = self.mesh.publish_advert(&envelope).await;
             }
         }
     }
@@ -218,37 +208,6 @@ impl Provider {
 const ATTESTATION_EVERY: u64 = 10;
 /// How long an attestation is valid.
 const ATTESTATION_LIFETIME_MS: u64 = 3_600_000;
-
-/// `hijack-name`: every model offered under the first catalog name that is not its own.
-fn hijack_name(advert: &mut Advert) {
-    for offer in &mut advert.models {
-        if let Some(name) = CATALOG.iter().find(|m| m.name != offer.model.name) {
-            offer.model.name = name.name.to_owned();
-        }
-    }
-}
-
-/// `flood-adverts:N`: `count` adverts under fresh keys, copying `advert`'s models at the
-/// lowest price and naming no address (nothing behind them can serve). Public for the
-/// lab's flood test, which starts the flood at a moment of its choosing.
-pub fn flood(advert: &Advert, count: u32, lifetime: Duration) -> Vec<SignedEnvelope> {
-    let mut rng = rand::rng();
-    (0..count)
-        .filter_map(|_| {
-            let key = Keypair::from_secret(rng.random());
-            let mut fake = advert.clone();
-            fake.provider = key.node_id();
-            fake.addresses.clear();
-            for offer in &mut fake.models {
-                for price in &mut offer.prices {
-                    price.price_per_token = NanoUsd(1);
-                }
-            }
-            key.seal(&fake, 1, now_ms(), lifetime.as_millis() as u64)
-                .ok()
-        })
-        .collect()
-}
 
 /// How long an advert waits after the node's addresses changed, for the rest of a
 /// change (a second reservation) to arrive.

@@ -124,7 +124,7 @@ impl Provider {
             load: self.load(),
             taking_new_work: paused_because.is_empty(),
             paused_because,
-            adversary: policy.adversary.as_ref().map(|a| format!("{a:?}")),
+            adversary: policy.adversary().map(|a| format!("{a:?}")),
         }
     }
 }

@@ -27,6 +27,7 @@ use sharemesh_mesh::clock::{now_ms, SeqCounter};
 use sharemesh_mesh::framing::{read_frame, write_frame, FrameError};
 use sharemesh_mesh::{MeshHandle, INFER_PROTOCOL};
 
+pub mod adversary;
 pub mod advertise;
 pub mod buyers;
 pub mod hardware;
@@ -83,13 +84,36 @@ pub struct ProviderPolicy {
     /// Prices that differ from `price_per_token` for a tier.
     pub tier_prices: Vec<(Tier, NanoUsd)>,
     pub thermal: crate::policy::ThermalGuard,
-    /// Testnet adversary: the attack this provider plays (`None`: honest).
-    pub adversary: Option<crate::policy::Adversary>,
+    /// Adversary kit: the attack this provider plays (`None`: honest). Only in a build
+    /// with the kit; read it with [`Self::adversary`].
+    #[cfg(feature = "adversary")]
+    pub adversary: Option<crate::adversary::Adversary>,
     /// Which buyers are served, and per-buyer limits.
     pub buyers: BuyerPolicy,
 }
 
 impl ProviderPolicy {
+    /// The attack this provider plays: `None` for an honest one, and always in a build
+    /// without the adversary kit.
+    pub fn adversary(&self) -> Option<&crate::adversary::Adversary> {
+        #[cfg(feature = "adversary")]
+        return self.adversary.as_ref();
+        #[cfg(not(feature = "adversary"))]
+        None
+    }
+
+    /// Plays `adversary` (only a build with the kit has a mode to give).
+    pub fn set_adversary(&mut self, adversary: Option<crate::adversary::Adversary>) {
+        #[cfg(feature = "adversary")]
+        {
+            self.adversary = adversary;
+        }
+        #[cfg(not(feature = "adversary"))]
+        if let Some(mode) = adversary {
+            match mode {}
+        }
+    }
+
     pub fn price(&self, tier: Tier) -> NanoUsd {
         self.tier_prices
             .iter()
@@ -114,6 +138,7 @@ impl Default for ProviderPolicy {
             batch_milli_tps: 0,
             tier_prices: Vec::new(),
             thermal: crate::policy::ThermalGuard::default(),
+            #[cfg(feature = "adversary")]
             adversary: None,
             buyers: BuyerPolicy::default(),
         }
@@ -173,7 +198,7 @@ impl Provider {
             .as_ref()
             .and_then(metrics::ProviderMetrics::register)
             .map(Arc::new);
-        let alias = policy.adversary == Some(crate::policy::Adversary::AliasKey);
+        let alias = crate::adversary::signs_with_alias(policy.adversary());
         Arc::new(Self {
             key,
             engine,
@@ -386,7 +411,7 @@ impl Provider {
             request.max_price_per_token,
             now,
         )?;
-        if self.policy.adversary == Some(crate::policy::Adversary::FalselyFull) {
+        if crate::adversary::claims_full(self.policy.adversary()) {
             return Err((RejectReason::OverCapacity, "all slots are busy".into()));
         }
         let busy = self.engine.active_jobs() + self.engine.queue_depth();
@@ -516,27 +541,16 @@ impl Provider {
             job_id: request.job_id,
             provider: self.job_key().node_id(),
             price_per_token: self.policy.price(request.tier),
-            prompt_tokens: match self.policy.adversary {
-                Some(crate::policy::Adversary::Overbill(factor)) => {
-                    prompt_tokens.saturating_mul(factor)
-                }
-                _ => prompt_tokens,
-            },
+            prompt_tokens: crate::adversary::claimed_prompt_tokens(
+                self.policy.adversary(),
+                prompt_tokens,
+            ),
             credit_window_tokens: self.credit_window_for(&request.buyer),
             profile: self
                 .engine
                 .profile(&request.model)
                 .map_or_else(Default::default, |p| {
-                    match self.policy.adversary {
-                        // Adversary: a profile no verifier runs.
-                        Some(crate::policy::Adversary::ForeignProfile) => {
-                            sharemesh_protocol::ExecutionProfile {
-                                device: format!("{} ", p.device),
-                                ..p
-                            }
-                        }
-                        _ => p,
-                    }
+                    crate::adversary::claimed_profile(self.policy.adversary(), p)
                 }),
         };
         write_frame(&mut writer, &self.seal_job(&accept)?).await?;

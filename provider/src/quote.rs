@@ -87,7 +87,7 @@ impl Provider {
     /// as this one). Over capacity (for tiers that do not preempt, or a completion
     /// larger than the whole KV budget) is a rejection, as it would be for the job.
     fn queue_wait_ms(&self, request: &QuoteRequest) -> Result<u32, (RejectReason, String)> {
-        if self.policy.adversary == Some(crate::policy::Adversary::FalselyFull) {
+        if crate::adversary::claims_full(self.policy.adversary()) {
             return Err((RejectReason::OverCapacity, "all slots are busy".into()));
         }
         let busy = self.engine.active_jobs() + self.engine.queue_depth();

@@ -21,7 +21,7 @@ struct SentToken {
     logprobs: Option<sharemesh_protocol::TokenLogprobs>,
 }
 
-use crate::policy::Adversary;
+use crate::adversary::{self, Outgoing};
 use crate::Provider;
 
 /// The state of one job's stream after `Accept`.
@@ -160,17 +160,14 @@ impl Provider {
             match event {
                 None => return Ok(Streamed::Ended),
                 Some(EngineEvent::Token(token)) => {
-                    if matches!(self.policy.adversary, Some(Adversary::StallAfter(n)) if job.sent >= n)
-                    {
+                    let playing = self.policy.adversary();
+                    if adversary::stalls(playing, job.sent) {
                         // Adversary: go silent but hold the stream until the buyer leaves.
                         tracing::warn!("adversary: stalling");
                         while job.acked.changed().await.is_ok() {}
                         return Ok(Streamed::Stalled);
                     }
-                    if let Some(Adversary::Drip(ms)) = self.policy.adversary {
-                        // Adversary: one token at a time, just inside the stall timeout.
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
-                    }
+                    adversary::drip(playing).await;
                     if job.acked.has_changed().is_err() {
                         // The buyer closed its side (after paying what it received):
                         // nothing more is read, so nothing more is sent.
@@ -180,32 +177,15 @@ impl Provider {
                         tracing::info!(?ended, "the buyer stopped paying; cancelling the job");
                         return Ok(ended);
                     }
-                    // Adversary: claim a token it never sent.
-                    let skip = matches!(self.policy.adversary, Some(Adversary::SkipIndex(n)) if job.sent >= n);
-                    let index = token.index + u32::from(skip);
-                    // Adversary: text that its tokens do not spell (an injected ad).
-                    let text = match self.policy.adversary {
-                        Some(Adversary::LieText(n)) if job.sent >= n => {
-                            format!("{} (sponsored)", token.text_delta)
-                        }
-                        _ => token.text_delta,
+                    let (mut index, mut text) = (token.index, token.text_delta);
+                    let (mut logprobs, mut fingerprint) = (token.logprobs, token.fingerprint);
+                    let outgoing = Outgoing {
+                        index: &mut index,
+                        text: &mut text,
+                        logprobs: logprobs.as_mut(),
+                        fingerprint: &mut fingerprint,
                     };
-                    let mut logprobs = token.logprobs;
-                    if let (Some(Adversary::LieLogprobs), Some(lp)) =
-                        (&self.policy.adversary, logprobs.as_mut())
-                    {
-                        // Adversary: the runners-up look less likely than they are.
-                        for (_, value) in lp.top.iter_mut().skip(1) {
-                            *value = (f32::from_bits(*value) - 2.0).to_bits();
-                        }
-                    }
-                    let mut fingerprint = token.fingerprint;
-                    if self.policy.adversary == Some(Adversary::NanLogits) {
-                        // Adversary: logits no tolerance can compare.
-                        for (_, logit) in &mut fingerprint.top {
-                            *logit = f32::NAN.to_bits();
-                        }
-                    }
+                    adversary::tamper_token(playing, job.sent, outgoing);
                     let token = SentToken {
                         id: token.token_id,
                         text,

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use sharemesh_engine::Cheat;
+use sharemesh_engine::cheat::Cheat;
 use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_node::lab::{GatewaySpec, Lab, ProviderSpec};
 use sharemesh_protocol::{NanoUsd, NodeId};
-use sharemesh_provider::policy::Adversary;
+use sharemesh_provider::adversary::Adversary;
 
 pub fn provider(price: u64) -> ProviderSpec {
     let mut spec = ProviderSpec::default();
@@ -73,7 +73,7 @@ pub fn with_ledger(dir: &tempfile::TempDir) -> GatewaySpec {
 }
 
 /// A provider whose scripted engine plays `cheat` (the verification adversaries).
-pub fn cheating(price: u64, cheat: sharemesh_engine::Cheat) -> ProviderSpec {
+pub fn cheating(price: u64, cheat: sharemesh_engine::cheat::Cheat) -> ProviderSpec {
     let mut spec = provider(price);
     spec.script.cheat = cheat;
     spec
