@@ -136,7 +136,9 @@ pub struct LabProvider {
     pub mesh: MeshHandle,
     pub provider: Arc<Provider>,
     pub engine: ScriptedEngine,
-    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// Its serving tasks, watched (a task that ends is logged); aborting the watcher
+    /// drops them, which stops them.
+    serving: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl LabProvider {
@@ -144,12 +146,9 @@ impl LabProvider {
     /// provider's tasks are aborted.
     pub async fn kill(&self) {
         let _ = self.mesh.shutdown().await;
-        let tasks = match self.tasks.lock() {
-            Ok(mut tasks) => std::mem::take(&mut *tasks),
-            Err(_) => Vec::new(),
-        };
-        for task in tasks {
-            task.abort();
+        let serving = self.serving.lock().ok().and_then(|mut s| s.take());
+        if let Some(serving) = serving {
+            serving.abort();
         }
     }
 }
@@ -245,18 +244,17 @@ impl Lab {
                     .unwrap_or_else(sharemesh_provider::hardware::Hardware::cpu_only),
                 None,
             );
-            let tasks = vec![
-                tokio::spawn(log_end(provider.clone().serve(), "serve")),
-                tokio::spawn(log_end(provider.clone().serve_quotes(), "quotes")),
-                tokio::spawn(log_end(provider.clone().serve_headers(), "headers")),
-                tokio::spawn(provider.clone().advertise()),
-            ];
+            let mut serving = provider.start_serving();
+            let serving = tokio::spawn(async move {
+                let stopped = serving.stopped().await;
+                tracing::warn!(%stopped, "a lab provider stopped");
+            });
             started.push(LabProvider {
                 node_id: mesh.node_id,
                 mesh,
                 provider,
                 engine,
-                tasks: std::sync::Mutex::new(tasks),
+                serving: std::sync::Mutex::new(Some(serving)),
             });
         }
         let gateway_key = key(GATEWAY_SEED);
@@ -564,15 +562,6 @@ fn lab_replayer(stop_after: Option<u32>) -> Arc<crate::replay::EngineReplayer> {
 
 fn open_ledger(dir: &Path) -> Result<Ledger> {
     Ledger::open(&dir.join("ledger")).context("opening the lab gateway's ledger")
-}
-
-async fn log_end<E: std::fmt::Display>(
-    task: impl std::future::Future<Output = Result<(), E>>,
-    what: &str,
-) {
-    if let Err(err) = task.await {
-        tracing::warn!(%err, "lab provider's {what} task ended");
-    }
 }
 
 /// A buyer a test plays by hand: its key and swarm, no dispatcher.

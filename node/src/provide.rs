@@ -212,15 +212,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             hardware,
             Some(ledger.clone()),
         );
-        let mut serving = tokio::task::JoinSet::new();
-        serving.spawn(named("job streams", provider.clone().serve()));
-        serving.spawn(named("quotes", provider.clone().serve_quotes()));
-        serving.spawn(named("model headers", provider.clone().serve_headers()));
-        let advertising = provider.clone();
-        serving.spawn(named("adverts", async move {
-            advertising.advertise().await;
-            Ok(())
-        }));
+        let mut serving = provider.start_serving();
         let http = match args.mesh.http {
             Some(address) => {
                 let gateway = if args.openai {
@@ -254,27 +246,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         announce(&mesh, "provider", http).await;
         tokio::select! {
             () = wait_for_shutdown() => Ok(()),
-            Some(ended) = serving.join_next() => stopped_serving(ended),
+            stopped = serving.stopped() => Err(stopped.into()),
         }
     })
-}
-
-/// A provider task, with what it serves for the error that ends it.
-async fn named(
-    what: &'static str,
-    task: impl std::future::Future<Output = Result<()>>,
-) -> (&'static str, Result<()>) {
-    (what, task.await)
-}
-
-/// One of the provider's tasks ended, which none does while it serves: the provider
-/// stops with why, rather than run on without answering that part of the protocol.
-fn stopped_serving(
-    ended: Result<(&'static str, Result<()>), tokio::task::JoinError>,
-) -> Result<()> {
-    match ended {
-        Ok((what, Err(err))) => Err(err.context(format!("the provider stopped serving {what}"))),
-        Ok((what, Ok(()))) => anyhow::bail!("the provider stopped serving {what}: the mesh closed"),
-        Err(err) => anyhow::bail!("a provider task failed: {err}"),
-    }
 }

@@ -120,7 +120,7 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
         sharemesh_provider::hardware::detect(),
         None,
     );
-    tokio::spawn(provider.clone().serve());
+    let _serving = provider.start_serving();
 
     let buyer_key = Keypair::from_secret([22; 32]);
     let buyer_mesh = mesh::spawn(

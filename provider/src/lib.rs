@@ -39,6 +39,7 @@ pub mod metrics;
 pub mod policy;
 mod quote;
 mod receipts;
+pub mod serving;
 mod stream;
 pub mod unpaid;
 use receipts::read_receipts;
