@@ -14,7 +14,7 @@ pub struct ChatArgs {
     /// Gateway base address.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub gateway: String,
-    #[arg(long, default_value = sharemesh_engine::catalog::DEFAULT_MODEL)]
+    #[arg(long, default_value = sharemesh_testnet::DEFAULT_MODEL)]
     pub model: String,
     #[arg(long)]
     pub system: Option<String>,

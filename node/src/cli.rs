@@ -6,9 +6,12 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::commands::{self, AccountArgs, KeysCommand, ModelsCommand};
+use crate::commands::{self, AccountArgs, KeysCommand};
+#[cfg(feature = "provider")]
 use crate::local_engine::{self, BenchArgs, GenerateArgs};
 use crate::logging::{self, LogFormat};
+#[cfg(feature = "provider")]
+use crate::models::{self, ModelsCommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -29,21 +32,27 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    #[cfg(feature = "provider")]
     /// Manage local models (fetch, add, list).
     Models {
         #[command(subcommand)]
         command: ModelsCommand,
     },
+    #[cfg(feature = "provider")]
     /// Generate locally with a model (no network).
     Generate(GenerateArgs),
+    #[cfg(feature = "provider")]
     /// Measure prefill and generation speed, as providers advertise it.
     Bench(BenchArgs),
+    #[cfg(feature = "provider")]
     /// Serve a model to the mesh and earn per token.
-    Provide(crate::provide::ProvideArgs),
+    Provide(Box<crate::provide::ProvideArgs>),
     /// Run the light client: order book and local HTTP API, no serving.
-    Gateway(crate::gateway::GatewayArgs),
+    Gateway(Box<crate::gateway::GatewayArgs>),
+    #[cfg(feature = "provider")]
     /// Run a local testnet and see the whole system work (fetch, serve, stream, fail over, pay).
     Demo,
+    #[cfg(feature = "provider")]
     /// Local testnets of separate processes on loopback.
     Testnet {
         #[command(subcommand)]
@@ -72,6 +81,7 @@ pub enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    #[cfg(feature = "provider")]
     /// Show the detected hardware (GPUs via NVML, CPU fallback).
     Hardware {
         #[arg(long)]
@@ -93,8 +103,11 @@ pub fn run(cli: Cli) -> Result<()> {
     logging::init(cli.log_format);
     let data_dir = crate::config::data_dir(cli.data_dir)?;
     match cli.command {
-        Command::Models { command } => commands::models(&data_dir, command),
+        #[cfg(feature = "provider")]
+        Command::Models { command } => models::models(&data_dir, command),
+        #[cfg(feature = "provider")]
         Command::Generate(args) => local_engine::generate(&data_dir, args),
+        #[cfg(feature = "provider")]
         Command::Bench(args) => local_engine::bench(&data_dir, args),
         Command::Keys { command } => commands::keys(&data_dir, command),
         Command::Receipts => commands::receipts(&data_dir),
@@ -116,6 +129,7 @@ pub fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        #[cfg(feature = "provider")]
         Command::Demo => crate::demo::run(&data_dir),
         Command::Chat(args) => crate::chat::run(args),
         Command::Status(args) => crate::status::run(args),
@@ -123,11 +137,14 @@ pub fn run(cli: Cli) -> Result<()> {
             commands::account(&data_dir, sharemesh_ledger::Side::Earnings, args)
         }
         Command::Spend(args) => commands::account(&data_dir, sharemesh_ledger::Side::Spend, args),
+        #[cfg(feature = "provider")]
         Command::Testnet { command } => {
             sharemesh_testnet::cli::run(&data_dir, command, crate::local_engine::model_for_testnet)
         }
-        Command::Provide(args) => crate::provide::run(&data_dir, args),
-        Command::Gateway(args) => crate::gateway::run(&data_dir, args),
+        #[cfg(feature = "provider")]
+        Command::Provide(args) => crate::provide::run(&data_dir, *args),
+        Command::Gateway(args) => crate::gateway::run(&data_dir, *args),
+        #[cfg(feature = "provider")]
         Command::Hardware { json } => {
             let hw = sharemesh_provider::hardware::detect();
             if json {

@@ -3,12 +3,10 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use sharemesh_engine::{Engine, TokenEngine};
 use sharemesh_gateway::dispatch::Dispatcher;
 use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_gateway::waiting::WaitPolicy;
@@ -168,26 +166,7 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         ledger.set_dispute_window_ms(args.dispute_window_secs.saturating_mul(1000));
         let defaults_ceiling = defaults.max_price_per_token;
         let dispatcher = Dispatcher::new(mesh.clone(), key, defaults, Some(ledger.clone()), budget);
-        if let Some(model) = &args.verify {
-            let model_args = crate::local_engine::ModelArgs {
-                model: model.clone(),
-                threads: args.verify_threads,
-            };
-            let loaded = crate::local_engine::load_model(data_dir, &model_args)
-                .with_context(|| format!("loading --verify {model}"))?;
-            tracing::info!(model = %loaded.descriptor.name, profile = %loaded.profile(), "verifying jobs by replay");
-            let engine: Arc<dyn TokenEngine> = Arc::new(Engine::spawn(vec![loaded], 4));
-            let replayer = crate::replay::EngineReplayer(engine);
-            dispatcher.trust().auditor.set_replayer(Arc::new(replayer));
-        }
-        if args.verify.is_none() && !args.no_verify {
-            if let Some(threads) = args.verify_threads {
-                sharemesh_engine::set_threads(threads);
-            }
-            let budget = args.verify_memory_mib.saturating_mul(1 << 20);
-            let fetch = !args.no_verify_fetch;
-            crate::verify_models::hold(data_dir, budget, fetch, dispatcher.trust());
-        }
+        replay_locally(data_dir, &args, &dispatcher)?;
         if args.no_verify {
             tracing::warn!(
                 "verification is off (--no-verify): providers' work is not checked, and a provider serving a substitute under the model's name is paid in full"
@@ -214,4 +193,52 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         wait_for_shutdown().await;
         Ok(())
     })
+}
+
+/// Replays providers' work here where this node can: the model `--verify` names, or
+/// the catalog models it holds or fetches within `--verify-memory-mib`.
+#[cfg(feature = "provider")]
+fn replay_locally(data_dir: &Path, args: &GatewayArgs, dispatcher: &Dispatcher) -> Result<()> {
+    use std::sync::Arc;
+
+    use sharemesh_engine::{Engine, TokenEngine};
+    if let Some(model) = &args.verify {
+        let model_args = crate::local_engine::ModelArgs {
+            model: model.clone(),
+            threads: args.verify_threads,
+        };
+        let loaded = crate::local_engine::load_model(data_dir, &model_args)
+            .with_context(|| format!("loading --verify {model}"))?;
+        tracing::info!(model = %loaded.descriptor.name, profile = %loaded.profile(), "verifying jobs by replay");
+        let engine: Arc<dyn TokenEngine> = Arc::new(Engine::spawn(vec![loaded], 4));
+        let replayer = crate::replay::EngineReplayer(engine);
+        dispatcher.trust().auditor.set_replayer(Arc::new(replayer));
+    }
+    if args.verify.is_none() && !args.no_verify {
+        if let Some(threads) = args.verify_threads {
+            sharemesh_engine::set_threads(threads);
+        }
+        let budget = args.verify_memory_mib.saturating_mul(1 << 20);
+        let fetch = !args.no_verify_fetch;
+        crate::verify_models::hold(data_dir, budget, fetch, dispatcher.trust());
+    }
+    Ok(())
+}
+
+/// A light client replays nothing itself: it verifies by buying windows of providers'
+/// work from other providers (and `--verify MODEL` is refused: it has no engine).
+#[cfg(not(feature = "provider"))]
+fn replay_locally(_: &Path, args: &GatewayArgs, _: &Dispatcher) -> Result<()> {
+    if let Some(model) = &args.verify {
+        anyhow::bail!(
+            "--verify {model}: this light client has no engine to replay with (build the \
+             full binary, or leave verification to the windows it buys)"
+        );
+    }
+    if !args.no_verify {
+        tracing::info!(
+            "light client: verifying by buying windows of providers' work from other providers"
+        );
+    }
+    Ok(())
 }

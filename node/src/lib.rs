@@ -8,22 +8,31 @@ pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod config;
+#[cfg(feature = "provider")]
 pub mod demo;
 pub mod gateway;
 pub mod http;
 pub mod identity;
+#[cfg(feature = "provider")]
 pub mod lab;
+#[cfg(feature = "provider")]
 pub mod local_engine;
+#[cfg(feature = "provider")]
 pub mod local_route;
 pub mod logging;
+#[cfg(feature = "provider")]
+pub mod models;
 pub mod nat_args;
+#[cfg(feature = "provider")]
 pub mod provide;
+#[cfg(feature = "provider")]
 pub mod replay;
 pub mod serve;
 pub mod status;
+#[cfg(feature = "provider")]
 pub mod verify_models;
 
-#[cfg(test)]
+#[cfg(all(test, feature = "provider"))]
 mod tests {
     #[test]
     fn the_testnet_names_the_catalogs_default_model() {

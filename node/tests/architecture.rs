@@ -38,6 +38,31 @@ fn linked(package: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The light client (`--no-default-features`: a gateway and the bookkeeping commands)
+/// links no inference: no candle, no NVML, no engine or provider; the default build
+/// does link them, so the check can fail.
+#[test]
+fn the_light_client_links_no_inference() {
+    let light: BTreeSet<String> = cargo_tree(&["-p", "sharemesh-node", "--no-default-features"])
+        .lines()
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .collect();
+    let heavy = [
+        "candle-core",
+        "nvml-wrapper",
+        "sharemesh-engine",
+        "sharemesh-provider",
+    ];
+    for package in heavy {
+        assert!(!light.contains(package), "the light client links {package}");
+        assert!(
+            linked("sharemesh-node").contains(package),
+            "{package} is no longer linked by default"
+        );
+    }
+    assert!(light.contains("sharemesh-gateway"));
+}
+
 /// The shipped `sharemesh` carries no adversary kit: no crate it links is built with the
 /// `adversary` feature (the tests turn it on through dev-dependencies only), and asking
 /// for the kit does turn it on, so the check can fail.

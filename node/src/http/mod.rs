@@ -16,7 +16,6 @@ use axum::{Json, Router};
 use sharemesh_gateway::access::{self, Access};
 use sharemesh_gateway::error::ApiError;
 use sharemesh_gateway::keys::KeyCheck;
-use sharemesh_mesh::clock::now_ms;
 
 async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok", "peer_id": state.mesh.peer_id.to_string()}))
@@ -53,14 +52,18 @@ async fn metrics(State(state): State<AppState>) -> axum::response::Response {
 /// node that provides nothing).
 async fn provider_policy(State(state): State<AppState>) -> axum::response::Response {
     use axum::response::IntoResponse;
-    match &state.provider {
-        Some(provider) => Json(provider.policy_in_force(now_ms())).into_response(),
-        None => ApiError::not_here(
-            "not_a_provider",
-            "this node serves no models (`sharemesh provide`)",
-        )
-        .into_response(),
+    #[cfg(feature = "provider")]
+    if let Some(provider) = &state.provider {
+        let now = sharemesh_mesh::clock::now_ms();
+        return Json(provider.policy_in_force(now)).into_response();
     }
+    #[cfg(not(feature = "provider"))]
+    let _ = state;
+    ApiError::not_here(
+        "not_a_provider",
+        "this node serves no models (`sharemesh provide`)",
+    )
+    .into_response()
 }
 
 /// The API, every route behind [`access::guard`] (keys, admin keys, and on loopback the

@@ -12,6 +12,7 @@ pub struct AppState {
     pub(super) mesh: MeshHandle,
     pub(super) ledger: Option<Arc<sharemesh_ledger::Ledger>>,
     /// The provider this node runs, if it does (its policy view).
+    #[cfg(feature = "provider")]
     pub(super) provider: Option<Arc<sharemesh_provider::Provider>>,
     /// The keys the listener checks (set by [`router`] from its [`Access`]).
     pub(super) keys: KeyCheck,
@@ -22,11 +23,13 @@ impl AppState {
         Self {
             mesh,
             ledger,
+            #[cfg(feature = "provider")]
             provider: None,
             keys: KeyCheck::default(),
         }
     }
 
+    #[cfg(feature = "provider")]
     pub fn with_provider(mut self, provider: Arc<sharemesh_provider::Provider>) -> Self {
         self.provider = Some(provider);
         self
