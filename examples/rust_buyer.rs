@@ -55,7 +55,7 @@ async fn main() -> Result<()> {
     // The secret decides, after delivery, whether to verify the job; the provider sees
     // only the commitment (this example does not verify).
     let (_audit_secret, audit_commitment) =
-        sharemesh_gateway::audit::audit_secret(&JobId::from_bytes(job_id));
+        sharemesh_gateway::verify::audit::audit_secret(&JobId::from_bytes(job_id));
     let request = JobRequest {
         job_id: JobId::from_bytes(job_id),
         buyer: key.node_id(),

@@ -13,7 +13,7 @@ use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 use crate::keys::KeyCheck;
 
 /// Routes that change the node (an admin key when keys are required).
@@ -35,7 +35,7 @@ pub async fn guard(State(access): State<Access>, mut request: Request, next: Nex
     let anthropic = request.uri().path().starts_with("/v1/messages");
     let refuse = |err: ApiError| {
         if anthropic {
-            crate::anthropic::error_response(&err)
+            crate::api::anthropic::error_response(&err)
         } else {
             err.into_response()
         }

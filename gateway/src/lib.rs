@@ -1,39 +1,25 @@
-//! The light client (gateway): the OpenAI-compatible API (`/v1/chat/completions`,
-//! `/v1/completions`, `/v1/models`, `/health`), each request routed over the mesh by the
-//! [`dispatch::Dispatcher`] and metered by the buyer side of the job stream
-//! ([`buyer`]). It runs no inference and does not link the engine: a node that also
-//! provides hands its in-process provider over as a [`segment::LocalRoute`].
+//! The light client (gateway): a routing core that knows no HTTP ([`route`]: its
+//! request and typed errors; [`plan`], [`dispatch::Dispatcher`], [`budget`], the buyer
+//! side of the job stream in [`buyer`]), the API edge that speaks the OpenAI and
+//! Anthropic dialects ([`api`]; this file holds its HTTP routes), and verification of
+//! the work bought ([`verify`]). It runs no inference and does not link the engine: a
+//! node that also provides hands its in-process provider over as a
+//! [`segment::LocalRoute`], and a node that holds models its engine as a replayer.
 
 pub mod access;
-pub mod anthropic;
-mod anthropic_tools;
-pub mod attest;
-pub mod audit;
+pub mod api;
 pub mod budget;
 pub mod buyer;
 pub mod dispatch;
-pub mod error;
-pub mod escalate;
-pub mod examine;
-mod fields;
 mod format_check;
 pub mod jobs;
 pub mod keys;
 pub mod metrics;
-pub mod openai;
-pub mod outsource;
 pub mod plan;
-pub mod profiles;
-pub mod proof_limits;
 pub mod quote;
-mod respond;
-mod responses;
 pub mod route;
 pub mod segment;
-pub mod standing;
-pub mod tools;
-pub mod transcript;
-pub mod trust;
+pub mod verify;
 pub mod vocab;
 pub mod waiting;
 
@@ -49,8 +35,9 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use tracing::Instrument;
 
+use api::error::ApiError;
+use api::{anthropic, openai, respond, responses};
 use dispatch::{DispatchEvent, Dispatcher};
-use error::ApiError;
 use sharemesh_mesh::clock::now_ms;
 
 /// Largest request body accepted.
@@ -348,7 +335,7 @@ async fn trust_view(State(state): State<GatewayState>) -> Json<Value> {
     }
     let verification = trust.verification();
     view["verification"] = json!(verification.name());
-    if verification == trust::Verification::Off {
+    if verification == verify::trust::Verification::Off {
         view["warning"] = json!(
             "verification is off (--no-verify): providers' work is not checked, and a provider serving a substitute under the model's name is paid in full"
         );

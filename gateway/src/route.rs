@@ -1,7 +1,7 @@
 //! The routing core's own terms: the request it serves ([`RouteRequest`]) and why it
 //! could not ([`RouteError`]), knowing nothing of HTTP or of any API dialect. The edge
 //! parses each dialect into a `RouteRequest` and maps each `RouteError` to the status
-//! and body its dialect speaks (`crate::error`); the core decides on the variant (a
+//! and body its dialect speaks (`crate::api::error`); the core decides on the variant (a
 //! busy request waits for a turn: `dispatch/drive.rs`), never on a string.
 
 use std::time::Duration;

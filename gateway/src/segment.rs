@@ -86,7 +86,7 @@ impl Opened {
     }
 
     /// What the provider signed so far (remote providers only).
-    pub fn transcript(&self) -> Option<&crate::transcript::Transcript> {
+    pub fn transcript(&self) -> Option<&crate::verify::transcript::Transcript> {
         match &self.source {
             Source::Remote(stream) => stream.transcript(),
             Source::Local(_) | Source::Closed => None,

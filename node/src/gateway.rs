@@ -105,7 +105,7 @@ pub struct GatewayArgs {
     #[arg(long, conflicts_with = "verify")]
     pub no_verify: bool,
     /// Steps per verification window bought from providers.
-    #[arg(long, default_value_t = sharemesh_gateway::outsource::DEFAULT_WINDOW, value_parser = clap::value_parser!(usize))]
+    #[arg(long, default_value_t = sharemesh_gateway::verify::outsource::DEFAULT_WINDOW, value_parser = clap::value_parser!(usize))]
     pub verify_window: usize,
     /// CPU threads for verification replays (default: all cores).
     #[arg(long)]
@@ -175,7 +175,7 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             if args.verify_window == 0 {
                 anyhow::bail!("--verify-window must be at least 1 step");
             }
-            dispatcher.outsource_verification(sharemesh_gateway::outsource::OutsourcePolicy {
+            dispatcher.outsource_verification(sharemesh_gateway::verify::outsource::OutsourcePolicy {
                 window: args.verify_window,
                 max_price_per_token: defaults_ceiling,
                 ..Default::default()

@@ -113,7 +113,7 @@ pub struct GatewaySpec {
     pub verify_stop_after: Option<u32>,
     /// The gateway buys verification windows from other providers (`sharemesh
     /// gateway`'s default; `None` here: the lab's gateways verify only when a test asks).
-    pub outsource: Option<sharemesh_gateway::outsource::OutsourcePolicy>,
+    pub outsource: Option<sharemesh_gateway::verify::outsource::OutsourcePolicy>,
     /// At its first check of the lab model the gateway "fetches" it (it is handed the
     /// honest scripted replayer after this pause, the download) and then replays the
     /// model's jobs and what only providers vouched for meanwhile itself, as `sharemesh
@@ -508,7 +508,7 @@ impl Lab {
 fn equip_verification(
     dispatcher: &Dispatcher,
     replay: Option<Option<u32>>,
-    outsource: Option<sharemesh_gateway::outsource::OutsourcePolicy>,
+    outsource: Option<sharemesh_gateway::verify::outsource::OutsourcePolicy>,
     escalate: Option<Duration>,
 ) {
     if let Some(download) = escalate {
@@ -534,17 +534,19 @@ struct LabModelSource {
     download: Duration,
 }
 
-impl sharemesh_gateway::escalate::ModelSource for LabModelSource {
+impl sharemesh_gateway::verify::escalate::ModelSource for LabModelSource {
     fn hold(
         &self,
         model: sharemesh_protocol::ModelId,
-    ) -> futures::future::BoxFuture<'static, Option<Arc<dyn sharemesh_gateway::audit::Replayer>>>
-    {
+    ) -> futures::future::BoxFuture<
+        'static,
+        Option<Arc<dyn sharemesh_gateway::verify::audit::Replayer>>,
+    > {
         let download = self.download;
         Box::pin(async move {
             tokio::time::sleep(download).await;
             let lab = ScriptedEngine::model(LAB_MODEL).id;
-            let replayer: Arc<dyn sharemesh_gateway::audit::Replayer> = lab_replayer(None);
+            let replayer: Arc<dyn sharemesh_gateway::verify::audit::Replayer> = lab_replayer(None);
             (model == lab).then_some(replayer)
         })
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use sharemesh_engine::TokenEngine;
-use sharemesh_gateway::audit::{ReplayJob, ReplayResult, Replayer};
+use sharemesh_gateway::verify::audit::{ReplayJob, ReplayResult, Replayer};
 use sharemesh_protocol::{ExecutionProfile, ModelId};
 
 pub struct EngineReplayer(pub Arc<dyn TokenEngine>);

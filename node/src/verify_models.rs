@@ -10,9 +10,9 @@ use anyhow::{bail, Result};
 use futures::future::BoxFuture;
 use sharemesh_engine::catalog::{Catalog, CatalogEntry, KNOWN_MODELS};
 use sharemesh_engine::{Engine, LoadedModel, TokenEngine};
-use sharemesh_gateway::audit::Replayer;
-use sharemesh_gateway::escalate::ModelSource;
-use sharemesh_gateway::trust::Trust;
+use sharemesh_gateway::verify::audit::Replayer;
+use sharemesh_gateway::verify::escalate::ModelSource;
+use sharemesh_gateway::verify::trust::Trust;
 use sharemesh_protocol::ModelId;
 
 use crate::replay::EngineReplayer;

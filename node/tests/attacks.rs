@@ -8,8 +8,8 @@ mod lab_support;
 use std::time::Duration;
 
 use lab_support::*;
+use sharemesh_gateway::api::error::ApiError;
 use sharemesh_gateway::buyer::{Billing, JobEvent};
-use sharemesh_gateway::error::ApiError;
 use sharemesh_gateway::route::RouteError;
 use sharemesh_gateway::route::RoutingOptions;
 use sharemesh_mesh::clock::now_ms;

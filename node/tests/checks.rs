@@ -187,7 +187,8 @@ async fn a_provider_that_never_stops_is_caught_under_bought_checks() {
         if done.providers != vec![cheat] {
             break;
         }
-        let checked = |s: &sharemesh_gateway::audit::AuditStats| s.verified_ok + s.frauds_found;
+        let checked =
+            |s: &sharemesh_gateway::verify::audit::AuditStats| s.verified_ok + s.frauds_found;
         let before = checked(&trust.auditor.stats());
         eventually(Duration::from_secs(20), "this job's check", || {
             trust.auditor.is_banned(&cheat) || checked(&trust.auditor.stats()) > before

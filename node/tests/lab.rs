@@ -239,7 +239,7 @@ async fn no_provider_within_the_price_ceiling_is_a_clear_503() {
         "{refused:?}"
     );
     // The API edge answers it as a 503 the SDKs retry.
-    let answered = sharemesh_gateway::error::ApiError::from(refused);
+    let answered = sharemesh_gateway::api::error::ApiError::from(refused);
     assert_eq!(answered.status.as_u16(), 503);
     assert_eq!(answered.code, Some("no_provider_available"));
 }

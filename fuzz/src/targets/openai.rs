@@ -34,7 +34,7 @@ pub fn target() -> Target {
                 "x-sharemesh-tier",
                 axum::http::HeaderValue::from_static("bronze"),
             );
-            let _ = sharemesh_gateway::openai::parse(body, chat & 1 == 1, &headers);
+            let _ = sharemesh_gateway::api::openai::parse(body, chat & 1 == 1, &headers);
         }),
     }
 }

@@ -23,7 +23,7 @@ use sharemesh_reputation::Outcome;
 use sharemesh_ledger::Ledger;
 use sharemesh_tokenizer::{Step, TextStream};
 
-use crate::transcript::Transcript;
+use crate::verify::transcript::Transcript;
 use crate::vocab::Counted;
 use checks::{check_accept, check_chunk, check_commitment, preview};
 use sharemesh_mesh::clock::{now_ms, SeqCounter};

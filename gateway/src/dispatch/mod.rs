@@ -19,7 +19,6 @@ use sharemesh_protocol::{
 use sharemesh_reputation::{Outcome, ReputationBook, ScoreParams};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::audit::{self, AuditPolicy};
 use crate::budget::{Budget, Budgets};
 use crate::buyer::{Billing, JobEvent, SegmentError};
 use crate::keys::KeyRecord;
@@ -27,8 +26,9 @@ use crate::plan::{self, Plan, RoutingDefaults};
 use crate::quote::Candidate;
 use crate::route::{RouteError, RouteRequest};
 use crate::segment::{race, LocalRoute, Opened, SegmentTerms, Segments};
-use crate::transcript::Transcript;
-use crate::trust::{SegmentAudit, Trust};
+use crate::verify::audit::{self, AuditPolicy};
+use crate::verify::transcript::Transcript;
+use crate::verify::trust::{SegmentAudit, Trust};
 use crate::vocab::{self, Counted, Vocabularies};
 
 mod counting;
@@ -246,23 +246,24 @@ impl Dispatcher {
     /// Has other providers re-run windows of what this node cannot replay itself, paid
     /// from this node's ledger like its own jobs, each window's worst case held against
     /// the budgets before it runs (SPEC §12; on by default in `sharemesh gateway`).
-    pub fn outsource_verification(&self, policy: crate::outsource::OutsourcePolicy) {
+    pub fn outsource_verification(&self, policy: crate::verify::outsource::OutsourcePolicy) {
         let segments = Segments::new(
             self.mesh.clone(),
             self.key.clone(),
             self.ledger.clone(),
             self.defaults.stall_timeout,
         );
-        let spending = crate::outsource::WindowSpending {
+        let spending = crate::verify::outsource::WindowSpending {
             budgets: Some(self.budgets.clone()),
             spent: self
                 .metrics
                 .as_ref()
                 .map(|m| m.verification_spent_nano_usd.clone()),
         };
-        self.trust.outsource(crate::outsource::Outsourcing::new(
-            segments, policy, spending,
-        ));
+        self.trust
+            .outsource(crate::verify::outsource::Outsourcing::new(
+                segments, policy, spending,
+            ));
     }
 
     pub fn mesh(&self) -> &MeshHandle {
@@ -317,7 +318,7 @@ impl Dispatcher {
                 let status = match &result {
                     Ok(()) => "200".to_owned(),
                     // The status the API edge answers with, as the label has always read.
-                    Err(err) => crate::error::ApiError::from(err.clone())
+                    Err(err) => crate::api::error::ApiError::from(err.clone())
                         .status
                         .as_u16()
                         .to_string(),

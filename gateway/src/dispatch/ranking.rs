@@ -73,7 +73,8 @@ impl Dispatcher {
             };
             let needed = memory.needed_for(offer.model.context_length);
             let name = offer.model.name.as_str();
-            let finding = crate::attest::memory_shortfall(&entry.advert.hardware, name, needed);
+            let finding =
+                crate::verify::attest::memory_shortfall(&entry.advert.hardware, name, needed);
             let provider = entry.advert.provider;
             if attestations.note_memory(provider, name, finding) {
                 tracing::warn!(%provider, model = name, "advertised memory below what the model needs");
@@ -91,7 +92,7 @@ impl Dispatcher {
         candidates: Vec<Candidate>,
     ) -> Result<Vec<Candidate>, RouteError> {
         let offered = candidates.len();
-        let hold = crate::escalate::credit_hold(self.defaults.waiting.max_wait);
+        let hold = crate::verify::escalate::credit_hold(self.defaults.waiting.max_wait);
         let free: Vec<Candidate> = candidates
             .into_iter()
             .filter(|c| !self.trust.on_credit(model, &c.provider(), hold))

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Serialize;
 
-use sharemesh_gateway::error::ApiError;
+use sharemesh_gateway::api::error::ApiError;
 use sharemesh_gateway::keys::KeyRecord;
 use sharemesh_ledger::{Ledger, Period, Side, SpendScope};
 use sharemesh_mesh::clock::now_ms;

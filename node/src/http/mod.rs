@@ -14,7 +14,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 
 use sharemesh_gateway::access::{self, Access};
-use sharemesh_gateway::error::ApiError;
+use sharemesh_gateway::api::error::ApiError;
 use sharemesh_gateway::keys::KeyCheck;
 
 async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {

@@ -96,7 +96,7 @@ async fn set_blocked(
     block: bool,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    use sharemesh_gateway::error::ApiError;
+    use sharemesh_gateway::api::error::ApiError;
     let Ok(Json(list)) = list else {
         return ApiError::invalid("peers", "the body must be {\"peers\": [\"<PeerId>\", …]}")
             .into_response();

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sharemesh_gateway::error::ApiError;
+use sharemesh_gateway::api::error::ApiError;
 use sharemesh_gateway::keys::KeyCheck;
 use sharemesh_mesh::MeshHandle;
 

@@ -127,7 +127,7 @@ pub async fn served_by_cheat_then_convicted(
 /// does by default), with `canary_rate` of its checks planting a known window.
 pub fn buying_checks(dir: &tempfile::TempDir, canary_rate: f64) -> GatewaySpec {
     GatewaySpec {
-        outsource: Some(sharemesh_gateway::outsource::OutsourcePolicy {
+        outsource: Some(sharemesh_gateway::verify::outsource::OutsourcePolicy {
             window: 6,
             canary_rate,
             ..Default::default()

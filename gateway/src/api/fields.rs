@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 
 pub(crate) fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
     body.as_object()

@@ -31,9 +31,9 @@ use sharemesh_protocol::{
 };
 
 use crate::buyer::{Billing, JobEvent};
-use crate::examine::Finding;
 use crate::segment::{SegmentTerms, Segments};
-use crate::transcript::Transcript;
+use crate::verify::examine::Finding;
+use crate::verify::transcript::Transcript;
 
 mod disputes;
 
@@ -316,7 +316,7 @@ impl Outsourcing {
         end: usize,
     ) -> Result<Ran, String> {
         let job_id = JobId::from_bytes(rand::rng().random());
-        let (_, audit_commitment) = crate::audit::audit_secret(&job_id);
+        let (_, audit_commitment) = crate::verify::audit::audit_secret(&job_id);
         let job = JobRequest {
             job_id,
             buyer: self.segments.key.node_id(),

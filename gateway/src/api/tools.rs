@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 use sharemesh_protocol::{ChatMessage, OutputFormat, Role};
 
-use crate::error::ApiError;
-use crate::fields::{boolean, kind, text_content};
+use crate::api::error::ApiError;
+use crate::api::fields::{boolean, kind, text_content};
 
 /// The most tools one request may declare.
 pub const MAX_TOOLS: usize = 64;
@@ -528,7 +528,7 @@ pub(crate) fn message(
 mod tests {
     use super::*;
 
-    use crate::fields::test_object as object;
+    use crate::api::fields::test_object as object;
 
     const WEATHER: &str = r#"{"type": "function", "function": {"name": "get_weather",
         "description": "Weather in a city", "parameters": {"type": "object",

@@ -6,7 +6,7 @@
 //! verified segment is replayed teacher-forced by a [`Replayer`] (the node's own
 //! engine: a gateway with `--verify`, or a provider's gateway) and compared with the
 //! fingerprints the provider committed to: on the same execution profile any
-//! difference is fraud (`crate::examine`). Fraud is signed into a `FraudProof`, gossiped, and voids the
+//! difference is fraud (`crate::verify::examine`). Fraud is signed into a `FraudProof`, gossiped, and voids the
 //! provider's pending receipts; every node that can replay the proof confirms it and
 //! drops the provider; one that cannot only raises its audit rate for it.
 
@@ -97,7 +97,7 @@ pub struct Auditor {
     vouched: RwLock<BTreeMap<NodeId, u32>>,
     suspected: Mutex<HashMap<NodeId, Suspicion>>,
     /// The profile each provider last named: a lone one means every job is verified.
-    profiles: Mutex<crate::profiles::ProfileCensus>,
+    profiles: Mutex<crate::verify::profiles::ProfileCensus>,
     banned: RwLock<HashSet<NodeId>>,
     stats: Mutex<AuditStats>,
     in_flight: Arc<Semaphore>,

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use sharemesh_protocol::commitment::{median_gap, CROSS_PROFILE_TOLERANCE};
 use sharemesh_protocol::{FraudProof, NodeId, StepFingerprint};
 
-use crate::audit::{ReplayJob, Replayer};
-use crate::transcript::Transcript;
+use crate::verify::audit::{ReplayJob, Replayer};
+use crate::verify::transcript::Transcript;
 
 /// What a segment's audit found.
 #[derive(Debug)]
@@ -167,8 +167,8 @@ pub async fn check_proof(proof: &FraudProof, replayer: Option<Arc<dyn Replayer>>
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::audit::tests::{fp, job, profile};
-    use crate::audit::ReplayResult;
+    use crate::verify::audit::tests::{fp, job, profile};
+    use crate::verify::audit::ReplayResult;
     use futures::future::BoxFuture;
     use futures::FutureExt;
     use sharemesh_protocol::commitment::{commitment_root, commitment_step};

@@ -21,12 +21,12 @@ use serde_json::{json, Map, Value};
 use sharemesh_protocol::{ChatMessage, FinishReason, Prompt, Role, Sampling};
 use tokio::sync::mpsc;
 
+use crate::api::error::ApiError;
+use crate::api::fields::{boolean, integer, kind, number, object, string, text_content};
+use crate::api::openai::{message_list, routing, top_p, CompletionRequest};
+use crate::api::tools::Answer;
 use crate::dispatch::DispatchEvent;
-use crate::error::ApiError;
-use crate::fields::{boolean, integer, kind, number, object, string, text_content};
-use crate::openai::{message_list, routing, top_p, CompletionRequest};
 use crate::route::RouteRequest;
-use crate::tools::Answer;
 
 /// Request fields sharemesh does not serve yet: refused with a 400 naming the field.
 const UNSUPPORTED: &[(&str, &str)] = &[
@@ -48,7 +48,7 @@ pub fn error_response(err: &ApiError) -> Response {
         StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
         _ => "api_error",
     };
-    crate::error::with_retry_after(
+    crate::api::error::with_retry_after(
         (err.status, Json(error_body(kind, &err.message))).into_response(),
     )
 }
@@ -96,7 +96,7 @@ fn prompt(obj: &Map<String, Value>) -> Result<Prompt, ApiError> {
         };
         let param = format!("messages[{i}].content");
         let value = message.get("content").unwrap_or(&Value::Null);
-        let content = match crate::anthropic_tools::content(value, &param, &mut tool_names)? {
+        let content = match crate::api::anthropic_tools::content(value, &param, &mut tool_names)? {
             Some(written) => written,
             None => text_of(value, &param)?,
         };
@@ -172,8 +172,8 @@ pub fn parse(
         ..Sampling::default()
     };
     let mut sampling = sampling;
-    sampling.format = crate::anthropic_tools::output_format(obj)?;
-    let tools = crate::anthropic_tools::parse(obj)?;
+    sampling.format = crate::api::anthropic_tools::output_format(obj)?;
+    let tools = crate::api::anthropic_tools::parse(obj)?;
     let mut prompt = prompt(obj)?;
     if let Some(tools) = &tools {
         if !sampling.format.is_free() {
@@ -184,7 +184,7 @@ pub fn parse(
         }
         sampling.format = tools.format();
         if let Prompt::Chat(messages) = prompt {
-            prompt = Prompt::Chat(crate::tools::with_instructions(messages, tools));
+            prompt = Prompt::Chat(crate::api::tools::with_instructions(messages, tools));
         }
     }
     match obj.get("metadata") {
@@ -252,7 +252,7 @@ pub(crate) struct Reply {
     pub job_header: HeaderValue,
     pub provider_header: HeaderValue,
     /// Tools the answer may use: it is read back into `tool_use` blocks.
-    pub tools: Option<std::sync::Arc<crate::tools::Tools>>,
+    pub tools: Option<std::sync::Arc<crate::api::tools::Tools>>,
 }
 
 impl Reply {
@@ -313,7 +313,7 @@ pub(crate) async fn whole(
     events: mpsc::Receiver<DispatchEvent>,
     reply: Reply,
 ) -> Result<Response, ApiError> {
-    let answer = crate::respond::collect(events).await?;
+    let answer = crate::api::respond::collect(events).await?;
     let read = reply.answer(&answer.text, answer.finish);
     let (reason, sequence) = reply.reason(
         read.as_ref(),
@@ -322,7 +322,7 @@ pub(crate) async fn whole(
         &answer.token_ids,
     );
     let content = match &read {
-        Some(read) => crate::anthropic_tools::blocks(read),
+        Some(read) => crate::api::anthropic_tools::blocks(read),
         None => vec![json!({"type": "text", "text": answer.text})],
     };
     let body = json!({
@@ -344,7 +344,7 @@ fn event(name: &str, data: Value) -> Result<Event, Infallible> {
 /// text or its input as one JSON delta, and its stop.
 fn block_events(answer: &Answer) -> Vec<Result<Event, Infallible>> {
     let mut frames = Vec::new();
-    for (index, block) in crate::anthropic_tools::blocks(answer)
+    for (index, block) in crate::api::anthropic_tools::blocks(answer)
         .into_iter()
         .enumerate()
     {
@@ -385,7 +385,7 @@ fn block_events(answer: &Answer) -> Vec<Result<Event, Infallible>> {
 struct Streamed {
     text: String,
     ids: Vec<u32>,
-    held: crate::tools::HeldAnswer,
+    held: crate::api::tools::HeldAnswer,
     text_open: bool,
 }
 
@@ -514,7 +514,7 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Res
         futures::stream::iter(opening),
         futures::StreamExt::flat_map(body, futures::stream::iter),
     );
-    crate::respond::sse(frames, headers.0, headers.1)
+    crate::api::respond::sse(frames, headers.0, headers.1)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! What the gateway does with verification's findings: reputation, the ledger's
 //! disputes, routing, and the fraud-proof gossip (SPEC.md §12). The auditing itself is
-//! [`crate::audit`].
+//! [`crate::verify::audit`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -16,13 +16,13 @@ use std::collections::{BTreeMap, HashMap};
 use tokio::sync::broadcast;
 use tracing::Instrument;
 
-use crate::attest::Attestations;
-use crate::audit::{AuditPolicy, Auditor, Replayer};
-use crate::escalate::{Escalation, HeldModels, ModelSource, Next};
-use crate::examine::{check_proof, examine, Finding, ProofCheck};
-use crate::outsource::Outsourcing;
-use crate::standing::Standing;
-use crate::transcript::Transcript;
+use crate::verify::attest::Attestations;
+use crate::verify::audit::{AuditPolicy, Auditor, Replayer};
+use crate::verify::escalate::{Escalation, HeldModels, ModelSource, Next};
+use crate::verify::examine::{check_proof, examine, Finding, ProofCheck};
+use crate::verify::outsource::Outsourcing;
+use crate::verify::standing::Standing;
+use crate::verify::transcript::Transcript;
 
 /// How a node checks providers' work (`GET /v1/trust`'s `verification`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,7 +81,7 @@ pub struct Trust {
     /// A hash of the dealings last saved to the ledger.
     saved_dealings: AtomicU64,
     /// How many gossiped proofs are checked per reporter and per accused.
-    proof_limits: Mutex<crate::proof_limits::ProofLimits>,
+    proof_limits: Mutex<crate::verify::proof_limits::ProofLimits>,
     /// Where an unsettled dispute's model comes from, and the disputes waiting for it.
     escalation: OnceLock<(Arc<dyn ModelSource>, Escalation)>,
     /// The models held by `hold`, one replayer for them all; `holding` orders holds.
@@ -455,7 +455,7 @@ impl Trust {
 
     /// Whether `provider` is to wait before serving `model` again: it served it while
     /// this node fetches the model, and that work is not judged yet (at most `hold_ms`
-    /// after the ask: [`crate::escalate::credit_hold`]). What a ring serves before
+    /// after the ask: [`crate::verify::escalate::credit_hold`]). What a ring serves before
     /// ground truth reaches it is then one job per member, not every job until the
     /// download ends.
     pub(crate) fn on_credit(&self, model: &ModelId, provider: &NodeId, hold_ms: u64) -> bool {
@@ -737,7 +737,7 @@ impl Trust {
         let admitted = self
             .proof_limits
             .lock()
-            .map_err(|_| crate::proof_limits::ProofLimited::Reporter)
+            .map_err(|_| crate::verify::proof_limits::ProofLimited::Reporter)
             .and_then(|mut limits| limits.admit(reporter, accused, now_ms()));
         if let Err(why) = admitted {
             tracing::debug!(%accused, %reporter, %why, "gossiped proof not checked");

@@ -13,8 +13,8 @@ use sharemesh_mesh::orderbook::BookEntry;
 use sharemesh_protocol::{ExecutionProfile, JobRequest, NodeId, StepFingerprint};
 
 use super::{compare, proof_finding, Comparison, Known, Outsourcing, Ran};
-use crate::examine::Finding;
-use crate::transcript::Transcript;
+use crate::verify::examine::Finding;
+use crate::verify::transcript::Transcript;
 
 /// Tie-breakers drawn for a dispute when there are that many to draw.
 pub const TIE_BREAKERS: usize = 2;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use sharemesh_protocol::{NodeId, ReportedDealings, ReputationReport, MAX_REPORT_ENTRIES};
 use sharemesh_reputation::{view, Dealings, TrustParams, View};
 
-use crate::audit::Auditor;
+use crate::verify::audit::Auditor;
 
 /// Reporters whose latest report is kept; beyond it the least trusted (the stalest
 /// among equals) is forgotten, so a flood of fresh sybil reporters cannot push out the

@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 use sharemesh_protocol::OutputFormat;
 
-use crate::error::ApiError;
-use crate::fields::text_content;
-use crate::tools::{Answer, Tool, ToolChoice, Tools};
+use crate::api::error::ApiError;
+use crate::api::fields::text_content;
+use crate::api::tools::{Answer, Tool, ToolChoice, Tools};
 
 fn tool(value: &Value, i: usize) -> Result<Tool, ApiError> {
     let at = format!("tools[{i}]");
@@ -41,7 +41,7 @@ fn tool(value: &Value, i: usize) -> Result<Tool, ApiError> {
 
 /// `tools` and `tool_choice`; `None` when no tool may be used.
 pub fn parse(obj: &Map<String, Value>) -> Result<Option<Tools>, ApiError> {
-    let tools = crate::tools::tool_list(obj, tool)?;
+    let tools = crate::api::tools::tool_list(obj, tool)?;
     let choice = obj.get("tool_choice").filter(|c| !c.is_null());
     let parallel = !choice
         .and_then(|c| c.get("disable_parallel_tool_use"))
@@ -68,7 +68,7 @@ pub fn parse(obj: &Map<String, Value>) -> Result<Option<Tools>, ApiError> {
             ))
         }
     };
-    crate::tools::offer(tools, choice, parallel)
+    crate::api::tools::offer(tools, choice, parallel)
 }
 
 /// `output_config.format`: `{"type": "json_schema", "schema": {…}}`.
@@ -179,7 +179,7 @@ pub(crate) fn blocks(answer: &Answer) -> Vec<Value> {
 mod tests {
     use super::*;
 
-    use crate::fields::test_object as object;
+    use crate::api::fields::test_object as object;
 
     const WEATHER: &str = r#"{"name": "get_weather", "description": "Weather",
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}"#;

@@ -13,9 +13,9 @@ use serde_json::{json, Value};
 use sharemesh_protocol::{FinishReason, JobId, NodeId};
 use tokio::sync::mpsc;
 
+use crate::api::error::ApiError;
+use crate::api::tools::{Answer, HeldAnswer, ToolCall, Tools};
 use crate::dispatch::{DispatchEvent, Segment};
-use crate::error::ApiError;
-use crate::tools::{Answer, HeldAnswer, ToolCall, Tools};
 use sharemesh_protocol::TokenLogprobs;
 
 /// What the client is told once a provider accepted the request.

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use sharemesh_protocol::{ChatMessage, NanoUsd, OutputFormat, Prompt, Role, Sampling, Tier};
 
 use super::error::ApiError;
-use crate::fields::{boolean, integer, kind, number, object, string, text_content};
+use crate::api::fields::{boolean, integer, kind, number, object, string, text_content};
 use crate::route::{RouteRequest, RoutingOptions};
 
 #[derive(Clone, Debug)]
@@ -21,7 +21,7 @@ pub struct CompletionRequest {
     pub n: u32,
     /// Tools the model may call (the answer's format is already in `sampling.format`;
     /// the gateway reads the answer back into calls with these).
-    pub tools: Option<std::sync::Arc<crate::tools::Tools>>,
+    pub tools: Option<std::sync::Arc<crate::api::tools::Tools>>,
 }
 
 /// The most choices one request may ask for (each is a job, paid for).
@@ -83,7 +83,7 @@ fn messages(obj: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
     list.iter()
         .enumerate()
         .map(|(i, m)| {
-            if let Some(written) = crate::tools::message(m, i, &mut tool_names)? {
+            if let Some(written) = crate::api::tools::message(m, i, &mut tool_names)? {
                 return Ok(written);
             }
             let role = match m.get("role").and_then(Value::as_str) {
@@ -336,12 +336,12 @@ fn shaped_output(
     (
         Prompt,
         Sampling,
-        Option<std::sync::Arc<crate::tools::Tools>>,
+        Option<std::sync::Arc<crate::api::tools::Tools>>,
     ),
     ApiError,
 > {
-    sampling.format = crate::tools::response_format(obj)?;
-    let Some(tools) = crate::tools::parse(obj)? else {
+    sampling.format = crate::api::tools::response_format(obj)?;
+    let Some(tools) = crate::api::tools::parse(obj)? else {
         return Ok((prompt, sampling, None));
     };
     if !sampling.format.is_free() {
@@ -354,7 +354,7 @@ fn shaped_output(
         return Err(ApiError::invalid("tools", "`tools` needs chat messages"));
     };
     sampling.format = tools.format();
-    let prompt = Prompt::Chat(crate::tools::with_instructions(messages, &tools));
+    let prompt = Prompt::Chat(crate::api::tools::with_instructions(messages, &tools));
     Ok((prompt, sampling, Some(std::sync::Arc::new(tools))))
 }
 

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use futures::future::BoxFuture;
 use sharemesh_protocol::{ExecutionProfile, ModelId, NodeId};
 
-use crate::audit::{ReplayJob, ReplayResult, Replayer};
-use crate::transcript::Transcript;
+use crate::verify::audit::{ReplayJob, ReplayResult, Replayer};
+use crate::verify::transcript::Transcript;
 
 /// Transcripts kept per model while its model is being fetched.
 const PENDING_PER_MODEL: usize = 64;
@@ -259,7 +259,8 @@ mod tests {
     /// A transcript of no chunks for `model` that resumed `resumed` steps.
     fn transcript(model: u8, resumed: usize) -> Transcript {
         let (buyer, provider) = (Keypair::from_secret([1; 32]), Keypair::from_secret([2; 32]));
-        let (mut request, accept) = crate::audit::tests::job(&buyer, &provider, self::model(model));
+        let (mut request, accept) =
+            crate::verify::audit::tests::job(&buyer, &provider, self::model(model));
         request.resume = vec![7; resumed];
         Transcript::new(
             buyer.seal(&request, 1, 0, 60_000).unwrap(),

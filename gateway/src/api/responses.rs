@@ -18,10 +18,10 @@ use serde_json::{json, Map, Value};
 use sharemesh_protocol::{ChatMessage, FinishReason, OutputFormat, Prompt, Role, Sampling};
 use tokio::sync::mpsc;
 
+use crate::api::error::ApiError;
+use crate::api::fields::{boolean, integer, kind, number, object, string, text_content};
+use crate::api::openai::{routing, top_p, CompletionRequest};
 use crate::dispatch::DispatchEvent;
-use crate::error::ApiError;
-use crate::fields::{boolean, integer, kind, number, object, string, text_content};
-use crate::openai::{routing, top_p, CompletionRequest};
 use crate::route::RouteRequest;
 
 /// Fields a stateless gateway without tools cannot honour: refused when set.
@@ -279,7 +279,7 @@ pub(crate) async fn whole(
     events: mpsc::Receiver<DispatchEvent>,
     shape: Shape,
 ) -> Result<Response, ApiError> {
-    let answer = crate::respond::collect(events).await?;
+    let answer = crate::api::respond::collect(events).await?;
     let body = shape.response(
         Some((&answer.text, answer.finish, answer.completion_tokens)),
         sharemesh_block(&answer.providers, answer.cost.0),
@@ -385,7 +385,7 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, shape: Shape) -> Res
         data["sequence_number"] = json!(sequence);
         Ok::<_, Infallible>(Event::default().event(name).data(data.to_string()))
     });
-    crate::respond::sse(sse, headers.0, headers.1)
+    crate::api::respond::sse(sse, headers.0, headers.1)
 }
 
 #[cfg(test)]
