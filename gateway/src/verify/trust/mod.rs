@@ -2,27 +2,28 @@
 //! disputes, routing, and the fraud-proof gossip (SPEC.md §12). The auditing itself is
 //! [`crate::verify::audit`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use sharemesh_ledger::Ledger;
 use sharemesh_mesh::clock::{now_ms, SeqCounter};
-use sharemesh_mesh::{MeshEvent, MeshHandle};
+use sharemesh_mesh::MeshHandle;
 use sharemesh_protocol::commitment::audit_draw;
-use sharemesh_protocol::{FraudProof, JobId, Keypair, ModelId, NanoUsd, NodeId, SignedEnvelope};
-use sharemesh_reputation::{Dealings, Outcome, ReputationBook};
-use std::collections::{BTreeMap, HashMap};
-use tokio::sync::broadcast;
+use sharemesh_protocol::{JobId, Keypair, ModelId, NanoUsd, NodeId, SignedEnvelope};
+use sharemesh_reputation::{Outcome, ReputationBook};
 use tracing::Instrument;
 
 use crate::verify::attest::Attestations;
 use crate::verify::audit::{AuditPolicy, Auditor, Replayer};
-use crate::verify::escalate::{Escalation, HeldModels, ModelSource, Next};
-use crate::verify::examine::{check_proof, examine, Finding, ProofCheck};
+use crate::verify::escalate::{Escalation, HeldModels, ModelSource};
+use crate::verify::examine::{examine, Finding};
 use crate::verify::outsource::Outsourcing;
 use crate::verify::standing::Standing;
 use crate::verify::transcript::Transcript;
+
+mod gossip;
+mod ground_truth;
 
 /// How a node checks providers' work (`GET /v1/trust`'s `verification`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,99 +200,6 @@ impl Trust {
             .send_replace(interval.max(Duration::from_millis(10)));
     }
 
-    /// Every report interval: publish what this node verified, recompute its view,
-    /// and hand the view to gossipsub as application scores (a convicted provider far
-    /// below the graylist threshold, others by standing).
-    /// A new interval takes effect at once (a wait under the old one is cut short).
-    fn keep_standing(self: &Arc<Self>) {
-        let this = Arc::downgrade(self);
-        let mut interval = self.report_interval.subscribe();
-        tokio::spawn(async move {
-            loop {
-                let wait = *interval.borrow_and_update();
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    changed = interval.changed() => {
-                        if changed.is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                }
-                let Some(this) = this.upgrade() else { return };
-                this.refresh_standing().await;
-            }
-        });
-    }
-
-    async fn refresh_standing(&self) {
-        let me = self.key.node_id();
-        let now = now_ms();
-        if let Some(report) = self.standing.own_report(me, &self.auditor, now / 60_000) {
-            match self
-                .key
-                .seal(&report, self.seq.next(), now, REPORT_LIFETIME_MS)
-            {
-                Ok(envelope) => {
-                    if let Err(err) = self.mesh.publish_reputation(&envelope).await {
-                        tracing::debug!(%err, "could not gossip the reputation report");
-                    }
-                }
-                Err(err) => tracing::warn!(%err, "could not sign the reputation report"),
-            }
-        }
-        self.save_dealings().await;
-        self.standing.recompute(me, &self.auditor);
-        let convicted = self.auditor.convicted();
-        let trust = self.standing.trust();
-        let best = trust.values().copied().fold(0.0, f64::max);
-        let mut scores: Vec<(libp2p::PeerId, f64)> = Vec::new();
-        for provider in &convicted {
-            if let Ok(peer) = provider.peer_id() {
-                scores.push((peer, CONVICTED_APPLICATION_SCORE));
-            }
-        }
-        for (node, t) in trust.iter() {
-            if convicted.contains(node) || best <= 0.0 {
-                continue;
-            }
-            if let Ok(peer) = node.peer_id() {
-                scores.push((peer, TRUSTED_APPLICATION_SCORE * t / best));
-            }
-        }
-        if let Err(err) = self.mesh.set_application_scores(scores).await {
-            tracing::debug!(%err, "could not set application scores");
-        }
-    }
-
-    /// Providers with a confirmed proof in the ledger stay dropped after a restart, and
-    /// what this node verified is remembered.
-    fn restore_bans(&self) {
-        let Some(ledger) = &self.ledger else { return };
-        let saved = ledger
-            .dealings()
-            .ok()
-            .flatten()
-            .and_then(|bytes| serde_json::from_slice::<Vec<(String, Dealings)>>(&bytes).ok());
-        let saved: BTreeMap<NodeId, Dealings> = saved
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|(id, d)| Some((id.parse().ok()?, d)))
-            .collect();
-        self.auditor.restore_dealings(saved);
-        if let Err(err) = ledger.expire_frauds(now_ms()) {
-            tracing::warn!(%err, "could not expire old fraud proofs");
-        }
-        match ledger.frauds() {
-            Ok(frauds) => {
-                for (provider, _) in frauds {
-                    self.auditor.ban(provider);
-                }
-            }
-            Err(err) => tracing::warn!(%err, "could not read fraud proofs from the ledger"),
-        }
-    }
-
     /// Whether `node` has standing here: this node verified its work, or its
     /// EigenTrust view gives it trust.
     fn has_standing(&self, node: &NodeId) -> bool {
@@ -396,143 +304,6 @@ impl Trust {
         }
     }
 
-    /// A job only providers vouched for while this node did not hold its model:
-    /// replayed here if the model is held by now (its fetch ended during the check),
-    /// else kept for when it is.
-    async fn recheck_vouched(&self, transcript: &Transcript) {
-        if !self.judge_if_held(transcript).await {
-            self.witness(transcript);
-        }
-    }
-
-    /// Replays `transcript` here if its model is held: ground truth, so a provider
-    /// only suspected for disputes whose job replays honest is suspected no more.
-    /// `false` when the model is not held.
-    async fn judge_if_held(&self, transcript: &Transcript) -> bool {
-        let model = transcript.request.model;
-        let Some(held) = self
-            .auditor
-            .replayer()
-            .filter(|r| r.profile(&model).is_some())
-        else {
-            return false;
-        };
-        let provider = transcript.provider();
-        let finding = examine(transcript, Some(held), self.key.node_id()).await;
-        let honest = matches!(finding, Finding::Honest { .. });
-        self.act_on(provider, finding, transcript.sent()).await;
-        if honest {
-            self.auditor.vindicate(&provider);
-        }
-        true
-    }
-
-    /// The first job or check of a model this node cannot replay: ask for the model.
-    fn want(self: &Arc<Self>, model: ModelId) {
-        if let Some((_, escalation)) = self.escalation.get() {
-            if escalation.ask(model, now_ms()) {
-                self.fetch(model);
-            }
-        }
-    }
-
-    /// `provider` opened a segment of `model` for this node. Where this node fetches
-    /// models it cannot replay, the fetch starts now (not at the job's check), and
-    /// while it runs the provider is on credit ([`Self::on_credit`]).
-    pub(crate) fn serving(self: &Arc<Self>, model: ModelId, provider: NodeId) {
-        let Some((_, escalation)) = self.escalation.get() else {
-            return;
-        };
-        let held = self
-            .auditor
-            .replayer()
-            .is_some_and(|r| r.profile(&model).is_some());
-        if !held {
-            self.want(model);
-            escalation.served(&model, provider);
-        }
-    }
-
-    /// Whether `provider` is to wait before serving `model` again: it served it while
-    /// this node fetches the model, and that work is not judged yet (at most `hold_ms`
-    /// after the ask: [`crate::verify::escalate::credit_hold`]). What a ring serves before
-    /// ground truth reaches it is then one job per member, not every job until the
-    /// download ends.
-    pub(crate) fn on_credit(&self, model: &ModelId, provider: &NodeId, hold_ms: u64) -> bool {
-        self.escalation
-            .get()
-            .is_some_and(|(_, escalation)| escalation.on_credit(model, provider, now_ms(), hold_ms))
-    }
-
-    /// Work only providers vouched for (a job a bought check passed or could not check,
-    /// a window a provider signed): kept while its model is fetched, to be replayed
-    /// here once it is held (a ring whose members pass each other's jobs is convicted
-    /// on both sides), dropped otherwise.
-    fn witness(&self, transcript: &Transcript) {
-        if let Some((_, escalation)) = self.escalation.get() {
-            escalation.witness(transcript);
-        }
-    }
-
-    /// A bought check ended unsettled: it waits for the model (asked for now if it was
-    /// not yet) and is replayed here once the model is held.
-    fn escalate(self: &Arc<Self>, transcript: Transcript) {
-        let Some((_, escalation)) = self.escalation.get() else {
-            return;
-        };
-        let model = transcript.request.model;
-        if escalation.disputed(transcript, now_ms()) == Next::Fetch {
-            self.fetch(model);
-        }
-    }
-
-    /// Asks the model source for `model`; once held, replays every dispute and witness
-    /// that waited.
-    fn fetch(self: &Arc<Self>, model: ModelId) {
-        let Some((source, _)) = self.escalation.get() else {
-            return;
-        };
-        let (this, source) = (self.clone(), source.clone());
-        tokio::spawn(async move {
-            tracing::info!(%model, "fetching the model to replay its jobs here");
-            let held = source.hold(model).await;
-            let Some((_, escalation)) = this.escalation.get() else {
-                return;
-            };
-            let Some(replayer) = held else {
-                escalation.settled(&model);
-                escalation.judged(&model);
-                tracing::warn!(%model, "could not hold the model; its disputes stay unsettled");
-                return;
-            };
-            // Held before the waiting work is taken: a check ending in between is kept
-            // and replayed with the rest, one ending after is replayed by its own task
-            // (only a verifier's window that ends after is not replayed).
-            this.hold(replayer);
-            let waiting = escalation.settled(&model);
-            tracing::info!(%model, transcripts = waiting.len(), "holding the model: replaying the work only providers vouched for");
-            let reporter = this.key.node_id();
-            // Whether every piece of each party's waiting work replayed honest.
-            let mut clean: HashMap<NodeId, bool> = HashMap::new();
-            for transcript in waiting {
-                let provider = transcript.provider();
-                let finding = examine(&transcript, this.auditor.replayer(), reporter).await;
-                let honest = matches!(finding, Finding::Honest { .. });
-                *clean.entry(provider).or_insert(true) &= honest;
-                this.act_on(provider, finding, transcript.sent()).await;
-            }
-            // A party whose disputed and vouched-for work all replayed honest is no
-            // longer suspected for the disputes (an honest verifier a colluder split
-            // with, say); other suspicions stay.
-            for (party, _) in clean.into_iter().filter(|(_, clean)| *clean) {
-                if this.auditor.vindicate(&party) {
-                    tracing::info!(%party, "ground truth found its disputed work honest");
-                }
-            }
-            escalation.judged(&model);
-        });
-    }
-
     async fn act_on(&self, provider: NodeId, finding: Finding, sent: usize) {
         match finding {
             Finding::Honest { steps } => {
@@ -623,40 +394,6 @@ impl Trust {
         }
     }
 
-    async fn save_dealings(&self) {
-        let Some(ledger) = self.ledger.clone() else {
-            return;
-        };
-        let dealings: Vec<(String, Dealings)> = self
-            .auditor
-            .dealings()
-            .into_iter()
-            .map(|(id, d)| (id.to_string(), d))
-            .collect();
-        let Ok(encoded) = serde_json::to_vec(&dealings) else {
-            return;
-        };
-        // Unchanged since the last save (most intervals): no write, no flush.
-        let digest = {
-            use std::hash::{Hash, Hasher};
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            encoded.hash(&mut hasher);
-            hasher.finish()
-        };
-        if self.saved_dealings.swap(digest, Ordering::Relaxed) == digest {
-            return;
-        }
-        // sled flushes to disk: off the async runtime's threads.
-        let saved = tokio::task::spawn_blocking(move || ledger.save_dealings(&encoded)).await;
-        if !matches!(saved, Ok(Ok(()))) {
-            // Tried again next interval.
-            self.saved_dealings.store(0, Ordering::Relaxed);
-        }
-        if let Ok(Err(err)) = saved {
-            tracing::warn!(%err, "could not save verified dealings");
-        }
-    }
-
     /// A confirmed fraud: the provider leaves routing, its reputation takes the
     /// heaviest mark, and its pending receipts in this ledger are voided.
     fn convict(&self, provider: NodeId, proof: &SignedEnvelope) {
@@ -674,108 +411,6 @@ impl Trust {
                 "provider dropped for fraud; its pending receipts are void"
             ),
             Err(err) => tracing::error!(%err, "could not void the provider's receipts"),
-        }
-    }
-
-    /// Checks fraud proofs gossiped by others.
-    fn listen_for_proofs(self: &Arc<Self>) {
-        let mut events = self.mesh.subscribe();
-        let this = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                match events.recv().await {
-                    Ok(MeshEvent::ReputationReport { report, .. }) => {
-                        let Some(this) = this.upgrade() else { return };
-                        this.standing.on_report(&report, now_ms());
-                    }
-                    Ok(MeshEvent::Attestation { attestation, .. }) => {
-                        let Some(this) = this.upgrade() else { return };
-                        this.on_attestation(*attestation);
-                    }
-                    Ok(MeshEvent::FraudProof {
-                        envelope, accused, ..
-                    }) => {
-                        let Some(this) = this.upgrade() else { return };
-                        if this.auditor.is_banned(&accused) {
-                            continue;
-                        }
-                        // A replay can take a while: do not hold up other events.
-                        tokio::spawn(
-                            async move { this.on_gossiped_proof(*envelope, accused).await },
-                        );
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                    _ => {}
-                }
-            }
-        });
-    }
-
-    /// Checks an attestation against the node's advert and others' attestations; a
-    /// node whose claims do not fit is suspected (every job verified).
-    fn on_attestation(&self, attestation: sharemesh_protocol::Attestation) {
-        let advertised = |node: &NodeId| {
-            let book = self.mesh.book.read().ok()?;
-            book.live(now_ms())
-                .into_iter()
-                .find(|e| &e.advert.provider == node)
-                .map(|e| e.advert.hardware.clone())
-        };
-        for node in self.attestations.on_attestation(attestation, advertised) {
-            if !self.auditor.is_suspected(&node) {
-                tracing::warn!(%node, "hardware claims that do not fit together");
-            }
-            self.auditor.suspect(node);
-        }
-    }
-
-    async fn on_gossiped_proof(&self, envelope: SignedEnvelope, accused: NodeId) {
-        let Ok(opened) = envelope.open_archived::<FraudProof>() else {
-            return;
-        };
-        let reporter = opened.body.reporter;
-        let admitted = self
-            .proof_limits
-            .lock()
-            .map_err(|_| crate::verify::proof_limits::ProofLimited::Reporter)
-            .and_then(|mut limits| limits.admit(reporter, accused, now_ms()));
-        if let Err(why) = admitted {
-            tracing::debug!(%accused, %reporter, %why, "gossiped proof not checked");
-            self.auditor.count(|s| s.proofs_rate_limited += 1);
-            return;
-        }
-        // Replays are bounded: a flood of well-formed proofs (each needs the accused's
-        // own signatures, so it costs the flooder identities) waits its turn, and what
-        // waits too long is dropped.
-        let Some(_permit) = self.auditor.permit_within(PROOF_CHECK_WAIT).await else {
-            tracing::debug!(%accused, "no replay slot for a gossiped proof; dropped");
-            return;
-        };
-        if self.auditor.is_banned(&accused) {
-            return; // Another proof convicted it while this one waited.
-        }
-        let check = check_proof(&opened.body, self.auditor.gossip_replayer()).await;
-        tracing::info!(%accused, %reporter, ?check, "fraud proof from the mesh");
-        match check {
-            // Each counter moves once its effect is in place.
-            ProofCheck::Confirmed => {
-                self.convict(accused, &envelope);
-                self.auditor.count(|s| s.frauds_confirmed_from_gossip += 1);
-            }
-            ProofCheck::Refuted => {
-                self.record(reporter, Outcome::Misbehaved);
-                self.auditor.count(|s| s.proofs_refuted += 1);
-            }
-            ProofCheck::Unconfirmed(_) => {
-                // An accusation this node cannot check only raises its scrutiny, and
-                // only from a reporter of standing here: a fresh key's well-formed
-                // proof against an honest provider would otherwise cost it every
-                // light node's trust for good.
-                if self.has_standing(&reporter) {
-                    self.auditor.suspect(accused);
-                }
-                self.auditor.count(|s| s.proofs_unconfirmed += 1);
-            }
         }
     }
 }
