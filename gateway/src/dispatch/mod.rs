@@ -20,19 +20,20 @@ use sharemesh_reputation::{Outcome, ReputationBook, ScoreParams};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::budget::{Budget, Budgets};
-use crate::buyer::{Billing, JobEvent, SegmentError};
+use crate::buyer::{JobEvent, SegmentError};
 use crate::keys::KeyRecord;
 use crate::plan::{self, Plan, RoutingDefaults};
 use crate::quote::Candidate;
 use crate::route::{RouteError, RouteRequest};
 use crate::segment::{race, LocalRoute, Opened, SegmentTerms, Segments};
-use crate::verify::audit::{self, AuditPolicy};
+use crate::verify::audit::AuditPolicy;
 use crate::verify::transcript::Transcript;
-use crate::verify::trust::{SegmentAudit, Trust};
+use crate::verify::trust::Trust;
 use crate::vocab::{self, Counted, Vocabularies};
 
 mod counting;
 mod drive;
+mod job;
 mod ranking;
 mod record;
 mod segments;
@@ -396,169 +397,7 @@ impl Dispatcher {
             counted,
         })
     }
-
-    /// Runs a planned request on its candidates in turn (failing over, hedging gold);
-    /// `true` once done, `false` when the client went away.
-    async fn serve(
-        self: &Arc<Self>,
-        plan: Plan,
-        request: &RouteRequest,
-        key: Option<KeyRecord>,
-        events: &mpsc::Sender<DispatchEvent>,
-    ) -> Result<bool, RouteError> {
-        let mut response = Response {
-            started: Instant::now(),
-            job_id: plan.job_id,
-            delivered: Vec::new(),
-            providers: Vec::new(),
-            segments: Vec::new(),
-            cost: NanoUsd::ZERO,
-            warming: None,
-            warmed_at: 0,
-        };
-        let mut queue: VecDeque<Candidate> = plan.candidates.into();
-        let mut hedge = plan.tier == Tier::Reserved
-            && request.routing.hedge.unwrap_or(self.defaults.hedge_gold)
-            && queue.len() >= 2;
-        let mut last_error = String::from("no provider answered");
-        // Whether every provider tried refused only for lack of capacity (then the
-        // request waits for a turn and is planned again).
-        let mut only_unavailable = true;
-        let terms = SegmentTerms {
-            billing: Billing::Metered(key.as_ref().map(|k| k.id.clone())),
-            counted: plan.counted.clone(),
-        };
-        let (audit_secret, audit_commitment) = audit::audit_secret(&plan.job_id);
-        let median_price = median_price(&queue);
-        while let Some(candidate) = queue.pop_front() {
-            let job = JobRequest {
-                job_id: plan.job_id,
-                buyer: self.node_id(),
-                provider: candidate.provider(),
-                model: plan.model,
-                prompt: request.prompt.clone(),
-                sampling: request.sampling.clone(),
-                max_price_per_token: candidate.price,
-                tier: plan.tier,
-                deadline_ms: now_ms() + 600_000,
-                resume: response.delivered.clone(),
-                audit_commitment,
-            };
-            let started = Instant::now();
-            let (candidate, opened) = if std::mem::take(&mut hedge) {
-                self.open_hedged(candidate, job.clone(), &mut queue, &terms, response.started)
-                    .await
-            } else {
-                let opened = self
-                    .segments
-                    .open(&candidate.entry, job.clone(), terms.clone())
-                    .await;
-                (candidate, opened)
-            };
-            let provider = candidate.provider();
-            let opened = match opened {
-                Ok(opened) => opened,
-                Err(err) => {
-                    last_error = format!("provider {provider}: {err}");
-                    only_unavailable &= err.is_unavailable();
-                    self.record(provider, err.outcome());
-                    self.count(|m| m.failovers.inc());
-                    self.log_unserved(&response, &candidate, format!("not opened: {err}"));
-                    continue;
-                }
-            };
-            self.trust.serving(plan.model, provider);
-            let job = JobRequest {
-                provider,
-                max_price_per_token: candidate.price,
-                ..job
-            };
-            let mut report = self
-                .stream_segment(opened, &job, started, &mut response, queue.front(), events)
-                .await;
-            self.book(&report, request, key.as_ref(), &mut response)
-                .await;
-            self.log_segment(&response, &report, candidate.price);
-            if let Some(transcript) = report.transcript.take() {
-                self.trust.consider(SegmentAudit {
-                    transcript,
-                    secret: audit_secret,
-                    job_id: plan.job_id,
-                    price: candidate.price,
-                    median_price,
-                });
-            }
-            if report.client_left {
-                // Its stream was dropped, which cancelled the job and sent the receipt
-                // for what arrived; the provider did nothing wrong.
-                return Ok(false);
-            }
-            match report.end {
-                // A provider that cancels (preemption) or errs has not finished the job.
-                Ok(finish @ (FinishReason::Stop | FinishReason::Length)) => {
-                    let tokens = report.tokens;
-                    self.record(provider, Outcome::Completed { tokens });
-                    if let Ok(mut book) = self.mesh.book.write() {
-                        // It served us: its advert keeps its place in a flooded book.
-                        book.mark_known_good(provider);
-                    }
-                    self.done(finish, response, events).await;
-                    return Ok(true);
-                }
-                Ok(finish) => {
-                    last_error = format!("provider {provider} stopped the job ({finish:?})");
-                    only_unavailable = false;
-                    self.record(provider, Outcome::Failed);
-                }
-                Err(why) => {
-                    last_error = format!("provider {provider}: {why}");
-                    only_unavailable &= why.is_at_capacity();
-                    self.record(provider, why.outcome());
-                }
-            }
-            tracing::warn!(job = %plan.job_id, %provider, error = %last_error, delivered = response.delivered.len(), "provider failed; trying the next");
-            self.count(|m| m.failovers.inc());
-            if response.delivered.len() >= request.sampling.max_tokens as usize {
-                self.done(FinishReason::Length, response, events).await;
-                return Ok(true);
-            }
-        }
-        // A provider that accepted is in `providers`: the client has been told.
-        Err(if !response.providers.is_empty() {
-            RouteError::Upstream(last_error)
-        } else if only_unavailable {
-            RouteError::busy(last_error)
-        } else {
-            RouteError::NoProvider(last_error)
-        })
-    }
-
-    /// Logs the response as complete, then tells the client.
-    async fn done(
-        &self,
-        finish: FinishReason,
-        response: Response,
-        events: &mpsc::Sender<DispatchEvent>,
-    ) {
-        let summary = (response.delivered.len() as u64, response.cost);
-        self.jobs.finish(&response.job_id, now_ms(), Ok(summary));
-        let done = DispatchEvent::Done {
-            finish,
-            completion_tokens: response.delivered.len() as u32,
-            providers: response.providers,
-            cost: response.cost,
-            segments: response.segments,
-        };
-        let _ = events.send(done).await;
-    }
 }
 
 /// A segment shorter than this says too little about a provider's speed.
 const SPEED_CHECK_MIN_TOKENS: u64 = 8;
-
-/// The median price among the quoted candidates: what "cheap" is measured against.
-fn median_price(candidates: &VecDeque<Candidate>) -> NanoUsd {
-    let mut prices: Vec<u64> = candidates.iter().map(|c| c.price.0).collect();
-    prices.sort_unstable();
-    NanoUsd(prices.get(prices.len() / 2).copied().unwrap_or(0))
-}

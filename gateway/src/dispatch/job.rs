@@ -1,0 +1,377 @@
+//! One request being served, as a state: the candidates left, the response so far, why
+//! the last provider failed. [`Job::after`] decides what a segment's end means (done,
+//! the client left, try the next provider) without side effects, so the rules are
+//! tested alone; [`Dispatcher::serve`] runs the segments and acts on the decisions.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_protocol::{FinishReason, JobRequest, NanoUsd, NodeId, Tier};
+use sharemesh_reputation::Outcome;
+use tokio::sync::mpsc;
+
+use super::{DispatchEvent, Dispatcher, Response, SegmentReport};
+use crate::buyer::{Billing, SegmentError};
+use crate::keys::KeyRecord;
+use crate::plan::Plan;
+use crate::quote::Candidate;
+use crate::route::{RouteError, RouteRequest};
+use crate::segment::SegmentTerms;
+use crate::verify::audit;
+use crate::verify::trust::SegmentAudit;
+
+/// A request's state while providers serve it.
+pub(super) struct Job {
+    plan: Plan,
+    /// Candidates not tried yet, best first.
+    queue: VecDeque<Candidate>,
+    response: Response,
+    /// Start on two providers at once (gold tier, once).
+    hedge: bool,
+    last_error: String,
+    /// Whether every provider tried refused only for lack of capacity (then the
+    /// request waits for a turn and is planned again).
+    only_unavailable: bool,
+    terms: SegmentTerms,
+    audit_secret: [u8; 32],
+    audit_commitment: sharemesh_protocol::Digest,
+    /// The median quoted price: what "cheap" is measured against.
+    median_price: NanoUsd,
+}
+
+/// What a segment's end means for the request.
+#[derive(Debug, PartialEq)]
+pub(super) enum Next {
+    /// The provider finished it: tell the client.
+    Done(FinishReason),
+    /// The client went away: the request ends (what arrived is booked and audited).
+    ClientLeft,
+    /// The provider did not finish it; `outcome` is what its reputation records.
+    FailOver { outcome: Option<Outcome> },
+}
+
+impl Job {
+    pub(super) fn new(
+        mut plan: Plan,
+        request: &RouteRequest,
+        key: Option<&KeyRecord>,
+        hedge_gold: bool,
+    ) -> Self {
+        let queue: VecDeque<Candidate> = std::mem::take(&mut plan.candidates).into();
+        let hedge = plan.tier == Tier::Reserved
+            && request.routing.hedge.unwrap_or(hedge_gold)
+            && queue.len() >= 2;
+        let terms = SegmentTerms {
+            billing: Billing::Metered(key.map(|k| k.id.clone())),
+            counted: plan.counted.clone(),
+        };
+        let (audit_secret, audit_commitment) = audit::audit_secret(&plan.job_id);
+        Self {
+            median_price: median_price(&queue),
+            response: Response {
+                started: Instant::now(),
+                job_id: plan.job_id,
+                delivered: Vec::new(),
+                providers: Vec::new(),
+                segments: Vec::new(),
+                cost: NanoUsd::ZERO,
+                warming: None,
+                warmed_at: 0,
+            },
+            plan,
+            queue,
+            hedge,
+            last_error: String::from("no provider answered"),
+            only_unavailable: true,
+            terms,
+            audit_secret,
+            audit_commitment,
+        }
+    }
+
+    /// The job a provider is asked to run: the request, resumed after every token
+    /// delivered so far.
+    fn job_request(&self, buyer: NodeId, request: &RouteRequest, to: &Candidate) -> JobRequest {
+        JobRequest {
+            job_id: self.plan.job_id,
+            buyer,
+            provider: to.provider(),
+            model: self.plan.model,
+            prompt: request.prompt.clone(),
+            sampling: request.sampling.clone(),
+            max_price_per_token: to.price,
+            tier: self.plan.tier,
+            deadline_ms: now_ms() + 600_000,
+            resume: self.response.delivered.clone(),
+            audit_commitment: self.audit_commitment,
+        }
+    }
+
+    /// A provider that could not be reached or refused before accepting.
+    fn not_opened(&mut self, provider: NodeId, err: &SegmentError) {
+        self.last_error = format!("provider {provider}: {err}");
+        self.only_unavailable &= err.is_unavailable();
+    }
+
+    /// What the end of `report`'s segment means.
+    pub(super) fn after(&mut self, report: &SegmentReport) -> Next {
+        if report.client_left {
+            // Its stream was dropped, which cancelled the job and sent the receipt for
+            // what arrived; the provider did nothing wrong.
+            return Next::ClientLeft;
+        }
+        let provider = report.provider;
+        match &report.end {
+            // A provider that cancels (preemption) or errs has not finished the job.
+            Ok(finish @ (FinishReason::Stop | FinishReason::Length)) => Next::Done(*finish),
+            Ok(finish) => {
+                self.last_error = format!("provider {provider} stopped the job ({finish:?})");
+                self.only_unavailable = false;
+                Next::FailOver {
+                    outcome: Some(Outcome::Failed),
+                }
+            }
+            Err(why) => {
+                self.last_error = format!("provider {provider}: {why}");
+                self.only_unavailable &= why.is_at_capacity();
+                Next::FailOver {
+                    outcome: why.outcome(),
+                }
+            }
+        }
+    }
+
+    /// Every token the request asked for was delivered (by the providers that failed).
+    fn delivered_all(&self, request: &RouteRequest) -> bool {
+        self.response.delivered.len() >= request.sampling.max_tokens as usize
+    }
+
+    /// Why the request failed once no candidate is left.
+    pub(super) fn failure(self) -> RouteError {
+        // A provider that accepted is in `providers`: the client has been told.
+        if !self.response.providers.is_empty() {
+            RouteError::Upstream(self.last_error)
+        } else if self.only_unavailable {
+            RouteError::busy(self.last_error)
+        } else {
+            RouteError::NoProvider(self.last_error)
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Runs a planned request on its candidates in turn (failing over, hedging gold);
+    /// `true` once done, `false` when the client went away.
+    pub(super) async fn serve(
+        self: &Arc<Self>,
+        plan: Plan,
+        request: &RouteRequest,
+        key: Option<KeyRecord>,
+        events: &mpsc::Sender<DispatchEvent>,
+    ) -> Result<bool, RouteError> {
+        let mut job = Job::new(plan, request, key.as_ref(), self.defaults.hedge_gold);
+        while let Some(candidate) = job.queue.pop_front() {
+            let asked = job.job_request(self.node_id(), request, &candidate);
+            let started = Instant::now();
+            let (candidate, opened) = if std::mem::take(&mut job.hedge) {
+                let since = job.response.started;
+                self.open_hedged(candidate, asked.clone(), &mut job.queue, &job.terms, since)
+                    .await
+            } else {
+                let terms = job.terms.clone();
+                let opened = self
+                    .segments
+                    .open(&candidate.entry, asked.clone(), terms)
+                    .await;
+                (candidate, opened)
+            };
+            let provider = candidate.provider();
+            let opened = match opened {
+                Ok(opened) => opened,
+                Err(err) => {
+                    job.not_opened(provider, &err);
+                    self.record(provider, err.outcome());
+                    self.count(|m| m.failovers.inc());
+                    self.log_unserved(&job.response, &candidate, format!("not opened: {err}"));
+                    continue;
+                }
+            };
+            self.trust.serving(job.plan.model, provider);
+            let asked = JobRequest {
+                provider,
+                max_price_per_token: candidate.price,
+                ..asked
+            };
+            let next = job.queue.front();
+            let mut report = self
+                .stream_segment(opened, &asked, started, &mut job.response, next, events)
+                .await;
+            self.book(&report, request, key.as_ref(), &mut job.response)
+                .await;
+            self.log_segment(&job.response, &report, candidate.price);
+            if let Some(transcript) = report.transcript.take() {
+                self.trust.consider(SegmentAudit {
+                    transcript,
+                    secret: job.audit_secret,
+                    job_id: job.plan.job_id,
+                    price: candidate.price,
+                    median_price: job.median_price,
+                });
+            }
+            match job.after(&report) {
+                Next::ClientLeft => return Ok(false),
+                Next::Done(finish) => {
+                    let tokens = report.tokens;
+                    self.record(provider, Outcome::Completed { tokens });
+                    if let Ok(mut book) = self.mesh.book.write() {
+                        // It served us: its advert keeps its place in a flooded book.
+                        book.mark_known_good(provider);
+                    }
+                    self.done(finish, job.response, events).await;
+                    return Ok(true);
+                }
+                Next::FailOver { outcome } => {
+                    self.record(provider, outcome);
+                    let (job_id, delivered) = (job.plan.job_id, job.response.delivered.len());
+                    tracing::warn!(job = %job_id, %provider, error = %job.last_error, delivered, "provider failed; trying the next");
+                    self.count(|m| m.failovers.inc());
+                    if job.delivered_all(request) {
+                        self.done(FinishReason::Length, job.response, events).await;
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        Err(job.failure())
+    }
+
+    /// Logs the response as complete, then tells the client.
+    async fn done(
+        &self,
+        finish: FinishReason,
+        response: Response,
+        events: &mpsc::Sender<DispatchEvent>,
+    ) {
+        let summary = (response.delivered.len() as u64, response.cost);
+        self.jobs.finish(&response.job_id, now_ms(), Ok(summary));
+        let done = DispatchEvent::Done {
+            finish,
+            completion_tokens: response.delivered.len() as u32,
+            providers: response.providers,
+            cost: response.cost,
+            segments: response.segments,
+        };
+        let _ = events.send(done).await;
+    }
+}
+
+/// The median price among the quoted candidates: what "cheap" is measured against.
+fn median_price(candidates: &VecDeque<Candidate>) -> NanoUsd {
+    let mut prices: Vec<u64> = candidates.iter().map(|c| c.price.0).collect();
+    prices.sort_unstable();
+    NanoUsd(prices.get(prices.len() / 2).copied().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sharemesh_protocol::{JobId, ModelId, Prompt, RejectReason, Sampling};
+
+    use super::*;
+
+    fn fresh() -> (Job, RouteRequest) {
+        let request = RouteRequest {
+            model: "m".into(),
+            prompt: Prompt::Text("hi".into()),
+            sampling: Sampling {
+                max_tokens: 4,
+                ..Sampling::default()
+            },
+            routing: Default::default(),
+        };
+        let plan = Plan {
+            job_id: JobId::from_bytes([7; 16]),
+            model: ModelId::from_bytes([1; 32]),
+            tier: Tier::OnDemand,
+            candidates: Vec::new(),
+            worst_case: 0,
+            counted: None,
+        };
+        (Job::new(plan, &request, None, true), request)
+    }
+
+    fn ended(end: Result<FinishReason, SegmentError>, client_left: bool) -> SegmentReport {
+        SegmentReport {
+            provider: NodeId::from_bytes([9; 32]),
+            accept: None,
+            tokens: 2,
+            last_receipt: None,
+            started: Instant::now(),
+            first_token: None,
+            end,
+            transcript: None,
+            client_left,
+        }
+    }
+
+    fn full() -> SegmentError {
+        SegmentError::Refused {
+            reason: RejectReason::OverCapacity,
+            detail: "full".into(),
+        }
+    }
+
+    #[test]
+    fn a_finished_segment_ends_the_request_and_a_client_leaving_ends_it_first() {
+        let (mut job, _) = fresh();
+        for finish in [FinishReason::Stop, FinishReason::Length] {
+            assert_eq!(job.after(&ended(Ok(finish), false)), Next::Done(finish));
+        }
+        assert_eq!(
+            job.after(&ended(Ok(FinishReason::Stop), true)),
+            Next::ClientLeft
+        );
+        let stalled = ended(Err(SegmentError::Stalled(Duration::from_secs(5))), true);
+        assert_eq!(job.after(&stalled), Next::ClientLeft);
+    }
+
+    #[test]
+    fn a_request_only_full_providers_refused_waits_for_a_turn() {
+        let (mut job, _) = fresh();
+        job.not_opened(NodeId::from_bytes([2; 32]), &full());
+        let next = job.after(&ended(Err(full()), false));
+        assert_eq!(
+            next,
+            Next::FailOver {
+                outcome: Some(Outcome::Refused)
+            }
+        );
+        assert!(matches!(job.failure(), RouteError::Busy { .. }));
+    }
+
+    #[test]
+    fn any_other_failure_is_no_provider_and_after_an_accept_upstream() {
+        let (mut job, _) = fresh();
+        job.not_opened(NodeId::from_bytes([2; 32]), &full());
+        let preempted = job.after(&ended(Ok(FinishReason::Cancelled), false));
+        assert_eq!(
+            preempted,
+            Next::FailOver {
+                outcome: Some(Outcome::Failed)
+            }
+        );
+        assert!(
+            matches!(job.failure(), RouteError::NoProvider(ref why) if why.contains("Cancelled"))
+        );
+        let (mut job, request) = fresh();
+        job.response.providers.push(NodeId::from_bytes([3; 32]));
+        job.response.delivered = vec![5, 6, 7, 8];
+        let broke = job.after(&ended(Err(SegmentError::StreamBroke("eof".into())), false));
+        assert!(matches!(broke, Next::FailOver { .. }));
+        assert!(job.delivered_all(&request), "4 of max_tokens 4 delivered");
+        assert!(matches!(job.failure(), RouteError::Upstream(ref why) if why.contains("eof")));
+    }
+}
