@@ -1,5 +1,5 @@
 //! The gateway's Prometheus metrics (prefix `sharemesh_gateway_`), registered in the
-//! process's registry when it keeps one (`GET /metrics`, SPEC §11).
+//! process's registry when it keeps one (`GET /metrics`, docs/api.md, *Metrics*).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use std::collections::HashSet;

@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §11): one registry per process, encoded in the OpenMetrics
+//! Prometheus metrics (docs/api.md, *Metrics*): one registry per process, encoded in the OpenMetrics
 //! text format at `GET /metrics`. The mesh registers libp2p's own (swarm, Kademlia,
 //! gossipsub, identify, ping; prefix `libp2p_`) and its own (prefix `sharemesh_mesh_`);
 //! the gateway and the provider add theirs to the same registry.

@@ -1,5 +1,5 @@
 //! The provider's Prometheus metrics (prefix `sharemesh_provider_`), registered in the
-//! process's registry when it keeps one (`GET /metrics`, SPEC §11).
+//! process's registry when it keeps one (`GET /metrics`, docs/api.md, *Metrics*).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
