@@ -3,9 +3,9 @@
 the tests write from SmolLM2's weights in another family's layout or with another
 setting (qwen2 with biases, qwen3, phi3, llama with linear rope scaling ×2:
 `cargo run -p sharemesh-engine --example family_files`), the prompt ids and greedy
-continuations with llama.cpp's top-2 margins.
+continuations with llama.cpp's top-2 margins; and gemma2 from Gemma 3 270M's weights.
 
-    python3 scripts/make-family-fixtures.py PATH/TO/SmolLM2-135M-Instruct-Q4_1.gguf
+    python3 scripts/make-family-fixtures.py SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf
 
 Runs llama-cpp-python 0.3.16 from .venv-bench (scripts/llama_cpp_env.py builds it on
 first use: minutes), F32 KV cache so it rounds like the kernels' f32 cache.
@@ -49,13 +49,13 @@ print(json.dumps(cases))
 
 
 def main():
-    smollm2 = os.path.abspath(sys.argv[1])
+    smollm2, gemma3 = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     python = ensure_llama_cpp()
     with tempfile.TemporaryDirectory() as out:
         subprocess.check_call(["cargo", "run", "-q", "-p", "sharemesh-engine", "--example",
-                               "family_files", "--", smollm2, out], cwd=ROOT)
+                               "family_files", "--", smollm2, gemma3, out], cwd=ROOT)
         fixture = {}
-        for family in ["qwen2", "qwen3", "phi3", "llama-linear-2"]:
+        for family in ["qwen2", "qwen3", "phi3", "llama-linear-2", "gemma2"]:
             result = subprocess.run([python, "-c", RUN, os.path.join(out, f"{family}.gguf"),
                                      json.dumps(PROMPTS), str(TOKENS)],
                                     check=True, capture_output=True, text=True)

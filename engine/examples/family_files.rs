@@ -2,9 +2,10 @@
 //! SmolLM2's weights (`tests/support/`), for `scripts/make-family-fixtures.py` to run
 //! llama.cpp on:
 //!
-//!     cargo run -p sharemesh-engine --example family_files -- SMOLLM2.gguf OUT_DIR
+//!     cargo run -p sharemesh-engine --example family_files -- SMOLLM2.gguf GEMMA3.gguf OUT_DIR
 //!
-//! writes OUT_DIR/{qwen2,qwen3,phi3,llama-linear-2}.gguf, the same bytes as the tests'.
+//! writes OUT_DIR/{qwen2,qwen3,phi3,llama-linear-2,gemma2}.gguf, the same bytes as the
+//! tests' (gemma2 from Gemma 3 270M's weights).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -15,11 +16,15 @@ use std::path::PathBuf;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [smollm2, out] = &args[..] else {
-        eprintln!("usage: family_files SMOLLM2.gguf OUT_DIR");
+    let [smollm2, gemma3, out] = &args[..] else {
+        eprintln!("usage: family_files SMOLLM2.gguf GEMMA3.gguf OUT_DIR");
         std::process::exit(2);
     };
-    let (smollm2, out) = (PathBuf::from(smollm2), PathBuf::from(out));
+    let (smollm2, gemma3, out) = (
+        PathBuf::from(smollm2),
+        PathBuf::from(gemma3),
+        PathBuf::from(out),
+    );
     if let Err(err) = std::fs::create_dir_all(&out) {
         eprintln!("cannot create {}: {err}", out.display());
         std::process::exit(1);
@@ -35,5 +40,6 @@ fn main() {
         ("llama.rope.scaling.factor", Value::F32(2.0)),
     ];
     support::with_metadata(&smollm2, &out.join("llama-linear-2.gguf"), &scaling);
+    support::gemma2::write_gemma2_from_gemma3(&gemma3, &out.join("gemma2.gguf"));
     println!("{}", out.display());
 }

@@ -197,8 +197,15 @@ pub(crate) fn kernel_config(
             )));
         }
     }
+    let rope_base = optional("rope.freq_base")?.unwrap_or(10_000.0) as f32;
     let gemma = match architecture {
         "gemma3" => Some(Gemma::gemma3(number("attention.sliding_window")? as usize)),
+        "gemma2" => Some(Gemma::gemma2(
+            number("attention.sliding_window")? as usize,
+            rope_base,
+            optional("attn_logit_softcapping")?.map(|c| c as f32),
+            optional("final_logit_softcapping")?.map(|c| c as f32),
+        )),
         _ => None,
     };
     Ok(LlamaConfig {
@@ -209,9 +216,9 @@ pub(crate) fn kernel_config(
         heads,
         kv_heads: number("attention.head_count_kv")? as usize,
         head_dim,
-        // qwen2 and gemma3 files often leave it out: the whole head rotates.
+        // qwen2 and Gemma files often leave it out: the whole head rotates.
         rope_dimensions: optional("rope.dimension_count")?.map_or(head_dim, |d| d as usize),
-        rope_base: optional("rope.freq_base")?.unwrap_or(10_000.0) as f32,
+        rope_base,
         rope_scale,
         norm_eps: number("attention.layer_norm_rms_epsilon")? as f32,
         context: number("context_length")? as usize,

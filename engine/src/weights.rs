@@ -160,7 +160,7 @@ impl Weights {
         }
         if matches!(
             architecture,
-            "llama" | "qwen2" | "qwen3" | "phi3" | "gemma3"
+            "llama" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3"
         ) && device.is_cpu()
             && kernels_enabled()
         {
@@ -199,7 +199,8 @@ impl Weights {
                 .map(|m| Weights::Gemma3(Box::new(m)))
                 .map_err(corrupt),
             other => Err(EngineError::Unsupported(format!(
-                "architecture `{other}` (supported: llama, qwen2, qwen3, phi3, gemma3)"
+                "architecture `{other}` (supported: llama, qwen2, qwen3, phi3, gemma2 on the \
+                 sharemesh kernels, gemma3)"
             ))),
         }
     }
@@ -381,6 +382,9 @@ fn candle_cannot_run(
 ) -> Option<String> {
     if rope_scale != 1.0 {
         return Some("linear rope scaling".into());
+    }
+    if architecture == "gemma2" {
+        return Some("Gemma 2's soft-capped attention (no candle graph here)".into());
     }
     if architecture == "phi3" {
         let number = |key: &str| {

@@ -51,6 +51,7 @@ fn main() {
                     |j| at(layer, 1, head, j),
                     0..positions,
                     0.125,
+                    None,
                     &mut scratch,
                     &mut out,
                 );

@@ -46,6 +46,7 @@ pub fn attend_heads<'a>(
     value: impl Fn(usize) -> &'a [f16],
     keys: Range<usize>,
     scale: f32,
+    softcap: Option<f32>,
     scratch: &mut AttendScratch<'a>,
     out: &mut [f32],
 ) {
@@ -69,7 +70,15 @@ pub fn attend_heads<'a>(
         scratch.values.push(v);
     }
     assert!(!scratch.keys.is_empty(), "attention over no positions");
-    attend_rows(Build::for_dim(dim), queries, dim, scale, scratch, out);
+    attend_rows(
+        Build::for_dim(dim),
+        queries,
+        dim,
+        scale,
+        softcap,
+        scratch,
+        out,
+    );
 }
 
 /// Hints the cache (`HINT`: which level) to fetch every line of `row`: no effect on any
@@ -91,6 +100,7 @@ fn attend_rows(
     queries: &[f32],
     dim: usize,
     scale: f32,
+    softcap: Option<f32>,
     scratch: &mut AttendScratch<'_>,
     out: &mut [f32],
 ) {
@@ -122,6 +132,9 @@ fn attend_rows(
         Build::Avx2 => unsafe { avx2::scores(queries, dim, keys, scale, scores) },
         #[cfg(target_arch = "x86_64")]
         Build::Avx512 => unsafe { avx512::scores(queries, dim, keys, scale, scores) },
+    }
+    if let Some(cap) = softcap {
+        soft_cap(scores, cap);
     }
     totals.clear();
     totals.extend(scores.chunks_exact_mut(positions).map(softmax_in_place));
@@ -214,6 +227,16 @@ impl Build {
 /// `s ← exp(s − max)` for every score (the kernels' own `exp`); returns their sum in
 /// order.
 #[inline(always)]
+/// Gemma 2's soft capping, `cap · tanh(x / cap)` in llama.cpp's order (scale by `1/cap`,
+/// tanh, scale by `cap`), on the kernels' own `tanh`: scores (or logits) squashed into
+/// (−cap, cap).
+pub fn soft_cap(values: &mut [f32], cap: f32) {
+    let inverse = 1.0 / cap;
+    for value in values {
+        *value = crate::math::tanh(*value * inverse) * cap;
+    }
+}
+
 fn softmax_in_place(scores: &mut [f32]) -> f32 {
     let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
     for score in scores.iter_mut() {
@@ -247,6 +270,7 @@ mod tests {
             |j| &values[j * dim..][..dim],
             span,
             1.0,
+            None,
             &mut AttendScratch::default(),
             &mut out,
         );
@@ -327,12 +351,13 @@ mod tests {
                         value,
                         span.clone(),
                         0.125,
+                        None,
                         &mut scratch,
                         &mut paths[0],
                     );
                     for build in Build::all(dim) {
                         let mut got = vec![0f32; heads * dim];
-                        attend_rows(build, &queries, dim, 0.125, &mut scratch, &mut got);
+                        attend_rows(build, &queries, dim, 0.125, None, &mut scratch, &mut got);
                         paths.push(got);
                     }
                     for (k, got) in paths.iter().enumerate() {

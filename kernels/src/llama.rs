@@ -55,12 +55,18 @@ pub struct LlamaConfig {
 /// (tanh) where llama has SiLU; RMS norms of the attention's and the feed-forward's
 /// output before each residual add; and all but every `global_every`-th layer see only
 /// the last `sliding_window` positions, rotated with base `local_rope_base`. Its stored
-/// norm weights already include Gemma's `+1`, so every norm is a plain RMS norm.
+/// norm weights already include Gemma's `+1`, so every norm is a plain RMS norm. Gemma 2
+/// ([`Gemma::gemma2`]) has no head norms, one rotary base, and soft caps.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Gemma {
     pub sliding_window: usize,
     pub global_every: usize,
     pub local_rope_base: f32,
+    /// Gemma 2: attention scores soft-capped at this (`cap · tanh(score / cap)`)
+    /// before the softmax.
+    pub attn_softcap: Option<f32>,
+    /// Gemma 2: the output logits soft-capped at this.
+    pub final_softcap: Option<f32>,
 }
 
 impl Gemma {
@@ -76,6 +82,26 @@ impl Gemma {
             sliding_window,
             global_every: Self::GEMMA3_GLOBAL_EVERY,
             local_rope_base: Self::GEMMA3_LOCAL_ROPE_BASE,
+            attn_softcap: None,
+            final_softcap: None,
+        }
+    }
+
+    /// Gemma 2 (llama.cpp's `gemma2` graph): every other layer global (the odd ones),
+    /// one rotary base for all, no head norms, and attention scores and output logits
+    /// soft-capped at the file's `attn_logit_softcapping` and `final_logit_softcapping`.
+    pub fn gemma2(
+        sliding_window: usize,
+        rope_base: f32,
+        attn_softcap: Option<f32>,
+        final_softcap: Option<f32>,
+    ) -> Self {
+        Gemma {
+            sliding_window,
+            global_every: 2,
+            local_rope_base: rope_base,
+            attn_softcap,
+            final_softcap,
         }
     }
 }
@@ -122,8 +148,12 @@ impl LlamaConfig {
         {
             return bad("the sliding window and the global layer period must be positive");
         }
-        if self.gemma.is_some() && !self.head_norms {
-            return bad("Gemma 3 norms each query and key head");
+        let cap_ok = |cap: Option<f32>| cap.is_none_or(|c| c.is_finite() && c > 0.0);
+        if self
+            .gemma
+            .is_some_and(|g| !cap_ok(g.attn_softcap) || !cap_ok(g.final_softcap))
+        {
+            return bad("soft-capping values must be positive numbers");
         }
         // A file's numbers are claims: widths whose products overflow (a KV block holds
         // layers × 2 × 16 positions × the KV width) are refused, not wrapped.
@@ -433,8 +463,12 @@ pub(super) mod tests {
         refused(&|c| c.layers = usize::MAX / 4, "overflow");
         refused(&|c| c.gemma = Some(Gemma::gemma3(0)), "sliding window");
         refused(
-            &|c| c.gemma = Some(Gemma::gemma3(512)),
-            "query and key head",
+            &|c| c.gemma = Some(Gemma::gemma2(4096, 1e4, Some(0.0), None)),
+            "soft-capping",
+        );
+        refused(
+            &|c| c.gemma = Some(Gemma::gemma2(4096, 1e4, None, Some(f32::NAN))),
+            "soft-capping",
         );
         assert!(config().validate().is_ok());
     }

@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+pub mod gemma2;
 pub mod qwen2;
 
 /// The catalog models' ids (header and tensor digests, `sharemesh_protocol::model_header`).

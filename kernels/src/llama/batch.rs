@@ -237,6 +237,7 @@ impl Llama {
         let caches: Vec<&SequenceCache> = batch.iter().map(|entry| &*entry.cache).collect();
         let group = c.heads / c.kv_heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
+        let softcap = c.gemma.and_then(|g| g.attn_softcap);
         let (q, rows) = (&step.q, &step.rows);
         let per_task = heads_per_task(group, rows.entry.len() * c.kv_heads);
         step.attended
@@ -253,7 +254,9 @@ impl Llama {
                 let end = rows.position[row] + 1;
                 let start = layer.window.map_or(0, |w| end.saturating_sub(w));
                 let span = start..end;
-                attend_heads(queries, head_dim, key, value, span, scale, scratch, out);
+                attend_heads(
+                    queries, head_dim, key, value, span, scale, softcap, scratch, out,
+                );
             });
         let acts = quantize_rows(&step.attended, c.q_width());
         matmul(isa, &layer.wo, &acts, &mut step.projected);
@@ -309,6 +312,9 @@ impl Llama {
             &quantize_rows(&final_norm, hidden),
             &mut logits,
         );
+        if let Some(cap) = self.config.gemma.and_then(|g| g.final_softcap) {
+            crate::attention::soft_cap(&mut logits, cap);
+        }
         logits
             .chunks_exact(rows * output.rows)
             .map(<[f32]>::to_vec)
