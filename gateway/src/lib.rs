@@ -392,6 +392,7 @@ async fn get_job(
             kind: "invalid_request_error",
             param: Some("id".into()),
             code: Some("job_not_found"),
+            retry_after: None,
         }
         .into_response(),
     }

@@ -50,6 +50,7 @@ pub fn error_response(err: &ApiError) -> Response {
     };
     crate::api::error::with_retry_after(
         (err.status, Json(error_body(kind, &err.message))).into_response(),
+        err.retry_after,
     )
 }
 

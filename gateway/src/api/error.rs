@@ -13,6 +13,9 @@ pub struct ApiError {
     pub kind: &'static str,
     pub param: Option<String>,
     pub code: Option<&'static str>,
+    /// How long a client should wait before retrying, where the routing core said
+    /// (a busy request); other 503s get [`crate::route::BUSY_RETRY_AFTER`].
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ApiError {
@@ -27,6 +30,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: None,
             code: None,
+            retry_after: None,
         }
     }
 
@@ -43,6 +47,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: None,
             code: Some(code),
+            retry_after: None,
         }
     }
 
@@ -57,6 +62,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: None,
             code: Some(code),
+            retry_after: None,
         }
     }
 
@@ -67,6 +73,7 @@ impl ApiError {
             kind: "permission_error",
             param: None,
             code: Some(code),
+            retry_after: None,
         }
     }
 
@@ -77,6 +84,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: None,
             code: Some("request_too_large"),
+            retry_after: None,
         }
     }
 
@@ -95,13 +103,18 @@ impl ApiError {
 /// Seconds a client is told to wait before retrying a 503 (the SDKs honour it).
 pub const RETRY_AFTER_SECS: u64 = crate::route::BUSY_RETRY_AFTER.as_secs();
 
-/// `response` with `Retry-After` when it is a 503: capacity may free, providers may
-/// come back, so the client should try again later, not give up.
-pub fn with_retry_after(mut response: Response) -> Response {
+/// `response` with `Retry-After` when it is a 503 (`retry_after`, else
+/// [`RETRY_AFTER_SECS`]): capacity may free, providers may come back, so the client
+/// should try again later, not give up.
+pub fn with_retry_after(
+    mut response: Response,
+    retry_after: Option<std::time::Duration>,
+) -> Response {
     if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+        let seconds = retry_after.map_or(RETRY_AFTER_SECS, |wait| wait.as_secs().max(1));
         response.headers_mut().insert(
             axum::http::header::RETRY_AFTER,
-            axum::http::HeaderValue::from(RETRY_AFTER_SECS),
+            axum::http::HeaderValue::from(seconds),
         );
     }
     response
@@ -109,7 +122,11 @@ pub fn with_retry_after(mut response: Response) -> Response {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        with_retry_after((self.status, Json(self.body())).into_response())
+        let retry_after = self.retry_after;
+        with_retry_after(
+            (self.status, Json(self.body())).into_response(),
+            retry_after,
+        )
     }
 }
 
@@ -118,6 +135,10 @@ impl From<RouteError> for ApiError {
     /// edges re-shape this one).
     fn from(err: RouteError) -> Self {
         let message = err.to_string();
+        let retry_after = match &err {
+            RouteError::Busy { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        };
         let (status, kind, param, code) = match err {
             RouteError::Invalid { param, .. } => (
                 StatusCode::BAD_REQUEST,
@@ -168,6 +189,7 @@ impl From<RouteError> for ApiError {
             kind,
             param,
             code,
+            retry_after,
         }
     }
 }
@@ -218,5 +240,12 @@ mod tests {
         assert_eq!(invalid.param.as_deref(), Some("stop"));
         let busy = ApiError::from(RouteError::busy("full")).into_response();
         assert_eq!(busy.headers()["retry-after"], "5");
+        // The wait the core names is the one the client is told.
+        let later = RouteError::Busy {
+            message: "full".into(),
+            retry_after: std::time::Duration::from_secs(12),
+        };
+        let later = ApiError::from(later).into_response();
+        assert_eq!(later.headers()["retry-after"], "12");
     }
 }
