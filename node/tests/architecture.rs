@@ -15,10 +15,15 @@ fn workspace() -> PathBuf {
 /// `cargo tree` of the normal dependencies, one package per line, for `select`
 /// (`["-p", name]`, `["--workspace"]`).
 fn cargo_tree(select: &[&str]) -> String {
+    cargo_tree_of_edges("normal", select)
+}
+
+/// `cargo tree -e edges` for `select`, one package per line.
+fn cargo_tree_of_edges(edges: &str, select: &[&str]) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(workspace())
-        .args(["tree", "--offline", "-e", "normal", "--prefix", "none"])
+        .args(["tree", "--offline", "-e", edges, "--prefix", "none"])
         .args(select)
         .output()
         .unwrap();
@@ -61,6 +66,43 @@ fn the_light_client_links_no_inference() {
         );
     }
     assert!(light.contains("sharemesh-gateway"));
+}
+
+/// Each third-party package's features, as `cargo tree -e edges` resolves them for
+/// `select` (`name version` -> the features).
+fn third_party_features(edges: &str, select: &[&str]) -> BTreeMap<String, String> {
+    cargo_tree_of_edges(edges, &[select, &["-f", "{p}|{f}"]].concat())
+        .lines()
+        .filter(|line| !line.starts_with("sharemesh"))
+        .filter_map(|line| {
+            let (package, features) = line.trim_end_matches(" (*)").split_once('|')?;
+            let mut words = package.split_whitespace();
+            let name_version = format!("{} {}", words.next()?, words.next()?);
+            Some((name_version, features.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// The light client resolves every third-party crate with the features the workspace's
+/// own build (tests included) gives it, so CI's lint of the light build re-checks only
+/// sharemesh's crates instead of most of the graph again (node/Cargo.toml pins the
+/// features the inference crates would otherwise add alone).
+#[test]
+fn the_light_client_resolves_shared_crates_as_the_workspace_does() {
+    let workspace = third_party_features("normal,build,dev", &["--workspace"]);
+    let light = third_party_features("no-dev", &["-p", "sharemesh-node", "--no-default-features"]);
+    let differing: Vec<String> = light
+        .iter()
+        .filter(|(package, features)| workspace.get(*package) != Some(features))
+        .map(|(package, features)| {
+            format!(
+                "{package}: light [{features}], workspace {:?}",
+                workspace.get(package)
+            )
+        })
+        .collect();
+    assert!(!light.is_empty() && light.len() < workspace.len());
+    assert!(differing.is_empty(), "{differing:#?}");
 }
 
 /// The shipped `sharemesh` carries no adversary kit: no crate it links is built with the
