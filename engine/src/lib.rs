@@ -275,11 +275,14 @@ impl LoadedModel {
         }
         let mut fingerprints = Vec::with_capacity(outputs.len() - request.from);
         let mut drawn = Vec::with_capacity(outputs.len() - request.from);
+        let mut draw_distances = Vec::with_capacity(outputs.len() - request.from);
         let mut redraw =
             redraw::Redraw::new(self, &prompt, &request.sampling, &outputs[..request.from])?;
         let mut score = |logits: &[f32], step: usize| -> Result<(), EngineError> {
             fingerprints.push(StepFingerprint::from_logits(logits));
-            drawn.push(redraw.step(logits, outputs[step])?);
+            let (token, distance) = redraw.step(logits, outputs[step])?;
+            drawn.push(token);
+            draw_distances.push(distance);
             Ok(())
         };
         if self.weights.batch_invariant() {
@@ -319,6 +322,7 @@ impl LoadedModel {
         Ok(Replayed {
             fingerprints,
             drawn,
+            draw_distances,
             profile: self.profile(),
         })
     }

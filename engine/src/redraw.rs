@@ -40,8 +40,13 @@ impl Redraw {
     }
 
     /// The token the sampler draws from `logits` (the raw logits after the history so
-    /// far), then `delivered` joins the history whatever was drawn.
-    pub(crate) fn step(&mut self, logits: &[f32], delivered: u32) -> Result<u32, EngineError> {
+    /// far) and how far that draw lies from `delivered` (`sampler::redraw`), then
+    /// `delivered` joins the history whatever was drawn.
+    pub(crate) fn step(
+        &mut self,
+        logits: &[f32],
+        delivered: u32,
+    ) -> Result<(u32, f32), EngineError> {
         let mut logits = logits.to_vec();
         if let Some(guide) = self.guide.as_mut() {
             guide
@@ -49,12 +54,13 @@ impl Redraw {
                 .map_err(|e| EngineError::Inference(format!("response format: {e}")))?;
         }
         let completion = self.history.len() - self.prompt_len;
-        let drawn = sampler::sample(
+        let drawn = sampler::redraw(
             &mut logits,
             &self.history,
             completion,
             &self.sampling,
             completion as u64,
+            delivered,
         );
         self.deliver(delivered);
         Ok(drawn)

@@ -121,6 +121,140 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// The distribution a step draws from: the logits after bias and penalties, and for a
+/// sampled step its candidates by weight (the kernels' own `exp`), cut by top-k and
+/// top-p. Generation and a verifier's redraw both go through it.
+struct Distribution<'a> {
+    /// The penalized logits (greedy steps take their argmax).
+    logits: &'a [f32],
+    /// Candidates best first with their weights (`exp(l/T - max)`), empty when greedy.
+    candidates: Vec<(u32, f64)>,
+    /// How many of `candidates` the nucleus keeps.
+    keep: usize,
+    /// Their summed weight.
+    kept_total: f64,
+}
+
+impl<'a> Distribution<'a> {
+    /// Applies bias and penalties to `logits` in place.
+    fn new(logits: &'a mut [f32], history: &[u32], completion: usize, sampling: &Sampling) -> Self {
+        apply_logit_bias(logits, &sampling.logit_bias);
+        apply_repetition_penalty(logits, history, sampling.repetition_penalty);
+        apply_presence_frequency(
+            logits,
+            &history[history.len().saturating_sub(completion)..],
+            sampling.presence_penalty,
+            sampling.frequency_penalty,
+        );
+        let mut distribution = Self {
+            logits,
+            candidates: Vec::new(),
+            keep: 0,
+            kept_total: 0.0,
+        };
+        if sampling.temperature <= 0.0 {
+            return distribution;
+        }
+        let mut scaled: Vec<(u32, f32)> = distribution
+            .logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.is_finite())
+            .map(|(i, &l)| (i as u32, l / sampling.temperature))
+            .collect();
+        scaled.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if sampling.top_k > 0 {
+            scaled.truncate(sampling.top_k as usize);
+        }
+        let Some(&(_, max)) = scaled.first() else {
+            return distribution;
+        };
+        // The kernels' own exp (IEEE operations only), not the C library's: a verifier on
+        // another libc redraws the same token from the same logits.
+        let candidates: Vec<(u32, f64)> = scaled
+            .iter()
+            .map(|&(id, l)| (id, f64::from(sharemesh_kernels::math::exp(l - max))))
+            .collect();
+        let total: f64 = candidates.iter().map(|(_, w)| w).sum();
+        // Nucleus: the smallest prefix whose probability reaches top_p.
+        let mut keep = candidates.len();
+        if sampling.top_p < 1.0 {
+            let mut cumulative = 0.0;
+            for (i, (_, w)) in candidates.iter().enumerate() {
+                cumulative += w / total;
+                if cumulative >= f64::from(sampling.top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        distribution.kept_total = candidates[..keep].iter().map(|(_, w)| w).sum();
+        distribution.keep = keep;
+        distribution.candidates = candidates;
+        distribution
+    }
+
+    /// The token the draw `uniform` (in [0, 1)) picks.
+    fn pick(&self, uniform: f64) -> u32 {
+        if self.candidates.is_empty() {
+            return argmax(self.logits);
+        }
+        let mut target = uniform * self.kept_total;
+        for &(id, w) in &self.candidates[..self.keep] {
+            if target < w {
+                return id;
+            }
+            target -= w;
+        }
+        self.candidates[self.keep - 1].0
+    }
+
+    /// How far, in probability, the draw `uniform` lies from picking `delivered`: 0 when
+    /// it picks it, otherwise the distance from `uniform` to `delivered`'s interval of
+    /// the cumulative distribution (a token past the nucleus lies beyond 1, one the
+    /// candidates lack at 1). Greedy steps: 0 for the argmax, else the probability (at
+    /// temperature 1) the argmax has over `delivered`.
+    fn distance(&self, uniform: f64, delivered: u32) -> f32 {
+        if self.candidates.is_empty() {
+            return greedy_distance(self.logits, delivered);
+        }
+        let mut low = 0.0;
+        for &(id, w) in &self.candidates {
+            let high = low + w / self.kept_total;
+            if id == delivered {
+                let outside = if uniform < low {
+                    low - uniform
+                } else {
+                    (uniform - high).max(0.0)
+                };
+                return outside.min(1.0) as f32;
+            }
+            low = high;
+        }
+        1.0
+    }
+}
+
+/// Greedy: how much more probable (softmax at temperature 1) the argmax is than
+/// `delivered`; 0 when `delivered` is the argmax.
+fn greedy_distance(logits: &[f32], delivered: u32) -> f32 {
+    let best = argmax(logits);
+    if best == delivered {
+        return 0.0;
+    }
+    let max = logits[best as usize];
+    let Some(&theirs) = logits.get(delivered as usize).filter(|l| l.is_finite()) else {
+        return 1.0;
+    };
+    let weight = |l: f32| f64::from(sharemesh_kernels::math::exp(l - max));
+    let total: f64 = logits
+        .iter()
+        .filter(|l| l.is_finite())
+        .map(|&l| weight(l))
+        .sum();
+    ((weight(max) - weight(theirs)) / total) as f32
+}
+
 /// Picks the token for completion position `index`; `history` is the prompt and the
 /// completion so far, its last `completion` tokens the completion's.
 pub fn sample(
@@ -130,59 +264,28 @@ pub fn sample(
     sampling: &Sampling,
     index: u64,
 ) -> u32 {
-    apply_logit_bias(logits, &sampling.logit_bias);
-    apply_repetition_penalty(logits, history, sampling.repetition_penalty);
-    apply_presence_frequency(
-        logits,
-        &history[history.len().saturating_sub(completion)..],
-        sampling.presence_penalty,
-        sampling.frequency_penalty,
-    );
-    if sampling.temperature <= 0.0 {
-        return argmax(logits);
-    }
-    let mut candidates: Vec<(u32, f32)> = logits
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| l.is_finite())
-        .map(|(i, &l)| (i as u32, l / sampling.temperature))
-        .collect();
-    if candidates.is_empty() {
-        return argmax(logits);
-    }
-    candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    if sampling.top_k > 0 {
-        candidates.truncate(sampling.top_k as usize);
-    }
-    let max = candidates[0].1;
-    // The kernels' own exp (IEEE operations only), not the C library's: a verifier on
-    // another libc redraws the same token from the same logits.
-    let weights: Vec<f64> = candidates
-        .iter()
-        .map(|&(_, l)| f64::from(sharemesh_kernels::math::exp(l - max)))
-        .collect();
-    let total: f64 = weights.iter().sum();
-    // Nucleus: the smallest prefix whose probability reaches top_p.
-    let mut keep = candidates.len();
-    if sampling.top_p < 1.0 {
-        let mut cumulative = 0.0;
-        for (i, w) in weights.iter().enumerate() {
-            cumulative += w / total;
-            if cumulative >= f64::from(sampling.top_p) {
-                keep = i + 1;
-                break;
-            }
-        }
-    }
-    let kept_total: f64 = weights[..keep].iter().sum();
-    let mut target = uniform(sampling.seed, index) * kept_total;
-    for (i, w) in weights[..keep].iter().enumerate() {
-        if target < *w {
-            return candidates[i].0;
-        }
-        target -= w;
-    }
-    candidates[keep - 1].0
+    Distribution::new(logits, history, completion, sampling).pick(uniform(sampling.seed, index))
+}
+
+/// What a verifier redraws at one step: the token the request's seeded sampler picks
+/// from `logits`, and how far (in probability) that draw lies from picking `delivered`
+/// ([`Distribution::distance`]: 0 when they agree; small when another profile's
+/// slightly different logits moved an honest draw across a boundary; typically large
+/// when the provider chose `delivered` itself).
+pub fn redraw(
+    logits: &mut [f32],
+    history: &[u32],
+    completion: usize,
+    sampling: &Sampling,
+    index: u64,
+    delivered: u32,
+) -> (u32, f32) {
+    let distribution = Distribution::new(logits, history, completion, sampling);
+    let draw = uniform(sampling.seed, index);
+    (
+        distribution.pick(draw),
+        distribution.distance(draw, delivered),
+    )
 }
 
 #[cfg(test)]
@@ -203,6 +306,43 @@ mod tests {
     fn greedy_takes_the_argmax_and_lowest_id_on_ties() {
         let mut logits = vec![0.1, 3.0, 3.0, -1.0];
         assert_eq!(sample(&mut logits, &[], 0, &with(0.0, 0, 1.0, 0), 0), 1);
+    }
+
+    /// A redraw agrees with its own draw at distance 0; another token's distance is how
+    /// far the draw lies from its interval of the cumulative distribution; a token the
+    /// candidates lack is 1 away; greedy steps measure the argmax's lead.
+    #[test]
+    fn redraw_distances_measure_how_far_a_draw_lies_from_a_token() {
+        // Probabilities 0.25 / 0.75 (token 1 first: [0, 0.75), token 0: [0.75, 1)).
+        let logits = [0.0, 3f32.ln()];
+        let sampled = with(1.0, 0, 1.0, 5);
+        for index in 0..200 {
+            let u = uniform(5, index);
+            let (drawn, distance) = redraw(&mut logits.clone(), &[], 0, &sampled, index, 1);
+            assert_eq!(drawn, sample(&mut logits.clone(), &[], 0, &sampled, index));
+            let (_, own) = redraw(&mut logits.clone(), &[], 0, &sampled, index, drawn);
+            assert_eq!(own, 0.0);
+            let (_, to_zero) = redraw(&mut logits.clone(), &[], 0, &sampled, index, 0);
+            if u < 0.75 {
+                assert_eq!(distance, 0.0);
+                assert!(
+                    (f64::from(to_zero) - (0.75 - u)).abs() < 1e-4,
+                    "{u} {to_zero}"
+                );
+            } else {
+                assert!(
+                    (f64::from(distance) - (u - 0.75)).abs() < 1e-4,
+                    "{u} {distance}"
+                );
+                assert_eq!(to_zero, 0.0);
+            }
+        }
+        let top_one = with(1.0, 1, 1.0, 5);
+        assert_eq!(redraw(&mut logits.clone(), &[], 0, &top_one, 0, 0).1, 1.0);
+        let greedy = with(0.0, 0, 1.0, 5);
+        assert_eq!(redraw(&mut logits.clone(), &[], 0, &greedy, 0, 1), (1, 0.0));
+        let (_, lead) = redraw(&mut logits.clone(), &[], 0, &greedy, 0, 0);
+        assert!((lead - 0.5).abs() < 1e-6, "{lead}");
     }
 
     #[test]

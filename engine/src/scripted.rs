@@ -361,20 +361,27 @@ impl TokenEngine for ScriptedEngine {
         };
         let ends_at = self.script.stop_after.map_or(usize::MAX, |s| s as usize);
         let steps = request.from..request.outputs.len();
+        let drawn: Vec<u32> = steps
+            .clone()
+            .map(|i| {
+                if i >= ends_at {
+                    END_TOKEN
+                } else {
+                    script_token(i)
+                }
+            })
+            .collect();
+        // The script's distribution is all on its token: a draw lies fully away from
+        // any other.
+        let draw_distances = drawn
+            .iter()
+            .zip(&request.outputs[request.from..])
+            .map(|(drawn, delivered)| if drawn == delivered { 0.0 } else { 1.0 })
+            .collect();
         let _ = answer.send(Ok(Replayed {
-            fingerprints: steps
-                .clone()
-                .map(|i| Self::fingerprint(script_token(i)))
-                .collect(),
-            drawn: steps
-                .map(|i| {
-                    if i >= ends_at {
-                        END_TOKEN
-                    } else {
-                        script_token(i)
-                    }
-                })
-                .collect(),
+            fingerprints: steps.map(|i| Self::fingerprint(script_token(i))).collect(),
+            drawn,
+            draw_distances,
             profile: Self::scripted_profile(),
         }));
         Ok(receiver)

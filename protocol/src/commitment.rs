@@ -256,6 +256,32 @@ pub fn median_gap(committed: &[StepFingerprint], replayed: &[StepFingerprint]) -
     Some(gaps[gaps.len() / 2])
 }
 
+/// Across profiles a draw "disagrees" when it lies farther than this, in probability,
+/// from picking the delivered token: another profile's logits move an honest draw only
+/// by as much as they move the distribution, while a token the provider chose itself
+/// lies anywhere (`engine/tests/cross_profile.rs` measures both).
+pub const CROSS_PROFILE_DRAW_SLACK: f32 = 0.2;
+
+/// Across profiles a job is suspect when more than this share of its steps' draws
+/// disagree ([`CROSS_PROFILE_DRAW_SLACK`])…
+pub const CROSS_PROFILE_DRAW_SHARE: f32 = 0.1;
+
+/// …and at least this many do (one flip on a short job is not evidence).
+pub const CROSS_PROFILE_DRAW_MIN: usize = 3;
+
+/// The seeded-draw rule across profiles (a Token-DiFR-like test: the verifier knows
+/// each step's draw, so it can tell how far the delivered token lies from it): whether
+/// the draws of a replay on another profile disagree with the delivered tokens more
+/// than honest differences in the logits explain. A NaN distance disagrees.
+pub fn draws_disagree(distances: &[f32]) -> bool {
+    let disagreeing = distances
+        .iter()
+        .filter(|d| d.is_nan() || **d > CROSS_PROFILE_DRAW_SLACK)
+        .count();
+    disagreeing >= CROSS_PROFILE_DRAW_MIN
+        && disagreeing as f32 > CROSS_PROFILE_DRAW_SHARE * distances.len() as f32
+}
+
 const ROOT_DOMAIN: &[u8] = b"sharemesh/2/commitment-root\0";
 const STEP_DOMAIN: &[u8] = b"sharemesh/2/commitment-step\0";
 
@@ -370,6 +396,11 @@ pub struct ReplayRequest {
 pub struct ReplayResult {
     pub fingerprints: Vec<StepFingerprint>,
     pub drawn: Vec<u32>,
+    /// Per step, how far (in probability) the seeded draw lies from picking the
+    /// delivered token: 0 where `drawn` is the delivered token (engine's
+    /// `sampler::redraw`). Across profiles, what [`draws_disagree`] judges.
+    #[serde(default)]
+    pub draw_distances: Vec<f32>,
     pub profile: ExecutionProfile,
 }
 
@@ -389,6 +420,34 @@ impl ReplayResult {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// The seeded-draw rule: far draws count only beyond the slack, need both the
+    /// minimum count and the share, and a NaN distance is far.
+    #[test]
+    fn draws_disagree_needs_enough_far_draws() {
+        let far = CROSS_PROFILE_DRAW_SLACK + 0.01;
+        let job = |far_steps: usize, steps: usize| -> Vec<f32> {
+            (0..steps)
+                .map(|i| {
+                    if i < far_steps {
+                        far
+                    } else {
+                        CROSS_PROFILE_DRAW_SLACK
+                    }
+                })
+                .collect()
+        };
+        assert!(!draws_disagree(&job(0, 24)));
+        assert!(!draws_disagree(&job(2, 24)), "fewer than the minimum");
+        assert!(draws_disagree(&job(3, 24)));
+        assert!(
+            !draws_disagree(&job(3, 40)),
+            "not above a tenth of the steps"
+        );
+        assert!(draws_disagree(&job(5, 40)));
+        assert!(draws_disagree(&[f32::NAN, f32::NAN, f32::NAN]));
+        assert!(!draws_disagree(&[]));
+    }
 
     #[test]
     fn fingerprint_keeps_the_top_k_in_order_with_ties_by_id() {

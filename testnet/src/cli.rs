@@ -112,6 +112,9 @@ pub struct TrustSimArgs {
     /// Sybil ring sizes to run (each is a row per seed).
     #[arg(long, value_delimiter = ',', default_value = "5,100")]
     pub ring: Vec<usize>,
+    /// Reporters that accuse every honest provider of a mismatch.
+    #[arg(long, default_value_t = 3)]
+    pub slanderers: usize,
     /// Seeds to run.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     pub seeds: Vec<u64>,
@@ -150,6 +153,7 @@ fn trust_sim(args: &TrustSimArgs) -> Result<()> {
                     buyers: args.buyers,
                     lazy_verifiers: args.lazy_verifiers,
                     ring,
+                    slanderers: args.slanderers,
                     seed,
                     verify,
                     ..TrustSimConfig::default()

@@ -65,6 +65,10 @@ pub struct TrustSimConfig {
     pub lazy_verifiers: usize,
     /// Sybil ring: this many garbage providers and as many reporters praising them.
     pub ring: usize,
+    /// Reporters that gossip a caught mismatch against every honest provider (what a
+    /// flood of false reports tries against reputation; false fraud proofs themselves
+    /// are refuted by replay, `node/tests/trust.rs`).
+    pub slanderers: usize,
     pub seed: u64,
     /// Jobs between gossiped reports and recomputed views.
     pub epoch_jobs: usize,
@@ -85,6 +89,7 @@ impl Default for TrustSimConfig {
             buyers: 20,
             lazy_verifiers: 3,
             ring: 5,
+            slanderers: 3,
             seed: 1,
             epoch_jobs: 500,
             dispute_window_jobs: 2_000,
@@ -99,6 +104,7 @@ impl Default for TrustSimConfig {
 pub struct TrustSimReport {
     pub seed: u64,
     pub ring: usize,
+    pub slanderers: usize,
     pub verify: bool,
     /// Paid tokens that were garbage (cheats' jobs whose pay was not voided), as a
     /// share of all paid tokens.
@@ -113,6 +119,9 @@ pub struct TrustSimReport {
     /// Trust the sybil ring holds in an honest buyer's view at the end (mean over
     /// buyers).
     pub ring_trust_mass: f64,
+    /// The share of the trust buyers give providers that honest providers hold at the
+    /// end (mean over buyers): what slander would lower.
+    pub honest_trust_share: f64,
     /// Replayed tokens as a share of generated tokens.
     pub verification_overhead: f64,
     pub jobs_to_cheats: u64,
@@ -211,6 +220,7 @@ impl World {
             report: TrustSimReport {
                 seed: config.seed,
                 ring: config.ring,
+                slanderers: config.slanderers,
                 verify: config.verify,
                 ..TrustSimReport::default()
             },
@@ -268,6 +278,20 @@ impl World {
             let all = ring.iter().map(|&p| (p, praise)).collect();
             self.reports
                 .insert(base + self.config.lazy_verifiers + r, all);
+        }
+        let accusation = Dealings {
+            mismatches: 1,
+            ..Dealings::default()
+        };
+        let honest: Vec<usize> = (0..self.providers.len())
+            .filter(|&p| self.providers[p].kind == Kind::Honest)
+            .collect();
+        for s in 0..self.config.slanderers {
+            let all = honest.iter().map(|&p| (p, accusation)).collect();
+            self.reports.insert(
+                base + self.config.lazy_verifiers + self.config.ring + s,
+                all,
+            );
         }
         let convicted: BTreeSet<Node> = (0..self.providers.len())
             .filter(|&p| self.providers[p].convicted)
@@ -445,6 +469,22 @@ impl World {
             })
             .sum();
         self.report.ring_trust_mass = mass / self.buyers.len().max(1) as f64;
+        let honest_share: f64 = self
+            .buyers
+            .iter()
+            .map(|buyer| {
+                let (mut honest, mut all) = (0.0, 0.0);
+                for (p, provider) in self.providers.iter().enumerate() {
+                    let trust = buyer.view.get(&Node::Provider(p)).copied().unwrap_or(0.0);
+                    all += trust;
+                    if provider.kind == Kind::Honest {
+                        honest += trust;
+                    }
+                }
+                honest / all.max(f64::MIN_POSITIVE)
+            })
+            .sum();
+        self.report.honest_trust_share = honest_share / self.buyers.len().max(1) as f64;
         self.report.verification_overhead = self.replayed as f64 / (self.generated as f64).max(1.0);
         self.report
     }
@@ -469,14 +509,15 @@ impl Provider {
 /// The table the command prints.
 pub fn table(reports: &[TrustSimReport]) -> String {
     let mut out = String::from(
-        "verify | seed | ring | garbage paid | last quarter | caught/check | cheat jobs verified | honest FP | convictions | ring trust | overhead\n",
+        "verify | seed | ring | slander | garbage paid | last quarter | caught/check | cheat jobs verified | honest FP | convictions | ring trust | honest trust | overhead\n",
     );
     for r in reports {
         out.push_str(&format!(
-            "{:>6} | {:>4} | {:>4} | {:>11.3}% | {:>11.3}% | {:>12.3} | {:>19} | {:>9} | {:>11} | {:>9.4}% | {:>7.1}%\n",
+            "{:>6} | {:>4} | {:>4} | {:>7} | {:>11.3}% | {:>11.3}% | {:>12.3} | {:>19} | {:>9} | {:>11} | {:>9.4}% | {:>11.1}% | {:>7.1}%\n",
             if r.verify { "yes" } else { "no" },
             r.seed,
             r.ring,
+            r.slanderers,
             100.0 * r.garbage_paid_share,
             100.0 * r.garbage_paid_share_last_quarter,
             r.caught_per_check,
@@ -484,6 +525,7 @@ pub fn table(reports: &[TrustSimReport]) -> String {
             r.honest_false_positives,
             r.convictions,
             100.0 * r.ring_trust_mass,
+            100.0 * r.honest_trust_share,
             100.0 * r.verification_overhead,
         ));
     }
@@ -523,6 +565,30 @@ mod tests {
             assert!(report.garbage_paid_share < 0.05, "{report:?}");
             assert!(report.ring_trust_mass < 0.005, "{report:?}");
         }
+    }
+
+    /// Slanderers accusing every honest provider contradict what each buyer verified
+    /// itself, so they get no weight: honest providers keep their share of trust (within
+    /// a point of the same world without them) and nobody honest is convicted.
+    #[test]
+    fn slander_costs_honest_providers_no_trust() {
+        let world = |slanderers| TrustSimConfig {
+            providers: 40,
+            jobs: 4_000,
+            buyers: 6,
+            epoch_jobs: 250,
+            dispute_window_jobs: 500,
+            slanderers,
+            ..TrustSimConfig::default()
+        };
+        let quiet = simulate(&world(0));
+        let slandered = simulate(&world(40));
+        assert!(quiet.honest_trust_share > 0.5, "{quiet:?}");
+        assert!(
+            (slandered.honest_trust_share - quiet.honest_trust_share).abs() < 0.01,
+            "{quiet:?} {slandered:?}"
+        );
+        assert_eq!(slandered.honest_false_positives, 0);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use sharemesh_protocol::commitment::{median_gap, CROSS_PROFILE_TOLERANCE};
+use sharemesh_protocol::commitment::{
+    draws_disagree, median_gap, CROSS_PROFILE_DRAW_SLACK, CROSS_PROFILE_TOLERANCE,
+};
 use sharemesh_protocol::{FraudProof, NodeId, StepFingerprint};
 
 use crate::verify::audit::{ReplayJob, Replayer};
@@ -18,9 +20,11 @@ pub enum Finding {
     /// A step differs on a profile that replays exactly (or breaks the greedy rule):
     /// the unsigned proof.
     Fraud(Box<FraudProof>),
-    /// Replayed on another profile, and further from it than the calibrated tolerance
-    /// allows (median step gap): no proof, but the provider is suspect here.
-    Suspicious { gap: f32 },
+    /// Replayed on another profile, and further from it than the calibrated tolerances
+    /// allow — the median step gap (`CROSS_PROFILE_TOLERANCE`), or the delivered tokens
+    /// lying far from the request's seeded draws at too many steps (`draws_disagree`:
+    /// tokens the provider chose): no proof, but the provider is suspect here.
+    Suspicious { gap: f32, far_draws: usize },
     /// Two runs of the same window differ and nothing settled who is wrong (no third
     /// provider, or it agreed with neither): every party is suspect here.
     Disputed { parties: Vec<NodeId> },
@@ -78,9 +82,14 @@ pub async fn examine(
         // Another profile: no bit-exact proof, only a calibrated tolerance.
         let committed: Vec<StepFingerprint> = transcript.committed().into_iter().cloned().collect();
         let gap = median_gap(&committed, &replayed.fingerprints).unwrap_or(0.0);
+        let distances = &replayed.draw_distances;
+        let far_draws = distances
+            .iter()
+            .filter(|d| d.is_nan() || **d > CROSS_PROFILE_DRAW_SLACK)
+            .count();
         // A NaN gap (a replay that produced NaN) is no evidence of honesty.
-        return if gap.is_nan() || gap > CROSS_PROFILE_TOLERANCE {
-            Finding::Suspicious { gap }
+        return if gap.is_nan() || gap > CROSS_PROFILE_TOLERANCE || draws_disagree(distances) {
+            Finding::Suspicious { gap, far_draws }
         } else {
             Finding::Honest { steps: sent }
         };
@@ -214,9 +223,9 @@ mod tests {
     struct Fixed {
         engine: &'static str,
         logit: f32,
-        /// The completion index at which the seeded sampler draws another token than
-        /// the one delivered (`None`: every draw is the delivered token).
-        other_draw: Option<usize>,
+        /// The completion indices at which the seeded sampler draws another token than
+        /// the one delivered, far from it (empty: every draw is the delivered token).
+        other_draws: &'static [usize],
     }
 
     impl Replayer for Fixed {
@@ -228,14 +237,18 @@ mod tests {
                 .iter()
                 .map(|&t| fp(t, self.logit))
                 .collect();
-            let drawn = (job.from..job.outputs.len())
-                .map(|i| job.outputs[i] + u32::from(self.other_draw == Some(i)))
+            let drawn: Vec<u32> = (job.from..job.outputs.len())
+                .map(|i| job.outputs[i] + u32::from(self.other_draws.contains(&i)))
+                .collect();
+            let draw_distances = (job.from..job.outputs.len())
+                .map(|i| f32::from(u8::from(self.other_draws.contains(&i))))
                 .collect();
             let profile = profile(self.engine);
             async move {
                 Ok(ReplayResult {
                     fingerprints,
                     drawn,
+                    draw_distances,
                     profile,
                 })
             }
@@ -244,18 +257,18 @@ mod tests {
     }
 
     async fn finding(engine: &'static str, logit: f32) -> Finding {
-        finding_drawing(engine, logit, None).await
+        finding_drawing(engine, logit, &[]).await
     }
 
     async fn finding_drawing(
         engine: &'static str,
         logit: f32,
-        other_draw: Option<usize>,
+        other_draws: &'static [usize],
     ) -> Finding {
         let replayer: Arc<dyn Replayer> = Arc::new(Fixed {
             engine,
             logit,
-            other_draw,
+            other_draws,
         });
         examine(&transcript(), Some(replayer), NodeId::from_bytes([9; 32])).await
     }
@@ -265,7 +278,7 @@ mod tests {
     /// with a proof a third party confirms by redrawing and an honest one refutes.
     #[tokio::test]
     async fn a_token_the_seeded_sampler_does_not_draw_is_fraud() {
-        let Finding::Fraud(proof) = finding_drawing("sharemesh-kernels", 5.0, Some(1)).await else {
+        let Finding::Fraud(proof) = finding_drawing("sharemesh-kernels", 5.0, &[1]).await else {
             panic!("same logits, another token: chosen, not drawn");
         };
         assert_eq!(proof.step, 0, "the disputed chunk holds one token");
@@ -274,25 +287,28 @@ mod tests {
             (evidence.before.as_slice(), evidence.token),
             (&[10][..], 20)
         );
-        let redraws = |other_draw| -> Option<Arc<dyn Replayer>> {
+        let redraws = |other_draws| -> Option<Arc<dyn Replayer>> {
             Some(Arc::new(Fixed {
                 engine: "sharemesh-kernels",
                 logit: 5.0,
-                other_draw,
+                other_draws,
             }))
         };
         assert_eq!(
-            check_proof(&proof, redraws(Some(1))).await,
+            check_proof(&proof, redraws(&[1])).await,
             ProofCheck::Confirmed
         );
-        assert_eq!(
-            check_proof(&proof, redraws(None)).await,
-            ProofCheck::Refuted
-        );
-        // Across profiles a draw proves nothing on its own (other logits, other draws).
+        assert_eq!(check_proof(&proof, redraws(&[])).await, ProofCheck::Refuted);
+        // Across profiles a draw proves nothing on its own (other logits, other draws),
+        // and one far draw is within what honest differences explain; far draws at
+        // every step are not (the seeded-draw rule): suspect, still without a proof.
         assert!(matches!(
-            finding_drawing("candle", 5.0, Some(1)).await,
+            finding_drawing("candle", 5.0, &[1]).await,
             Finding::Honest { steps: 3 }
+        ));
+        assert!(matches!(
+            finding_drawing("candle", 5.0, &[0, 1, 2]).await,
+            Finding::Suspicious { gap, far_draws: 3 } if gap == 0.0
         ));
     }
 
@@ -313,7 +329,9 @@ mod tests {
             finding("candle", 5.4).await,
             Finding::Honest { steps: 3 }
         ));
-        assert!(matches!(finding("candle", 8.0).await, Finding::Suspicious { gap } if gap > 2.9));
+        assert!(
+            matches!(finding("candle", 8.0).await, Finding::Suspicious { gap, .. } if gap > 2.9)
+        );
         // No model: nothing checked.
         let none = examine(&transcript(), None, NodeId::from_bytes([9; 32])).await;
         assert!(matches!(none, Finding::Unchecked(_)));

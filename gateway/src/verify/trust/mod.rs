@@ -360,9 +360,9 @@ impl Trust {
                     Err(err) => tracing::error!(%err, "could not sign a fraud proof"),
                 }
             }
-            Finding::Suspicious { gap } => {
+            Finding::Suspicious { gap, far_draws } => {
                 // Across profiles nothing is provable: a local mark and full scrutiny.
-                tracing::warn!(gap, "the replay on another profile is far off");
+                tracing::warn!(gap, far_draws, "the replay on another profile is far off");
                 self.auditor.count(|s| {
                     s.suspicious += 1;
                     s.replayed_tokens += sent as u64;
