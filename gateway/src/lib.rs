@@ -2,13 +2,15 @@
 //! request and typed errors; [`plan`], [`dispatch::Dispatcher`], [`budget`], the buyer
 //! side of the job stream in [`buyer`]), the API edge that speaks the OpenAI and
 //! Anthropic dialects ([`api`]; this file holds its HTTP routes), and verification of
-//! the work bought ([`verify`]). It runs no inference and does not link the engine: a
+//! the work bought ([`verify`]); [`builder::GatewayBuilder`] assembles one, verifying by
+//! default. It runs no inference and does not link the engine: a
 //! node that also provides hands its in-process provider over as a
 //! [`segment::LocalRoute`], and a node that holds models its engine as a replayer.
 
 pub mod access;
 pub mod api;
 pub mod budget;
+pub mod builder;
 pub mod buyer;
 pub mod dispatch;
 mod format_check;

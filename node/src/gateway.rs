@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sharemesh_gateway::builder::GatewayBuilder;
 use sharemesh_gateway::dispatch::Dispatcher;
 use sharemesh_gateway::plan::RoutingDefaults;
+use sharemesh_gateway::verify::outsource::OutsourcePolicy;
 use sharemesh_gateway::waiting::WaitPolicy;
 use sharemesh_mesh as mesh;
 use sharemesh_protocol::{NanoUsd, Tier};
@@ -165,21 +167,25 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         let ledger = open_ledger(data_dir)?;
         ledger.set_dispute_window_ms(args.dispute_window_secs.saturating_mul(1000));
         let defaults_ceiling = defaults.max_price_per_token;
-        let dispatcher = Dispatcher::new(mesh.clone(), key, defaults, Some(ledger.clone()), budget);
-        replay_locally(data_dir, &args, &dispatcher)?;
-        if args.no_verify {
-            tracing::warn!(
-                "verification is off (--no-verify): providers' work is not checked, and a provider serving a substitute under the model's name is paid in full"
-            );
+        let mut builder = GatewayBuilder::new(mesh.clone(), key)
+            .routing(defaults)
+            .ledger(ledger.clone())
+            .budget(budget);
+        builder = if args.no_verify {
+            builder.without_verification()
         } else {
             if args.verify_window == 0 {
                 anyhow::bail!("--verify-window must be at least 1 step");
             }
-            dispatcher.outsource_verification(sharemesh_gateway::verify::outsource::OutsourcePolicy {
+            builder.buy_checks(OutsourcePolicy {
                 window: args.verify_window,
                 max_price_per_token: defaults_ceiling,
-                ..Default::default()
-            });
+                ..OutsourcePolicy::default()
+            })
+        };
+        let dispatcher = builder.build();
+        if !args.no_verify {
+            replay_locally(data_dir, &args, &dispatcher)?;
         }
         let gateway = sharemesh_gateway::GatewayState { dispatcher };
         let http = http::serve(

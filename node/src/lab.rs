@@ -18,6 +18,7 @@ use libp2p::Multiaddr;
 use sharemesh_engine::scripted::{Script, ScriptedEngine};
 use sharemesh_engine::GenerateRequest;
 use sharemesh_gateway::budget::Budget;
+use sharemesh_gateway::builder::GatewayBuilder;
 use sharemesh_gateway::buyer::{start_job, Billing, BuyerStream, StreamTerms};
 use sharemesh_gateway::dispatch::{DispatchEvent, Dispatcher, Segment};
 use sharemesh_gateway::plan::RoutingDefaults;
@@ -272,15 +273,18 @@ impl Lab {
             Some(dir) => Some(Arc::new(open_ledger(dir)?)),
             None => None,
         };
-        let dispatcher = Dispatcher::new(
+        let mut builder = GatewayBuilder::new(
             gateway_mesh.clone(),
             Keypair::from_secret(gateway_key.secret()),
-            gateway.defaults,
-            ledger.clone(),
-            gateway.budget,
-        );
+        )
+        .routing(gateway.defaults)
+        .budget(gateway.budget);
+        if let Some(ledger) = &ledger {
+            builder = builder.ledger(ledger.clone());
+        }
         let replay = gateway.verify.then_some(gateway.verify_stop_after);
-        equip_verification(&dispatcher, replay, gateway.outsource, gateway.escalate);
+        let dispatcher =
+            equip_verification(builder, replay, gateway.outsource, gateway.escalate).build();
         let lab = Self {
             providers: started,
             gateway: dispatcher,
@@ -484,15 +488,14 @@ impl Lab {
             Some(dir) => Some(Arc::new(open_ledger(dir)?)),
             None => None,
         };
-        let dispatcher = Dispatcher::new(
-            mesh.clone(),
-            gateway_key,
-            spec.defaults,
-            ledger,
-            spec.budget,
-        );
+        let mut builder = GatewayBuilder::new(mesh.clone(), gateway_key)
+            .routing(spec.defaults)
+            .budget(spec.budget);
+        if let Some(ledger) = ledger {
+            builder = builder.ledger(ledger);
+        }
         let replay = spec.verify.then_some(spec.verify_stop_after);
-        equip_verification(&dispatcher, replay, spec.outsource, spec.escalate);
+        let dispatcher = equip_verification(builder, replay, spec.outsource, spec.escalate).build();
         Ok((dispatcher, mesh))
     }
 
@@ -503,29 +506,26 @@ impl Lab {
 }
 
 /// A lab gateway's verification: replays on the lab model (`--verify`; `replay` says
-/// where its script ends an answer), windows bought from providers, reports at the
-/// lab's pace.
+/// where its script ends an answer), checks bought from providers (none without a
+/// policy), the model fetched on an unsettled check after `escalate`'s "download",
+/// reports at the lab's pace.
 fn equip_verification(
-    dispatcher: &Dispatcher,
+    mut builder: GatewayBuilder,
     replay: Option<Option<u32>>,
     outsource: Option<sharemesh_gateway::verify::outsource::OutsourcePolicy>,
     escalate: Option<Duration>,
-) {
+) -> GatewayBuilder {
     if let Some(download) = escalate {
-        dispatcher
-            .trust()
-            .escalate_with(Arc::new(LabModelSource { download }));
+        builder = builder.fetch_models_from(Arc::new(LabModelSource { download }));
     }
     if let Some(stop_after) = replay {
-        dispatcher
-            .trust()
-            .auditor
-            .set_replayer(lab_replayer(stop_after));
+        builder = builder.replay_with(lab_replayer(stop_after));
     }
-    if let Some(policy) = outsource {
-        dispatcher.outsource_verification(policy);
-    }
-    dispatcher.trust().set_report_interval(LAB_REPORT_INTERVAL);
+    builder = match outsource {
+        Some(policy) => builder.buy_checks(policy),
+        None => builder.no_bought_checks(),
+    };
+    builder.report_interval(LAB_REPORT_INTERVAL)
 }
 
 /// Holds the lab model on request: the honest scripted replayer, after a pause that

@@ -8,8 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use sharemesh_engine::{self as engine, Engine, LoadedModel};
-use sharemesh_gateway::dispatch::Dispatcher;
-use sharemesh_gateway::plan::RoutingDefaults;
+use sharemesh_gateway::builder::GatewayBuilder;
 use sharemesh_mesh as mesh;
 use sharemesh_protocol::{ChatMessage, NanoUsd, Prompt, Role, Tier};
 use sharemesh_provider::adversary::{self, Adversary};
@@ -216,22 +215,21 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         let http = match args.mesh.http {
             Some(address) => {
                 let gateway = if args.openai {
-                    let dispatcher = Dispatcher::new(
+                    // Its own model verifies the jobs it buys from others (checks are
+                    // bought for the models it does not serve); proofs that anyone may
+                    // gossip are not replayed on the engine it serves on.
+                    let replayer = crate::replay::EngineReplayer(engine.clone());
+                    let dispatcher = GatewayBuilder::new(
                         mesh.clone(),
                         crate::identity::load_or_create(data_dir)?,
-                        RoutingDefaults::default(),
-                        Some(ledger.clone()),
-                        sharemesh_gateway::budget::Budget::default(),
-                    );
+                    )
+                    .ledger(ledger.clone())
+                    .replay_with(Arc::new(replayer))
+                    .build();
                     dispatcher.set_local_route(Arc::new(crate::local_route::LocalProvider(
                         provider.clone(),
                     )));
-                    // Its own model verifies the jobs it buys from others; proofs that
-                    // anyone may gossip are not replayed on the engine it serves on.
-                    let replayer = crate::replay::EngineReplayer(engine.clone());
-                    let auditor = &dispatcher.trust().auditor;
-                    auditor.set_replayer(Arc::new(replayer));
-                    auditor.keep_gossip_off_the_replayer();
+                    dispatcher.trust().auditor.keep_gossip_off_the_replayer();
                     Some(sharemesh_gateway::GatewayState { dispatcher })
                 } else {
                     None
