@@ -11,8 +11,6 @@
 //! `top_k` are honoured when sent (the newest SDK no longer has them as arguments:
 //! `extra_body`); the default temperature is Anthropic's, 1.
 
-use std::convert::Infallible;
-
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
@@ -21,12 +19,13 @@ use serde_json::{json, Map, Value};
 use sharemesh_protocol::{ChatMessage, FinishReason, Prompt, Role, Sampling};
 use tokio::sync::mpsc;
 
+use crate::api::encode::{encode, one_choice, Encoder, Finished, Token};
 use crate::api::error::ApiError;
 use crate::api::fields::{boolean, integer, kind, number, object, string, text_content};
 use crate::api::openai::{message_list, routing, top_p, CompletionRequest};
 use crate::api::tools::Answer;
 use crate::dispatch::DispatchEvent;
-use crate::route::RouteRequest;
+use crate::route::{RouteError, RouteRequest};
 
 /// Request fields sharemesh does not serve yet: refused with a 400 naming the field.
 const UNSUPPORTED: &[(&str, &str)] = &[
@@ -337,13 +336,13 @@ pub(crate) async fn whole(
     Ok(with_headers(Json(body).into_response(), &reply))
 }
 
-fn event(name: &str, data: Value) -> Result<Event, Infallible> {
-    Ok(Event::default().event(name).data(data.to_string()))
+fn event(name: &str, data: Value) -> Event {
+    Event::default().event(name).data(data.to_string())
 }
 
 /// An answer read under tools, as Anthropic's block events: each block's start, its
 /// text or its input as one JSON delta, and its stop.
-fn block_events(answer: &Answer) -> Vec<Result<Event, Infallible>> {
+fn block_events(answer: &Answer) -> Vec<Event> {
     let mut frames = Vec::new();
     for (index, block) in crate::api::anthropic_tools::blocks(answer)
         .into_iter()
@@ -390,7 +389,7 @@ struct Streamed {
     text_open: bool,
 }
 
-fn text_delta(text: &str) -> Result<Event, Infallible> {
+fn text_delta(text: &str) -> Event {
     event(
         "content_block_delta",
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
@@ -400,7 +399,7 @@ fn text_delta(text: &str) -> Result<Event, Infallible> {
 impl Streamed {
     /// The events a delta releases: itself (no tools), or the part of a text answer it
     /// made final (opening the text block the first time).
-    fn stream(&mut self, tools: bool, delta: &str) -> Vec<Result<Event, Infallible>> {
+    fn stream(&mut self, tools: bool, delta: &str) -> Vec<Event> {
         if !tools {
             return vec![text_delta(delta)];
         }
@@ -422,7 +421,7 @@ impl Streamed {
 
     /// The events that close the content: the open text block (with what was not
     /// released yet), or every block of an answer read under tools.
-    fn close(&self, read: Option<Answer>) -> Vec<Result<Event, Infallible>> {
+    fn close(&self, read: Option<Answer>) -> Vec<Event> {
         let stop = || {
             event(
                 "content_block_stop",
@@ -443,79 +442,72 @@ impl Streamed {
 
 /// The message streamed as Anthropic's events.
 pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Response {
-    let start = json!({"type": "message_start", "message": {
-        "id": reply.id, "type": "message", "role": "assistant", "model": reply.model,
-        "content": [], "stop_reason": null, "stop_sequence": null,
-        "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": 0}}});
-    // With tools the blocks are known only at the end (text or tool uses).
-    let mut opening = vec![event("message_start", start)];
-    if reply.tools.is_none() {
-        opening.push(event(
-            "content_block_start",
-            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        ));
-    }
-    opening.push(event("ping", json!({"type": "ping"})));
     let headers = (reply.job_header.clone(), reply.provider_header.clone());
-    let state = (events, reply, Streamed::default(), false);
-    let body = futures::stream::unfold(state, |(mut events, reply, mut at, done)| async move {
-        if done {
-            return None;
-        }
-        loop {
-            match events.recv().await {
-                Some(DispatchEvent::Token {
-                    text: delta,
-                    token_id,
-                    ..
-                }) => {
-                    at.ids.push(token_id);
-                    if delta.is_empty() {
-                        continue;
-                    }
-                    at.text.push_str(&delta);
-                    let frames = at.stream(reply.tools.is_some(), &delta);
-                    if !frames.is_empty() {
-                        return Some((frames, (events, reply, at, false)));
-                    }
-                }
-                Some(DispatchEvent::Done {
-                    finish,
-                    completion_tokens,
-                    providers,
-                    cost,
-                    ..
-                }) => {
-                    let read = reply.answer(&at.text, finish);
-                    let (reason, sequence) = reply.reason(read.as_ref(), finish, &at.text, &at.ids);
-                    let mut frames = at.close(read);
-                    frames.extend([
-                        event(
-                            "message_delta",
-                            json!({"type": "message_delta",
-                               "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                               "usage": {"output_tokens": completion_tokens},
-                               "sharemesh": {"providers": providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                                             "cost_nano_usd": cost.0}}),
-                        ),
-                        event("message_stop", json!({"type": "message_stop"})),
-                    ]);
-                    return Some((frames, (events, reply, at, true)));
-                }
-                Some(DispatchEvent::Failed(err)) => {
-                    let frame = event("error", error_body("api_error", &err.to_string()));
-                    return Some((vec![frame], (events, reply, at, true)));
-                }
-                Some(_) => {}
-                None => return None,
-            }
-        }
-    });
-    let frames = futures::StreamExt::chain(
-        futures::stream::iter(opening),
-        futures::StreamExt::flat_map(body, futures::stream::iter),
-    );
+    let encoder = MessageStream {
+        reply,
+        at: Streamed::default(),
+    };
+    let frames = encode(one_choice(events), encoder);
     crate::api::respond::sse(frames, headers.0, headers.1)
+}
+
+/// Anthropic's shape of a streamed message: its start, one text block (or, with tools,
+/// the blocks known at the end), its delta with the stop reason, its stop.
+struct MessageStream {
+    reply: Reply,
+    at: Streamed,
+}
+
+impl Encoder for MessageStream {
+    fn opening(&mut self) -> Vec<Event> {
+        let reply = &self.reply;
+        let start = json!({"type": "message_start", "message": {
+            "id": reply.id, "type": "message", "role": "assistant", "model": reply.model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": 0}}});
+        // With tools the blocks are known only at the end (text or tool uses).
+        let mut opening = vec![event("message_start", start)];
+        if reply.tools.is_none() {
+            opening.push(event(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ));
+        }
+        opening.push(event("ping", json!({"type": "ping"})));
+        opening
+    }
+
+    fn token(&mut self, _: usize, token: Token) -> Vec<Event> {
+        self.at.ids.push(token.id);
+        if token.text.is_empty() {
+            return Vec::new();
+        }
+        self.at.text.push_str(&token.text);
+        self.at.stream(self.reply.tools.is_some(), &token.text)
+    }
+
+    fn finished(&mut self, _: usize, done: Finished) -> (Vec<Event>, bool) {
+        let (reply, at) = (&self.reply, &mut self.at);
+        let read = reply.answer(&at.text, done.finish);
+        let (reason, sequence) = reply.reason(read.as_ref(), done.finish, &at.text, &at.ids);
+        let mut frames = at.close(read);
+        frames.extend([
+            event(
+                "message_delta",
+                json!({"type": "message_delta",
+                   "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                   "usage": {"output_tokens": done.completion_tokens},
+                   "sharemesh": {"providers": done.providers.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                                 "cost_nano_usd": done.cost.0}}),
+            ),
+            event("message_stop", json!({"type": "message_stop"})),
+        ]);
+        (frames, true)
+    }
+
+    fn failed(&mut self, error: RouteError) -> Vec<Event> {
+        vec![event("error", error_body("api_error", &error.to_string()))]
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod anthropic;
 mod anthropic_tools;
+mod encode;
 pub mod error;
 mod fields;
 pub mod openai;

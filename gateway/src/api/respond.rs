@@ -13,9 +13,11 @@ use serde_json::{json, Value};
 use sharemesh_protocol::{FinishReason, JobId, NodeId};
 use tokio::sync::mpsc;
 
+use crate::api::encode::{encode, Encoder, Finished, Token};
 use crate::api::error::ApiError;
 use crate::api::tools::{Answer, HeldAnswer, ToolCall, Tools};
 use crate::dispatch::{DispatchEvent, Segment};
+use crate::route::RouteError;
 use sharemesh_protocol::TokenLogprobs;
 
 /// What the client is told once a provider accepted the request.
@@ -257,123 +259,115 @@ pub(crate) fn stream(
     shape: Shape,
     include_usage: bool,
 ) -> Result<Response, ApiError> {
-    let chat = shape.chat;
     let choices = runs.len();
     let prompt_tokens = runs.first().map_or(0, |(_, a)| a.prompt_tokens);
     let job_header = first_job(&runs)?;
     let provider_header = header(&provider_list(
         &runs.iter().map(|(_, a)| a.provider).collect::<Vec<_>>(),
     ))?;
-    let opening: Vec<Value> = (0..choices)
-        .map(|index| {
-            let delta = if chat {
-                json!({"role": "assistant", "content": ""})
-            } else {
-                json!({"content": ""})
-            };
-            shape.chunk(index, delta, None)
-        })
-        .collect();
     let merged = futures::stream::select_all(
         runs.into_iter()
             .enumerate()
             .map(|(index, (events, _))| Box::pin(tagged(index, events))),
     );
-    // (events, shape, choices still running, completion tokens so far, done, and each
-    // choice's text held back while tools may read it as calls)
-    let state = (
-        merged,
+    let encoder = ChunkStream {
         shape,
-        choices,
-        0u32,
-        false,
-        vec![HeldAnswer::default(); choices],
-    );
-    let body = futures::stream::unfold(
-        state,
-        move |(mut merged, shape, running, tokens, done, mut held)| async move {
-            use futures::StreamExt;
-            if done {
-                return None;
+        running: choices,
+        completion_tokens: 0,
+        held: vec![HeldAnswer::default(); choices],
+        prompt_tokens,
+        include_usage,
+    };
+    Ok(sse(encode(merged, encoder), job_header, provider_header))
+}
+
+/// OpenAI's shape of a streamed completion: `chat.completion.chunk`s (or text
+/// completion chunks), each choice's text held back while tools may read it as calls.
+struct ChunkStream {
+    shape: Shape,
+    /// Choices still running.
+    running: usize,
+    /// Completion tokens of the choices that ended.
+    completion_tokens: u32,
+    /// Each choice's text held back while tools may read it as calls.
+    held: Vec<HeldAnswer>,
+    prompt_tokens: u32,
+    include_usage: bool,
+}
+
+fn data(value: Value) -> Event {
+    Event::default().data(value.to_string())
+}
+
+impl Encoder for ChunkStream {
+    fn opening(&mut self) -> Vec<Event> {
+        (0..self.held.len())
+            .map(|index| {
+                let delta = if self.shape.chat {
+                    json!({"role": "assistant", "content": ""})
+                } else {
+                    json!({"content": ""})
+                };
+                data(self.shape.chunk(index, delta, None))
+            })
+            .collect()
+    }
+
+    fn token(&mut self, choice: usize, token: Token) -> Vec<Event> {
+        let shape = &self.shape;
+        if shape.tools.is_some() {
+            let released = self.held[choice].push(&token.text);
+            if released.is_empty() {
+                return Vec::new();
             }
-            loop {
-                let (index, event) = merged.next().await?;
-                match event {
-                    DispatchEvent::Token { text, .. } if shape.tools.is_some() => {
-                        let released = held[index].push(&text);
-                        if !released.is_empty() {
-                            let chunk = shape.chunk(index, json!({"content": released}), None);
-                            let state = (merged, shape, running, tokens, false, held);
-                            return Some((vec![chunk], state));
-                        }
-                    }
-                    DispatchEvent::Token {
-                        text,
-                        token_id,
-                        logprobs,
-                    } if !text.is_empty() || logprobs.is_some() => {
-                        let logprobs = match logprobs {
-                            Some(lp) => shape.logprobs(&[(token_id, lp)]),
-                            None => Value::Null,
-                        };
-                        let chunk =
-                            shape.chunk_with(index, json!({"content": text}), None, logprobs);
-                        return Some((vec![chunk], (merged, shape, running, tokens, false, held)));
-                    }
-                    DispatchEvent::Done {
-                        finish,
-                        completion_tokens,
-                        providers,
-                        cost,
-                        segments,
-                    } => {
-                        let answer = shape.tool_answer(index, held[index].text(), finish);
-                        let unreleased = answer.clone().map(|a| held[index].unreleased(a));
-                        let mut out: Vec<Value> = unreleased
-                            .iter()
-                            .flat_map(answer_deltas)
-                            .map(|delta| shape.chunk(index, delta, None))
-                            .collect();
-                        let finish = Shape::finish_of(answer.as_ref(), finish);
-                        let mut last = shape.chunk(index, json!({}), Some(finish));
-                        last["sharemesh"] = sharemesh_block(&providers, cost, &segments);
-                        let (running, tokens) = (running - 1, tokens + completion_tokens);
-                        out.push(last);
-                        if running == 0 && include_usage {
-                            let mut tail = shape.chunk(0, json!({}), None);
-                            tail["choices"] = json!([]);
-                            tail["usage"] = usage(prompt_tokens, tokens);
-                            out.push(tail);
-                        }
-                        let done = running == 0;
-                        return Some((out, (merged, shape, running, tokens, done, held)));
-                    }
-                    DispatchEvent::Failed(err) => {
-                        let state = (merged, shape, running, tokens, true, held);
-                        return Some((vec![ApiError::from(err).body()], state));
-                    }
-                    _ => continue,
-                }
-            }
-        },
-    );
-    let frames = futures::StreamExt::flat_map(
-        futures::StreamExt::chain(futures::stream::iter([opening]), body),
-        |values| {
-            futures::stream::iter(
-                values
-                    .into_iter()
-                    .map(|v| Ok::<_, Infallible>(Event::default().data(v.to_string()))),
-            )
-        },
-    );
-    let done =
-        futures::stream::once(async { Ok::<_, Infallible>(Event::default().data("[DONE]")) });
-    Ok(sse(
-        futures::StreamExt::chain(frames, done),
-        job_header,
-        provider_header,
-    ))
+            return vec![data(shape.chunk(
+                choice,
+                json!({"content": released}),
+                None,
+            ))];
+        }
+        if token.text.is_empty() && token.logprobs.is_none() {
+            return Vec::new();
+        }
+        let logprobs = match token.logprobs {
+            Some(lp) => shape.logprobs(&[(token.id, lp)]),
+            None => Value::Null,
+        };
+        let delta = json!({"content": token.text});
+        vec![data(shape.chunk_with(choice, delta, None, logprobs))]
+    }
+
+    fn finished(&mut self, choice: usize, done: Finished) -> (Vec<Event>, bool) {
+        let shape = &self.shape;
+        let answer = shape.tool_answer(choice, self.held[choice].text(), done.finish);
+        let unreleased = answer.clone().map(|a| self.held[choice].unreleased(a));
+        let mut out: Vec<Event> = unreleased
+            .iter()
+            .flat_map(answer_deltas)
+            .map(|delta| data(shape.chunk(choice, delta, None)))
+            .collect();
+        let finish = Shape::finish_of(answer.as_ref(), done.finish);
+        let mut last = shape.chunk(choice, json!({}), Some(finish));
+        last["sharemesh"] = sharemesh_block(&done.providers, done.cost, &done.segments);
+        out.push(data(last));
+        self.running -= 1;
+        self.completion_tokens += done.completion_tokens;
+        if self.running == 0 && self.include_usage {
+            let mut tail = shape.chunk(0, json!({}), None);
+            tail["choices"] = json!([]);
+            tail["usage"] = usage(self.prompt_tokens, self.completion_tokens);
+            out.push(data(tail));
+        }
+        (out, self.running == 0)
+    }
+
+    fn failed(&mut self, error: RouteError) -> Vec<Event> {
+        vec![data(ApiError::from(error).body())]
+    }
+
+    fn closing(&mut self) -> Vec<Event> {
+        vec![Event::default().data("[DONE]")]
+    }
 }
 
 /// A server-sent-events response (kept alive) naming its job and provider(s).

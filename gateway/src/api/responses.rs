@@ -7,7 +7,6 @@
 //! `sequence_number`. Nothing is stored: `previous_response_id`, `conversation` and
 //! `background` are refused by name, as are tools and structured output.
 
-use std::convert::Infallible;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, HeaderValue};
@@ -18,11 +17,12 @@ use serde_json::{json, Map, Value};
 use sharemesh_protocol::{ChatMessage, FinishReason, OutputFormat, Prompt, Role, Sampling};
 use tokio::sync::mpsc;
 
+use crate::api::encode::{encode, one_choice, Encoder, Finished, Token};
 use crate::api::error::ApiError;
 use crate::api::fields::{boolean, integer, kind, number, object, string, text_content};
 use crate::api::openai::{routing, top_p, CompletionRequest};
 use crate::dispatch::DispatchEvent;
-use crate::route::RouteRequest;
+use crate::route::{RouteError, RouteRequest};
 
 /// Fields a stateless gateway without tools cannot honour: refused when set.
 const UNSERVED: &[(&str, &str)] = &[
@@ -289,103 +289,97 @@ pub(crate) async fn whole(
 
 /// The response streamed as the Responses API's events.
 pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, shape: Shape) -> Response {
-    let item = shape.item_id.clone();
-    let opening = vec![
-        (
-            "response.created",
-            json!({"response": shape.response(None, json!({}))}),
-        ),
-        (
-            "response.in_progress",
-            json!({"response": shape.response(None, json!({}))}),
-        ),
-        (
-            "response.output_item.added",
-            json!({"output_index": 0, "item": shape.item("", "in_progress")}),
-        ),
-        (
-            "response.content_part.added",
-            json!({"item_id": item, "output_index": 0, "content_index": 0,
-                                                "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}),
-        ),
-    ];
     let headers = (shape.job_header.clone(), shape.provider_header.clone());
-    let body = futures::stream::unfold(
-        (events, shape, String::new(), false),
-        |(mut events, shape, mut text, done)| async move {
-            if done {
-                return None;
-            }
-            loop {
-                match events.recv().await {
-                    Some(DispatchEvent::Token { text: delta, .. }) if !delta.is_empty() => {
-                        text.push_str(&delta);
-                        let event = (
-                            "response.output_text.delta",
-                            json!({"item_id": shape.item_id, "output_index": 0,
-                                  "content_index": 0, "delta": delta, "logprobs": []}),
-                        );
-                        return Some((vec![event], (events, shape, text, false)));
-                    }
-                    Some(DispatchEvent::Done {
-                        finish,
-                        completion_tokens,
-                        providers,
-                        cost,
-                        ..
-                    }) => {
-                        let part = json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
-                        let last = if finish == FinishReason::Length {
-                            "response.incomplete"
-                        } else {
-                            "response.completed"
-                        };
-                        let events_out = vec![
-                            (
-                                "response.output_text.done",
-                                json!({"item_id": shape.item_id, "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
-                            ),
-                            (
-                                "response.content_part.done",
-                                json!({"item_id": shape.item_id, "output_index": 0, "content_index": 0, "part": part}),
-                            ),
-                            (
-                                "response.output_item.done",
-                                json!({"output_index": 0, "item": shape.item(&text, "completed")}),
-                            ),
-                            (
-                                last,
-                                json!({"response": shape.response(Some((&text, finish, completion_tokens)), sharemesh_block(&providers, cost.0))}),
-                            ),
-                        ];
-                        return Some((events_out, (events, shape, text, true)));
-                    }
-                    Some(DispatchEvent::Failed(err)) => {
-                        let err = ApiError::from(err);
-                        let event = (
-                            "error",
-                            json!({"code": err.code, "message": err.message, "param": err.param}),
-                        );
-                        return Some((vec![event], (events, shape, text, true)));
-                    }
-                    Some(_) => {}
-                    None => return None,
-                }
-            }
-        },
-    );
-    let frames = futures::StreamExt::flat_map(
-        futures::StreamExt::chain(futures::stream::iter([opening]), body),
-        futures::stream::iter,
-    );
-    // Every event carries its type and its place in the stream.
-    let numbered = futures::StreamExt::enumerate(frames);
-    let sse = futures::StreamExt::map(numbered, |(sequence, (name, mut data))| {
+    let encoder = ResponseStream {
+        shape,
+        text: String::new(),
+        sequence: 0,
+    };
+    crate::api::respond::sse(encode(one_choice(events), encoder), headers.0, headers.1)
+}
+
+/// The Responses API's shape of a streamed response: created, in progress, one output
+/// item with one text part, its deltas, then each of them done and the response
+/// completed (or incomplete at the length limit). Every event carries its type and its
+/// place in the stream.
+struct ResponseStream {
+    shape: Shape,
+    text: String,
+    sequence: u64,
+}
+
+impl ResponseStream {
+    fn event(&mut self, name: &str, mut data: Value) -> Event {
         data["type"] = json!(name);
-        data["sequence_number"] = json!(sequence);
-        Ok::<_, Infallible>(Event::default().event(name).data(data.to_string()))
-    });
-    crate::api::respond::sse(sse, headers.0, headers.1)
+        data["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        Event::default().event(name).data(data.to_string())
+    }
+}
+
+impl Encoder for ResponseStream {
+    fn opening(&mut self) -> Vec<Event> {
+        let shape = &self.shape;
+        let created = json!({"response": shape.response(None, json!({}))});
+        let added = json!({"output_index": 0, "item": shape.item("", "in_progress")});
+        let part = json!({"item_id": shape.item_id, "output_index": 0, "content_index": 0,
+                          "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}});
+        vec![
+            self.event("response.created", created.clone()),
+            self.event("response.in_progress", created),
+            self.event("response.output_item.added", added),
+            self.event("response.content_part.added", part),
+        ]
+    }
+
+    fn token(&mut self, _: usize, token: Token) -> Vec<Event> {
+        if token.text.is_empty() {
+            return Vec::new();
+        }
+        self.text.push_str(&token.text);
+        let delta = json!({"item_id": self.shape.item_id, "output_index": 0,
+                           "content_index": 0, "delta": token.text, "logprobs": []});
+        vec![self.event("response.output_text.delta", delta)]
+    }
+
+    fn finished(&mut self, _: usize, done: Finished) -> (Vec<Event>, bool) {
+        let (shape, text) = (&self.shape, &self.text);
+        let part = json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+        let last = if done.finish == FinishReason::Length {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        let events = [
+            (
+                "response.output_text.done",
+                json!({"item_id": shape.item_id, "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
+            ),
+            (
+                "response.content_part.done",
+                json!({"item_id": shape.item_id, "output_index": 0, "content_index": 0, "part": part}),
+            ),
+            (
+                "response.output_item.done",
+                json!({"output_index": 0, "item": shape.item(text, "completed")}),
+            ),
+            (
+                last,
+                json!({"response": shape.response(Some((text, done.finish, done.completion_tokens)), sharemesh_block(&done.providers, done.cost.0))}),
+            ),
+        ];
+        let frames = events
+            .into_iter()
+            .map(|(name, data)| self.event(name, data))
+            .collect();
+        (frames, true)
+    }
+
+    fn failed(&mut self, error: RouteError) -> Vec<Event> {
+        let error = ApiError::from(error);
+        let data = json!({"code": error.code, "message": error.message, "param": error.param});
+        vec![self.event("error", data)]
+    }
 }
 
 #[cfg(test)]
