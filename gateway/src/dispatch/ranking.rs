@@ -1,5 +1,5 @@
 //! Ranking the live offers for a request, with this node's view of each provider
-//! (success rate, standing, hardware findings, measured speed).
+//! (`Trust::standings`: success rate, trust, hardware findings, measured speed).
 
 use super::*;
 
@@ -24,30 +24,9 @@ impl Dispatcher {
     ) -> (Vec<Candidate>, Tier) {
         let now = now_ms();
         self.check_memory_claims(&live, model);
-        let book = self.reliability.lock().ok();
-        // Half this node's own success rate with the provider, half its standing in
-        // this node's trust view (verified work, its own and trusted reporters'): a
-        // fresh key starts below a provider with a verified record.
-        let trust = self.trust.standing.trust();
-        let best = live
-            .iter()
-            .filter_map(|e| trust.get(&e.advert.provider).copied())
-            .fold(0.0, f64::max);
-        let reliability = |provider: &NodeId| {
-            let success = book.as_ref().map_or(0.5, |b| b.success_rate(provider, now));
-            let standing = match trust.get(provider) {
-                Some(t) if best > 0.0 => (t / best).clamp(0.0, 1.0),
-                _ => 0.0,
-            };
-            let base = 0.5 * success + 0.5 * standing;
-            // Hardware claims that do not fit together halve it.
-            if self.trust.attestations.is_flagged(provider) {
-                base * 0.5
-            } else {
-                base
-            }
-        };
-        let measured_speed = |provider: &NodeId| self.trust.auditor.measured_speed(provider);
+        let standings = self.trust.standings(&live, now);
+        let reliability = |provider: &NodeId| standings.of(provider).reliability();
+        let measured_speed = |provider: &NodeId| standings.of(provider).measured_speed;
         let context = plan::Context {
             live,
             defaults: &self.defaults,

@@ -24,6 +24,7 @@ use crate::verify::transcript::Transcript;
 
 mod gossip;
 mod ground_truth;
+pub mod standings;
 
 /// How a node checks providers' work (`GET /v1/trust`'s `verification`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
