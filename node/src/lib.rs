@@ -14,8 +14,6 @@ pub mod gateway;
 pub mod http;
 pub mod identity;
 #[cfg(feature = "provider")]
-pub mod lab;
-#[cfg(feature = "provider")]
 pub mod local_engine;
 #[cfg(feature = "provider")]
 pub mod local_route;

@@ -105,9 +105,9 @@ fn the_light_client_resolves_shared_crates_as_the_workspace_does() {
     assert!(differing.is_empty(), "{differing:#?}");
 }
 
-/// The shipped `sharemesh` carries no adversary kit: no crate it links is built with the
-/// `adversary` feature (the tests turn it on through dev-dependencies only), and asking
-/// for the kit does turn it on, so the check can fail.
+/// The shipped `sharemesh` carries no adversary kit and no test rig (`sharemesh-lab`): no
+/// crate it links is built with the `adversary` feature (the tests turn it on through
+/// dev-dependencies only), and asking for the kit does turn it on, so the check can fail.
 #[test]
 fn the_shipped_binary_has_no_adversary_kit() {
     let with_kit = |select: &[&str]| -> Vec<String> {
@@ -117,6 +117,10 @@ fn the_shipped_binary_has_no_adversary_kit() {
             .map(str::to_owned)
             .collect()
     };
+    assert!(
+        !linked("sharemesh-node").contains("sharemesh-lab"),
+        "the shipped build links the test rig"
+    );
     let shipped = with_kit(&["-p", "sharemesh-node"]);
     assert!(
         shipped.is_empty(),

@@ -12,9 +12,9 @@ use sharemesh_gateway::api::error::ApiError;
 use sharemesh_gateway::buyer::{Billing, JobEvent};
 use sharemesh_gateway::route::RouteError;
 use sharemesh_gateway::route::RoutingOptions;
+use sharemesh_lab::{gateway_node_id, lab_book, GatewaySpec, Lab};
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_mesh::orderbook::BookLimits;
-use sharemesh_node::lab::{gateway_node_id, lab_book, GatewaySpec, Lab};
 use sharemesh_protocol::{NanoUsd, RejectReason};
 use sharemesh_provider::adversary::Adversary;
 
@@ -437,8 +437,7 @@ async fn a_forged_model_header_is_not_taken() {
     .await
     .unwrap();
     let request = Lab::request("a forged vocabulary", 6, RoutingOptions::default());
-    let model =
-        sharemesh_engine::scripted::ScriptedEngine::model(sharemesh_node::lab::LAB_MODEL).id;
+    let model = sharemesh_engine::scripted::ScriptedEngine::model(sharemesh_lab::LAB_MODEL).id;
     let (ids, _) = lab.expected(&request).unwrap();
     let done = lab.complete(request).await.unwrap();
     assert_eq!(done.token_ids, ids);

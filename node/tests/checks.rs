@@ -14,9 +14,9 @@ use std::time::Duration;
 use lab_support::*;
 use sharemesh_engine::cheat::Cheat;
 use sharemesh_gateway::route::RoutingOptions;
+use sharemesh_lab::{GatewaySpec, Lab};
 use sharemesh_ledger::Side;
 use sharemesh_mesh::clock::now_ms;
-use sharemesh_node::lab::{GatewaySpec, Lab};
 
 /// A light client without the model: a window of the garbage job is re-run by another
 /// provider as a paid resume, differs, and a third provider settles it against the

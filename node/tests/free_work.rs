@@ -12,7 +12,7 @@ use std::time::Duration;
 use lab_support::*;
 use sharemesh_gateway::buyer::{Billing, JobEvent, SegmentError};
 use sharemesh_gateway::route::RoutingOptions;
-use sharemesh_node::lab::{GatewaySpec, Lab, LabBuyer};
+use sharemesh_lab::{GatewaySpec, Lab, LabBuyer};
 use sharemesh_protocol::{NodeId, RejectReason};
 
 /// A buyer that never pays cannot hold a provider: once its receipts lag the credit

@@ -10,8 +10,8 @@ use std::process::Command;
 
 use sharemesh_gateway::keys::{KeyCheck, KeyStore};
 use sharemesh_gateway::GatewayState;
+use sharemesh_lab::{GatewaySpec, Lab, ProviderSpec};
 use sharemesh_node::http::{self, AppState};
-use sharemesh_node::lab::{GatewaySpec, Lab, ProviderSpec};
 
 /// `curl` a route; returns (status, body).
 fn curl(address: SocketAddr, method: &str, path: &str, headers: &[String]) -> (u16, String) {

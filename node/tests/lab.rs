@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used)]
 //! The market and the network on the fast seam: real providers, a real gateway and
 //! real swarms on the memory transport in one process, with scripted engines (no
-//! model; `sharemesh_node::lab`). Each test takes well under a few seconds. What needs
+//! model; the `sharemesh-lab` crate). Each test takes well under a few seconds. What needs
 //! the real model (exact resume of real text, the demo) stays in the other test files.
 //! What a modified peer tries is in `attacks.rs`.
 
@@ -14,7 +14,7 @@ use sharemesh_gateway::budget::Budget;
 use sharemesh_gateway::plan::RoutingDefaults;
 use sharemesh_gateway::route::RouteError;
 use sharemesh_gateway::route::RoutingOptions;
-use sharemesh_node::lab::{Completion, GatewaySpec, Lab, ProviderSpec};
+use sharemesh_lab::{Completion, GatewaySpec, Lab, ProviderSpec};
 use sharemesh_protocol::{FinishReason, NanoUsd, NodeId, Tier};
 use sharemesh_provider::adversary::Adversary;
 

@@ -17,9 +17,9 @@ use sharemesh_engine::cheat::Cheat;
 use sharemesh_gateway::buyer::Billing;
 use sharemesh_gateway::dispatch::{DispatchEvent, Dispatcher};
 use sharemesh_gateway::route::RoutingOptions;
+use sharemesh_lab::{GatewaySpec, Lab, ProviderSpec};
 use sharemesh_ledger::Side;
 use sharemesh_mesh::clock::now_ms;
-use sharemesh_node::lab::{GatewaySpec, Lab, ProviderSpec};
 use sharemesh_protocol::{NanoUsd, NodeId};
 
 fn knows(gateway: &Dispatcher, provider: NodeId) -> bool {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sharemesh_engine::cheat::Cheat;
 use sharemesh_gateway::plan::RoutingDefaults;
-use sharemesh_node::lab::{GatewaySpec, Lab, ProviderSpec};
+use sharemesh_lab::{GatewaySpec, Lab, ProviderSpec};
 use sharemesh_protocol::{NanoUsd, NodeId};
 use sharemesh_provider::adversary::Adversary;
 
@@ -106,7 +106,7 @@ pub async fn served_by_cheat_then_convicted(
     request: sharemesh_gateway::route::RouteRequest,
     cheat: NodeId,
     why: &str,
-) -> sharemesh_node::lab::Completion {
+) -> sharemesh_lab::Completion {
     let (expected, _) = lab.expected(&request).unwrap();
     let served = lab.complete(request).await.unwrap();
     assert_eq!(served.providers, vec![cheat]);
@@ -162,7 +162,7 @@ pub fn ending_after_five(cheat: bool) -> ProviderSpec {
 pub async fn complete_then_checked(
     lab: &Lab,
     request: sharemesh_gateway::route::RouteRequest,
-) -> sharemesh_node::lab::Completion {
+) -> sharemesh_lab::Completion {
     let done = lab.complete(request).await.unwrap();
     let trust = lab.gateway.trust();
     eventually(Duration::from_secs(20), "this job's check", || {

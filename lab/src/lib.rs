@@ -122,6 +122,33 @@ pub struct GatewaySpec {
     pub escalate: Option<Duration>,
 }
 
+impl GatewaySpec {
+    /// A gateway as this spec says, on a fresh memory-transport swarm joined through
+    /// `bootstrap`, built as `sharemesh gateway` builds one; with its ledger.
+    async fn spawn(
+        self,
+        key: Keypair,
+        bootstrap: Vec<Multiaddr>,
+    ) -> Result<(Arc<Dispatcher>, MeshHandle, Option<Arc<Ledger>>)> {
+        let book = self.book.unwrap_or_else(lab_book);
+        let config = mesh_config(next_address()?, bootstrap, false, book);
+        let mesh = sharemesh_mesh::spawn(key.secret(), config).await?;
+        let ledger = match &self.ledger_dir {
+            Some(dir) => Some(Arc::new(open_ledger(dir)?)),
+            None => None,
+        };
+        let mut builder = GatewayBuilder::new(mesh.clone(), key)
+            .routing(self.defaults)
+            .budget(self.budget);
+        if let Some(ledger) = &ledger {
+            builder = builder.ledger(ledger.clone());
+        }
+        let replay = self.verify.then_some(self.verify_stop_after);
+        let dispatcher = equip_verification(builder, replay, self.outsource, self.escalate).build();
+        Ok((dispatcher, mesh, ledger))
+    }
+}
+
 /// Lab providers refresh every 200 ms: a per-signer rate to match (the real default is
 /// one per second for a 10 s refresh).
 pub fn lab_book() -> BookLimits {
@@ -262,29 +289,8 @@ impl Lab {
         // The gateway dials every provider, as a light client given a provider list
         // does: with only the first provider to start from, a gateway that penalised
         // that peer (an adversary) could be cut off before it found the others.
-        let config = mesh_config(
-            next_address()?,
-            every_provider,
-            false,
-            gateway.book.unwrap_or_else(lab_book),
-        );
-        let gateway_mesh = sharemesh_mesh::spawn(gateway_key.secret(), config).await?;
-        let ledger = match &gateway.ledger_dir {
-            Some(dir) => Some(Arc::new(open_ledger(dir)?)),
-            None => None,
-        };
-        let mut builder = GatewayBuilder::new(
-            gateway_mesh.clone(),
-            Keypair::from_secret(gateway_key.secret()),
-        )
-        .routing(gateway.defaults)
-        .budget(gateway.budget);
-        if let Some(ledger) = &ledger {
-            builder = builder.ledger(ledger.clone());
-        }
-        let replay = gateway.verify.then_some(gateway.verify_stop_after);
-        let dispatcher =
-            equip_verification(builder, replay, gateway.outsource, gateway.escalate).build();
+        let signer = Keypair::from_secret(gateway_key.secret());
+        let (dispatcher, gateway_mesh, ledger) = gateway.spawn(signer, every_provider).await?;
         let lab = Self {
             providers: started,
             gateway: dispatcher,
@@ -477,25 +483,7 @@ impl Lab {
         // Also straight to the first gateway: gossip between the two (reports, proofs)
         // then needs no relay through a provider's mesh.
         bootstrap.extend(self.gateway_mesh.listen_addrs());
-        let config = mesh_config(
-            next_address()?,
-            bootstrap,
-            false,
-            spec.book.unwrap_or_else(lab_book),
-        );
-        let mesh = sharemesh_mesh::spawn(gateway_key.secret(), config).await?;
-        let ledger = match &spec.ledger_dir {
-            Some(dir) => Some(Arc::new(open_ledger(dir)?)),
-            None => None,
-        };
-        let mut builder = GatewayBuilder::new(mesh.clone(), gateway_key)
-            .routing(spec.defaults)
-            .budget(spec.budget);
-        if let Some(ledger) = ledger {
-            builder = builder.ledger(ledger);
-        }
-        let replay = spec.verify.then_some(spec.verify_stop_after);
-        let dispatcher = equip_verification(builder, replay, spec.outsource, spec.escalate).build();
+        let (dispatcher, mesh, _) = spec.spawn(gateway_key, bootstrap).await?;
         Ok((dispatcher, mesh))
     }
 
@@ -553,13 +541,13 @@ impl sharemesh_gateway::verify::escalate::ModelSource for LabModelSource {
 }
 
 /// An honest scripted engine serving the lab model: what a verifying gateway replays on.
-fn lab_replayer(stop_after: Option<u32>) -> Arc<crate::replay::EngineReplayer> {
+fn lab_replayer(stop_after: Option<u32>) -> Arc<sharemesh_node::replay::EngineReplayer> {
     let script = Script {
         stop_after,
         ..Script::default()
     };
     let engine = ScriptedEngine::new(vec![ScriptedEngine::model(LAB_MODEL)], script);
-    Arc::new(crate::replay::EngineReplayer(Arc::new(engine)))
+    Arc::new(sharemesh_node::replay::EngineReplayer(Arc::new(engine)))
 }
 
 fn open_ledger(dir: &Path) -> Result<Ledger> {
