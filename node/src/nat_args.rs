@@ -52,7 +52,8 @@ pub struct NatArgs {
     #[arg(long)]
     pub no_nat_traversal: bool,
     /// Testnet adversary kit: a relay that grants reservations and then refuses every
-    /// circuit (the nodes it holds look reachable through it and are not).
+    /// circuit (the nodes it holds look reachable through it and are not). Refused by
+    /// a build without the kit (the shipped binary).
     #[arg(long, hide = true)]
     pub adversary_blackhole_relay: bool,
 }
@@ -62,8 +63,23 @@ const MAX_RELAYS: usize = 8;
 /// Most `--external-address`es.
 const MAX_EXTERNAL: usize = 8;
 
+/// Whether this binary carries the adversary kit (a testnet's build; never a shipped
+/// one, nor the light client).
+fn adversary_kit_built() -> bool {
+    #[cfg(feature = "provider")]
+    return sharemesh_provider::adversary::KIT;
+    #[cfg(not(feature = "provider"))]
+    return false;
+}
+
 impl NatArgs {
     pub fn config(&self) -> Result<NatConfig> {
+        if self.adversary_blackhole_relay && !adversary_kit_built() {
+            bail!(
+                "--adversary-blackhole-relay: this build has no adversary kit (build the \
+                 testnet's binary with `cargo build -p sharemesh-node --features adversary`)"
+            );
+        }
         if self.no_nat_traversal {
             return Ok(NatConfig::OFF);
         }

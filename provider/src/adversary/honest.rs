@@ -12,6 +12,9 @@ use sharemesh_tokenizer::ModelHeader;
 
 use crate::hardware::GpuStatus;
 
+/// This build has no kit (node's other kit flags, such as a blackhole relay, ask).
+pub const KIT: bool = false;
+
 /// No adversary mode exists in this build.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Adversary {}

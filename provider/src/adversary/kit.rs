@@ -18,6 +18,9 @@ use sharemesh_tokenizer::ModelHeader;
 
 use crate::hardware::GpuStatus;
 
+/// This build has the kit (node's other kit flags, such as a blackhole relay, ask).
+pub const KIT: bool = true;
+
 /// A provider running modified code: each mode plays one attack on buyers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Adversary {
