@@ -269,15 +269,21 @@ pub const CROSS_PROFILE_DRAW_SHARE: f32 = 0.1;
 /// …and at least this many do (one flip on a short job is not evidence).
 pub const CROSS_PROFILE_DRAW_MIN: usize = 3;
 
+/// How many draws lie beyond [`CROSS_PROFILE_DRAW_SLACK`] of their delivered token (a
+/// NaN distance counts).
+pub fn far_draws(distances: &[f32]) -> usize {
+    distances
+        .iter()
+        .filter(|d| d.is_nan() || **d > CROSS_PROFILE_DRAW_SLACK)
+        .count()
+}
+
 /// The seeded-draw rule across profiles (a Token-DiFR-like test: the verifier knows
 /// each step's draw, so it can tell how far the delivered token lies from it): whether
 /// the draws of a replay on another profile disagree with the delivered tokens more
 /// than honest differences in the logits explain. A NaN distance disagrees.
 pub fn draws_disagree(distances: &[f32]) -> bool {
-    let disagreeing = distances
-        .iter()
-        .filter(|d| d.is_nan() || **d > CROSS_PROFILE_DRAW_SLACK)
-        .count();
+    let disagreeing = far_draws(distances);
     disagreeing >= CROSS_PROFILE_DRAW_MIN
         && disagreeing as f32 > CROSS_PROFILE_DRAW_SHARE * distances.len() as f32
 }

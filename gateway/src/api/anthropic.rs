@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use sharemesh_protocol::{ChatMessage, FinishReason, Prompt, Role, Sampling};
 use tokio::sync::mpsc;
 
-use crate::api::encode::{encode, one_choice, Encoder, Finished, Token};
+use crate::api::encode::{encode, tagged, Encoder, Finished, Token};
 use crate::api::error::ApiError;
 use crate::api::fields::{boolean, integer, kind, number, object, string, text_content};
 use crate::api::openai::{message_list, routing, top_p, CompletionRequest};
@@ -447,7 +447,7 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, reply: Reply) -> Res
         reply,
         at: Streamed::default(),
     };
-    let frames = encode(one_choice(events), encoder);
+    let frames = encode(tagged(0, events), encoder);
     crate::api::respond::sse(frames, headers.0, headers.1)
 }
 

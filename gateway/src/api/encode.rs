@@ -114,11 +114,13 @@ where
         .map(Ok)
 }
 
-/// One dispatcher's events as choice 0.
-pub(crate) fn one_choice(
+/// A dispatcher's events as a stream, each tagged with its choice's index.
+pub(crate) fn tagged(
+    index: usize,
     events: tokio::sync::mpsc::Receiver<DispatchEvent>,
 ) -> impl Stream<Item = (usize, DispatchEvent)> + Send + Unpin + 'static {
-    Box::pin(futures::stream::unfold(events, |mut events| async move {
-        events.recv().await.map(|event| ((0, event), events))
-    }))
+    Box::pin(futures::stream::unfold(
+        events,
+        move |mut events| async move { events.recv().await.map(|event| ((index, event), events)) },
+    ))
 }

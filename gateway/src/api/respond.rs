@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use sharemesh_protocol::{FinishReason, JobId, NodeId};
 use tokio::sync::mpsc;
 
-use crate::api::encode::{encode, Encoder, Finished, Token};
+use crate::api::encode::{encode, tagged, Encoder, Finished, Token};
 use crate::api::error::ApiError;
 use crate::api::tools::{Answer, HeldAnswer, ToolCall, Tools};
 use crate::dispatch::{DispatchEvent, Segment};
@@ -205,16 +205,6 @@ fn first_job(runs: &[Run]) -> Result<HeaderValue, ApiError> {
     )
 }
 
-/// A dispatcher's events as a stream, each tagged with its choice's index.
-fn tagged(
-    index: usize,
-    events: mpsc::Receiver<DispatchEvent>,
-) -> impl futures::Stream<Item = (usize, DispatchEvent)> {
-    futures::stream::unfold(events, move |mut events| async move {
-        events.recv().await.map(|event| ((index, event), events))
-    })
-}
-
 /// The `tool_calls` of a message (whole) from an answer's calls.
 fn tool_calls(calls: &[ToolCall]) -> Value {
     calls
@@ -268,7 +258,7 @@ pub(crate) fn stream(
     let merged = futures::stream::select_all(
         runs.into_iter()
             .enumerate()
-            .map(|(index, (events, _))| Box::pin(tagged(index, events))),
+            .map(|(index, (events, _))| tagged(index, events)),
     );
     let encoder = ChunkStream {
         shape,

@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use sharemesh_protocol::{ChatMessage, FinishReason, OutputFormat, Prompt, Role, Sampling};
 use tokio::sync::mpsc;
 
-use crate::api::encode::{encode, one_choice, Encoder, Finished, Token};
+use crate::api::encode::{encode, tagged, Encoder, Finished, Token};
 use crate::api::error::ApiError;
 use crate::api::fields::{boolean, integer, kind, number, object, string, text_content};
 use crate::api::openai::{routing, top_p, CompletionRequest};
@@ -295,7 +295,7 @@ pub(crate) fn stream(events: mpsc::Receiver<DispatchEvent>, shape: Shape) -> Res
         text: String::new(),
         sequence: 0,
     };
-    crate::api::respond::sse(encode(one_choice(events), encoder), headers.0, headers.1)
+    crate::api::respond::sse(encode(tagged(0, events), encoder), headers.0, headers.1)
 }
 
 /// The Responses API's shape of a streamed response: created, in progress, one output

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use sharemesh_protocol::commitment::{
-    draws_disagree, median_gap, CROSS_PROFILE_DRAW_SLACK, CROSS_PROFILE_TOLERANCE,
+    draws_disagree, far_draws, median_gap, CROSS_PROFILE_TOLERANCE,
 };
 use sharemesh_protocol::{FraudProof, NodeId, StepFingerprint};
 
@@ -83,10 +83,7 @@ pub async fn examine(
         let committed: Vec<StepFingerprint> = transcript.committed().into_iter().cloned().collect();
         let gap = median_gap(&committed, &replayed.fingerprints).unwrap_or(0.0);
         let distances = &replayed.draw_distances;
-        let far_draws = distances
-            .iter()
-            .filter(|d| d.is_nan() || **d > CROSS_PROFILE_DRAW_SLACK)
-            .count();
+        let far_draws = far_draws(distances);
         // A NaN gap (a replay that produced NaN) is no evidence of honesty.
         return if gap.is_nan() || gap > CROSS_PROFILE_TOLERANCE || draws_disagree(distances) {
             Finding::Suspicious { gap, far_draws }
