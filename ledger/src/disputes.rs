@@ -5,7 +5,7 @@
 //! so the provider stays known as a cheat across restarts (SPEC.md §12).
 
 use serde::Serialize;
-use sharemesh_protocol::{NodeId, SignedEnvelope};
+use sharemesh_protocol::{NodeId, Receipt, SignedEnvelope};
 use sled::transaction::TransactionError;
 use sled::transaction::{ConflictableTransactionError, Transactional};
 
@@ -187,17 +187,37 @@ impl Ledger {
         side: Side,
         now_ms: u64,
     ) -> Result<Settlement, LedgerError> {
+        self.settlement_where(now_ms, |receipt| match side {
+            Side::Earnings => &receipt.provider == me,
+            Side::Spend => &receipt.buyer == me,
+        })
+    }
+
+    /// One payment channel's money by settlement state at `now_ms`: what `buyer` owes
+    /// `provider` (its final amount is what the buyer authorises on chain).
+    pub fn channel_settlement(
+        &self,
+        buyer: &NodeId,
+        provider: &NodeId,
+        now_ms: u64,
+    ) -> Result<Settlement, LedgerError> {
+        self.settlement_where(now_ms, |receipt| {
+            &receipt.buyer == buyer && &receipt.provider == provider
+        })
+    }
+
+    fn settlement_where(
+        &self,
+        now_ms: u64,
+        counts: impl Fn(&Receipt) -> bool,
+    ) -> Result<Settlement, LedgerError> {
         let window = self.dispute_window_ms();
         let mut settlement = Settlement {
             dispute_window_ms: window,
             ..Settlement::default()
         };
         for (receipt, issued_at) in self.receipts()? {
-            let mine = match side {
-                Side::Earnings => &receipt.provider == me,
-                Side::Spend => &receipt.buyer == me,
-            };
-            if !mine {
+            if !counts(&receipt) {
                 continue;
             }
             let amount = receipt.amount.0;

@@ -1,0 +1,141 @@
+//! Whether a provider extends credit to a buyer: pure, from the provider's own ledger and
+//! its last reading of the buyer's deposit (time and readings are arguments). Nothing in
+//! the token stream waits for the chain; a stale reading only makes this stricter, since
+//! redemptions by other providers can only have lowered the balance.
+
+use crate::units::TokenUnits;
+
+/// What the provider knows about one buyer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BuyerPosition {
+    /// Every receipt from this buyer not voided (pending and final), in token units.
+    pub owed: TokenUnits,
+    /// Of that, past the dispute window: what the buyer must have authorised by now.
+    pub owed_final: TokenUnits,
+    /// The newest authorisation the buyer sent (cumulative).
+    pub authorised: TokenUnits,
+    /// What this channel has already paid out on chain.
+    pub redeemed: TokenUnits,
+    /// The deposit's balance at the last reading.
+    pub deposit_balance: TokenUnits,
+    /// A withdrawal the buyer has asked for (the balance will drop by this much).
+    pub withdrawal_pending: TokenUnits,
+}
+
+/// Why credit stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CreditRefused {
+    #[error("the buyer's unredeemed balance ({unredeemed}) and this job ({job}) exceed what its deposit covers ({covered})")]
+    DepositExhausted {
+        unredeemed: TokenUnits,
+        job: TokenUnits,
+        covered: TokenUnits,
+    },
+    #[error("the buyer has authorised {authorised} of {owed_final} owed past the dispute window")]
+    Unauthorised {
+        authorised: TokenUnits,
+        owed_final: TokenUnits,
+    },
+}
+
+/// The unit of rounding slack: an authorisation rounds nano-USD down to whole units.
+const ROUNDING_SLACK: TokenUnits = TokenUnits(1);
+
+/// Whether a job that may cost up to `job_max` can start on credit.
+pub fn may_extend(position: &BuyerPosition, job_max: TokenUnits) -> Result<(), CreditRefused> {
+    if position.authorised.0.saturating_add(ROUNDING_SLACK.0) < position.owed_final.0 {
+        return Err(CreditRefused::Unauthorised {
+            authorised: position.authorised,
+            owed_final: position.owed_final,
+        });
+    }
+    // A pending withdrawal counts as gone: the provider may not redeem before it lands.
+    let covered = position
+        .deposit_balance
+        .saturating_sub(position.withdrawal_pending);
+    let unredeemed = position.owed.saturating_sub(position.redeemed);
+    if unredeemed.0.saturating_add(job_max.0) > covered.0 {
+        return Err(CreditRefused::DepositExhausted {
+            unredeemed,
+            job: job_max,
+            covered,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn position() -> BuyerPosition {
+        BuyerPosition {
+            owed: TokenUnits(300),
+            owed_final: TokenUnits(200),
+            authorised: TokenUnits(200),
+            redeemed: TokenUnits(100),
+            deposit_balance: TokenUnits(1_000),
+            withdrawal_pending: TokenUnits(0),
+        }
+    }
+
+    #[test]
+    fn credit_runs_while_the_deposit_covers_unredeemed_work_and_the_next_job() {
+        let p = position();
+        may_extend(&p, TokenUnits(800)).unwrap();
+        assert_eq!(
+            may_extend(&p, TokenUnits(801)),
+            Err(CreditRefused::DepositExhausted {
+                unredeemed: TokenUnits(200),
+                job: TokenUnits(801),
+                covered: TokenUnits(1_000)
+            })
+        );
+    }
+
+    #[test]
+    fn a_pending_withdrawal_is_not_credit() {
+        let p = BuyerPosition {
+            withdrawal_pending: TokenUnits(900),
+            ..position()
+        };
+        assert!(matches!(
+            may_extend(&p, TokenUnits(1)),
+            Err(CreditRefused::DepositExhausted {
+                covered: TokenUnits(100),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_buyer_that_stops_authorising_final_receipts_gets_no_more_credit() {
+        let p = BuyerPosition {
+            authorised: TokenUnits(150),
+            ..position()
+        };
+        assert_eq!(
+            may_extend(&p, TokenUnits(1)),
+            Err(CreditRefused::Unauthorised {
+                authorised: TokenUnits(150),
+                owed_final: TokenUnits(200)
+            })
+        );
+        // One unit short is rounding, not refusal.
+        let p = BuyerPosition {
+            authorised: TokenUnits(199),
+            ..position()
+        };
+        may_extend(&p, TokenUnits(1)).unwrap();
+    }
+
+    #[test]
+    fn huge_claims_saturate_instead_of_wrapping() {
+        let p = BuyerPosition {
+            owed: TokenUnits(u128::MAX),
+            ..position()
+        };
+        assert!(may_extend(&p, TokenUnits(u128::MAX)).is_err());
+    }
+}
