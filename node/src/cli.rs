@@ -76,6 +76,12 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Move money through the escrow on a chain: deposit, authorise what the ledger says
+    /// is owed, redeem (SPEC §13).
+    Settle {
+        #[command(subcommand)]
+        command: crate::settle::SettleCommand,
+    },
     /// Manage API keys for a shared gateway.
     Keys {
         #[command(subcommand)]
@@ -111,6 +117,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => local_engine::bench(&data_dir, args),
         Command::Keys { command } => commands::keys(&data_dir, command),
         Command::Receipts => commands::receipts(&data_dir),
+        Command::Settle { command } => crate::settle::run(&data_dir, command),
         Command::Config {
             command: ConfigCommand::Show { role },
         } => {

@@ -26,6 +26,7 @@ pub mod provide;
 #[cfg(feature = "provider")]
 pub mod replay;
 pub mod serve;
+pub mod settle;
 pub mod status;
 #[cfg(feature = "provider")]
 pub mod verify_models;

@@ -21,6 +21,7 @@ pub enum MessageKind {
     // New kinds go last: the discriminant's index is on the wire.
     QuoteRequest,
     FraudProof,
+    SettlementBinding,
 }
 
 impl MessageKind {
@@ -39,6 +40,7 @@ impl MessageKind {
             MessageKind::ReputationReport => "sharemesh/2/reputation-report",
             MessageKind::QuoteRequest => "sharemesh/2/quote-request",
             MessageKind::FraudProof => "sharemesh/2/fraud-proof",
+            MessageKind::SettlementBinding => "sharemesh/2/settlement-binding",
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod model_header;
 pub mod money;
 pub mod names;
 pub mod replay;
+pub mod settlement;
 
 pub use commitment::{ExecutionProfile, StepFingerprint};
 pub use envelope::{Keypair, Opened, SignedEnvelope, SignerKeys, WireMessage};
@@ -28,6 +29,7 @@ pub use messages::*;
 pub use money::NanoUsd;
 pub use names::{GossipTopic, StreamName};
 pub use replay::ReplayGuard;
+pub use settlement::SettlementBinding;
 
 /// The protocol version this crate speaks. Carried in every envelope, every topic
 /// name and every stream protocol id.

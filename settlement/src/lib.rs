@@ -20,12 +20,11 @@ pub mod key;
 pub mod owed;
 pub mod units;
 
+pub use alloy_primitives::Address;
 pub use auth::{Channel, SignedSpendingAuth, SpendingAuth};
 pub use in_ledger::InLedger;
 pub use key::AccountKey;
 pub use units::TokenUnits;
-
-use alloy_primitives::Address;
 
 /// What a buyer's funds still cover, as its provider reads them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

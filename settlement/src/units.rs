@@ -51,6 +51,68 @@ impl Scale {
     }
 }
 
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ParseUsdError {
+    #[error("{0:?} is not an amount of USD (digits, at most one '.')")]
+    NotANumber(String),
+    #[error("{text:?} has more decimals than the token's {decimals}")]
+    TooPrecise { text: String, decimals: u8 },
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+}
+
+impl Scale {
+    fn decimals(self) -> u8 {
+        MAX_DECIMALS - self.nano_usd_per_unit.ilog10() as u8
+    }
+
+    /// `"12.5"` USD in token units; refuses what the token cannot represent instead of
+    /// rounding a user's deposit.
+    pub fn parse_usd(self, text: &str) -> Result<TokenUnits, ParseUsdError> {
+        let decimals = self.decimals();
+        let bad = || ParseUsdError::NotANumber(text.to_owned());
+        let (whole, fraction) = text.trim().split_once('.').unwrap_or((text.trim(), ""));
+        let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+        if (whole.is_empty() && fraction.is_empty()) || !digits(whole) || !digits(fraction) {
+            return Err(bad());
+        }
+        if fraction.len() > usize::from(decimals) {
+            return Err(ParseUsdError::TooPrecise {
+                text: text.to_owned(),
+                decimals,
+            });
+        }
+        let padded = format!("{whole}{fraction:0<width$}", width = usize::from(decimals));
+        let units = padded
+            .trim_start_matches('0')
+            .parse::<u128>()
+            .or_else(|_| {
+                if padded.bytes().all(|b| b == b'0') {
+                    Ok(0)
+                } else {
+                    Err(())
+                }
+            })
+            .map_err(|()| ParseUsdError::TooLarge(text.to_owned()))?;
+        Ok(TokenUnits(units))
+    }
+
+    /// Units as USD text with the token's decimals.
+    pub fn usd_text(self, units: TokenUnits) -> String {
+        let decimals = u32::from(self.decimals());
+        if decimals == 0 {
+            return units.0.to_string();
+        }
+        let one = 10u128.pow(decimals);
+        format!(
+            "{}.{:0width$}",
+            units.0 / one,
+            units.0 % one,
+            width = decimals as usize
+        )
+    }
+}
+
 impl TokenUnits {
     pub fn to_u256(self) -> U256 {
         U256::from(self.0)
@@ -90,6 +152,32 @@ mod tests {
             Scale::for_decimals(0).unwrap().units_of(2_500_000_000),
             TokenUnits(2)
         );
+    }
+
+    #[test]
+    fn usd_amounts_parse_exactly_or_not_at_all() {
+        let usdc = Scale::usdc();
+        assert_eq!(usdc.parse_usd("12.5"), Ok(TokenUnits(12_500_000)));
+        assert_eq!(usdc.parse_usd("0.000001"), Ok(TokenUnits(1)));
+        assert_eq!(usdc.parse_usd("3"), Ok(TokenUnits(3_000_000)));
+        assert_eq!(usdc.parse_usd(".5"), Ok(TokenUnits(500_000)));
+        assert_eq!(usdc.parse_usd("0"), Ok(TokenUnits(0)));
+        assert!(matches!(
+            usdc.parse_usd("0.0000001"),
+            Err(ParseUsdError::TooPrecise { .. })
+        ));
+        for bad in ["", ".", "-1", "1e3", "1.2.3", "12,5", " ", "0x10"] {
+            assert!(
+                matches!(usdc.parse_usd(bad), Err(ParseUsdError::NotANumber(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            usdc.parse_usd(&"9".repeat(60)),
+            Err(ParseUsdError::TooLarge(_))
+        ));
+        assert_eq!(usdc.usd_text(TokenUnits(12_500_001)), "12.500001");
+        assert_eq!(Scale::for_decimals(0).unwrap().usd_text(TokenUnits(7)), "7");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use sharemesh_mesh::framing::FrameReader;
 use sharemesh_protocol::{
     Accept, Advert, Attestation, FraudProof, JobRequest, MessageKind, Quote, QuoteRequest, Receipt,
-    Reject, ReputationReport, SignedEnvelope, TokenChunk, WireMessage,
+    Reject, ReputationReport, SettlementBinding, SignedEnvelope, TokenChunk, WireMessage,
 };
 
 use super::samples::{self, decode_and_validate};
@@ -42,10 +42,11 @@ fn decode_body(kind: MessageKind, payload: &[u8]) {
         }
         MessageKind::ReputationReport => decode_and_validate::<ReputationReport>(payload),
         MessageKind::QuoteRequest => decode_and_validate::<QuoteRequest>(payload),
+        MessageKind::SettlementBinding => decode_and_validate::<SettlementBinding>(payload),
     }
 }
 
-const KINDS: [MessageKind; 12] = [
+const KINDS: [MessageKind; 13] = [
     MessageKind::Advert,
     MessageKind::Attestation,
     MessageKind::JobRequest,
@@ -58,6 +59,7 @@ const KINDS: [MessageKind; 12] = [
     MessageKind::ReputationReport,
     MessageKind::QuoteRequest,
     MessageKind::FraudProof,
+    MessageKind::SettlementBinding,
 ];
 
 fn open_as_its_kind(envelope: &SignedEnvelope) {

@@ -12,7 +12,7 @@ use alloy_sol_types::{SolCall, SolConstructor, SolEvent, SolInterface};
 
 use crate::auth::{AuthError, Channel, SignedSpendingAuth};
 use crate::key::AccountKey;
-use crate::units::TokenUnits;
+use crate::units::{Scale, TokenUnits, UnsupportedDecimals};
 use crate::{Coverage, Redeemed, Settlement};
 use contracts::{EscrowRevert, SharemeshEscrow, TestToken};
 use rpc::{Rpc, RpcError, TxReceipt};
@@ -50,6 +50,8 @@ pub enum EscrowError {
     Auth(#[from] AuthError),
     #[error("the chain reported an amount over 128 bits")]
     AmountOverflow,
+    #[error(transparent)]
+    Token(UnsupportedDecimals),
 }
 
 /// A buyer's account in the escrow.
@@ -258,6 +260,29 @@ impl Escrow {
         })
     }
 
+    /// The stablecoin the escrow holds.
+    pub async fn token(&self) -> Result<Address, EscrowError> {
+        self.view(SharemeshEscrow::tokenCall {}).await
+    }
+
+    /// How the escrow's token relates to the ledger's nano-USD (its `decimals()`).
+    pub async fn scale(&self) -> Result<Scale, EscrowError> {
+        let token = self.token().await?;
+        let answer = self
+            .rpc
+            .call(token, &TestToken::decimalsCall {}.abi_encode().into())
+            .await?;
+        let decimals = TestToken::decimalsCall::abi_decode_returns(&answer)
+            .map_err(|e| EscrowError::Decode(e.to_string()))?;
+        Scale::for_decimals(decimals).map_err(EscrowError::Token)
+    }
+
+    /// What `owner` holds of the escrow's token, outside the escrow.
+    pub async fn token_balance(&self, owner: Address) -> Result<TokenUnits, EscrowError> {
+        let token = self.token().await?;
+        devnet::token_balance(self, token, owner).await
+    }
+
     pub async fn account_state(&self, buyer: Address) -> Result<AccountState, EscrowError> {
         let state = self.view(SharemeshEscrow::accountsCall(buyer)).await?;
         Ok(AccountState {
@@ -387,51 +412,4 @@ impl Settlement for Escrow {
     }
 }
 
-/// Devnet helpers: the test token (six decimals, open minting), never for real money.
-pub mod devnet {
-    use super::*;
-
-    /// Deploys the test token from `key`'s account; returns its address.
-    pub async fn deploy_test_token(
-        url: reqwest::Url,
-        key: AccountKey,
-    ) -> Result<Address, EscrowError> {
-        let rpc = Rpc::new(url)?;
-        let chain_id = rpc.chain_id().await?;
-        let deployer = Escrow::with(rpc, key, chain_id, Address::ZERO);
-        let receipt = deployer
-            .send(None, contracts::test_token_bytecode())
-            .await?;
-        receipt
-            .contract_address
-            .ok_or(EscrowError::NotDeployed(receipt.transaction_hash))
-    }
-
-    /// Mints `amount` of the test token to `to`, sent from `escrow`'s account.
-    pub async fn mint(
-        escrow: &Escrow,
-        token: Address,
-        to: Address,
-        amount: TokenUnits,
-    ) -> Result<(), EscrowError> {
-        let call = TestToken::mintCall {
-            to,
-            amount: amount.to_u256(),
-        };
-        escrow.send_to_token(token, call.abi_encode()).await?;
-        Ok(())
-    }
-
-    pub async fn token_balance(
-        escrow: &Escrow,
-        token: Address,
-        owner: Address,
-    ) -> Result<TokenUnits, EscrowError> {
-        let call = TestToken::balanceOfCall(owner);
-        let answer = escrow.rpc.call(token, &call.abi_encode().into()).await?;
-        units(
-            TestToken::balanceOfCall::abi_decode_returns(&answer)
-                .map_err(|e| EscrowError::Decode(e.to_string()))?,
-        )
-    }
-}
+pub mod devnet;

@@ -1,0 +1,344 @@
+//! `sharemesh settle`: moving money through the escrow (SPEC §13) from this node's ledger.
+//! A buyer deposits and signs what it owes each provider (that provider's final
+//! receipts); a provider hands buyers its signed binding and redeems what they sign.
+//! Run while the node is stopped (the ledger is locked while it runs).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use sharemesh_protocol::{SettlementBinding, SignedEnvelope};
+use sharemesh_settlement::evm::{devnet, Escrow};
+use sharemesh_settlement::owed::channel_owed;
+use sharemesh_settlement::{AccountKey, SignedSpendingAuth, TokenUnits};
+
+/// How long a printed binding is valid.
+const BINDING_LIFETIME_MS: u64 = 180 * 24 * 3_600_000;
+
+#[derive(Args, Debug)]
+pub struct ChainArgs {
+    /// The chain's JSON-RPC address (env SHAREMESH_CHAIN_RPC, like every flag).
+    #[arg(long)]
+    chain_rpc: String,
+    /// The escrow contract's address, 0x… (env SHAREMESH_ESCROW).
+    #[arg(long)]
+    escrow: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SettleCommand {
+    /// This node's chain account; with an escrow, also its binding (signed by the node's
+    /// identity), which a provider hands to its buyers.
+    Account {
+        #[arg(long)]
+        chain_rpc: Option<String>,
+        #[arg(long)]
+        escrow: Option<String>,
+    },
+    /// Buyer: deposit USD of the escrow's stablecoin to pay providers from.
+    Deposit {
+        /// Amount in USD, e.g. 25 or 2.50.
+        usd: String,
+        #[command(flatten)]
+        chain: ChainArgs,
+    },
+    /// Buyer: ask to withdraw USD (starts the notice period; providers may still redeem
+    /// during it), or with --complete take out what the notice released.
+    Withdraw {
+        usd: Option<String>,
+        #[arg(long, conflicts_with = "usd")]
+        complete: bool,
+        #[command(flatten)]
+        chain: ChainArgs,
+    },
+    /// Buyer: sign what this node owes the provider of BINDING: its receipts past the
+    /// dispute window, never voided ones. Prints the authorisation for the provider.
+    Authorise {
+        /// The provider's `settle account` output (a file).
+        #[arg(long)]
+        binding: PathBuf,
+        #[command(flatten)]
+        chain: ChainArgs,
+    },
+    /// Provider: redeem a buyer's authorisation (a file written by `settle authorise`).
+    Redeem {
+        authorisation: PathBuf,
+        #[command(flatten)]
+        chain: ChainArgs,
+    },
+    /// This node's account in the escrow, or a buyer's (and what it paid this node).
+    Status {
+        /// A buyer's account (0x…).
+        #[arg(long)]
+        buyer: Option<String>,
+        #[command(flatten)]
+        chain: ChainArgs,
+    },
+    /// Devnet only (anvil): deploy a test stablecoin and an escrow, give the accounts
+    /// gas and test dollars. Prints the escrow's address.
+    Devnet {
+        #[arg(long)]
+        chain_rpc: String,
+        /// Withdrawal notice; must exceed the nodes' dispute window (24 h by default).
+        #[arg(long, default_value_t = 3 * 24 * 3600)]
+        notice_secs: u64,
+        /// Accounts (0x…) to fund.
+        #[arg(long, value_delimiter = ',')]
+        fund: Vec<String>,
+        /// Test dollars minted to each funded account.
+        #[arg(long, default_value = "1000")]
+        usd: String,
+    },
+}
+
+fn address(text: &str, what: &str) -> Result<sharemesh_settlement::Address> {
+    text.trim()
+        .parse()
+        .with_context(|| format!("{what} `{text}` is not an address (0x and 40 hex digits)"))
+}
+
+fn url(text: &str) -> Result<reqwest::Url> {
+    text.parse()
+        .with_context(|| format!("--chain-rpc `{text}` is not a URL"))
+}
+
+fn node_key(data_dir: &Path) -> Result<(sharemesh_protocol::Keypair, AccountKey)> {
+    let node = crate::identity::load_or_create(data_dir)?;
+    let account =
+        AccountKey::derive(&node.secret()).context("deriving this node's chain account")?;
+    Ok((node, account))
+}
+
+async fn escrow(
+    data_dir: &Path,
+    chain: &ChainArgs,
+) -> Result<(sharemesh_protocol::Keypair, Escrow)> {
+    let (node, account) = node_key(data_dir)?;
+    let escrow = Escrow::connect(
+        url(&chain.chain_rpc)?,
+        account,
+        address(&chain.escrow, "--escrow")?,
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "connecting to the escrow at {} via {}",
+            chain.escrow, chain.chain_rpc
+        )
+    })?;
+    Ok((node, escrow))
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+}
+
+pub fn run(data_dir: &Path, command: SettleCommand) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let printed = runtime.block_on(settle(data_dir, command))?;
+    println!("{}", serde_json::to_string_pretty(&printed)?);
+    Ok(())
+}
+
+async fn settle(data_dir: &Path, command: SettleCommand) -> Result<serde_json::Value> {
+    match command {
+        SettleCommand::Account {
+            chain_rpc: Some(chain_rpc),
+            escrow: Some(escrow),
+        } => account(data_dir, &ChainArgs { chain_rpc, escrow }).await,
+        SettleCommand::Account { .. } => {
+            let (node, account) = node_key(data_dir)?;
+            Ok(
+                json!({"node": node.node_id().to_string(), "account": account.address().to_string()}),
+            )
+        }
+        SettleCommand::Deposit { usd, chain } => {
+            let (_, escrow) = escrow(data_dir, &chain).await?;
+            let scale = escrow.scale().await?;
+            let amount = scale.parse_usd(&usd)?;
+            let token = escrow.token().await?;
+            escrow.deposit(token, amount).await.context("depositing")?;
+            let state = escrow.account_state(escrow.account()).await?;
+            Ok(
+                json!({"deposited_usd": scale.usd_text(amount), "balance_usd": scale.usd_text(state.balance)}),
+            )
+        }
+        SettleCommand::Withdraw {
+            usd,
+            complete,
+            chain,
+        } => {
+            let (_, escrow) = escrow(data_dir, &chain).await?;
+            let scale = escrow.scale().await?;
+            if complete {
+                let paid = escrow.withdraw().await.context("withdrawing")?;
+                return Ok(json!({"withdrawn_usd": scale.usd_text(paid)}));
+            }
+            let Some(usd) = usd else {
+                bail!("say how much to withdraw (USD), or --complete after the notice");
+            };
+            escrow
+                .request_withdrawal(scale.parse_usd(&usd)?)
+                .await
+                .context("requesting a withdrawal")?;
+            let state = escrow.account_state(escrow.account()).await?;
+            Ok(json!({
+                "requested_usd": scale.usd_text(state.withdrawal_amount),
+                "withdrawable_at_unix": state.withdrawable_at,
+            }))
+        }
+        SettleCommand::Authorise { binding, chain } => authorise(data_dir, &binding, &chain).await,
+        SettleCommand::Redeem {
+            authorisation,
+            chain,
+        } => {
+            let (_, escrow) = escrow(data_dir, &chain).await?;
+            let file = read_json(&authorisation)?;
+            let auth: SignedSpendingAuth =
+                serde_json::from_value(file.get("authorisation").cloned().unwrap_or(file))
+                    .with_context(|| {
+                        format!("{} is not an authorisation", authorisation.display())
+                    })?;
+            let scale = escrow.scale().await?;
+            let redeemed = escrow.redeem(&auth).await.context("redeeming")?;
+            Ok(json!({
+                "buyer": auth.channel.buyer.to_string(),
+                "paid_usd": scale.usd_text(redeemed.paid),
+                "channel_paid_usd": scale.usd_text(redeemed.redeemed),
+            }))
+        }
+        SettleCommand::Status { buyer, chain } => {
+            let (_, escrow) = escrow(data_dir, &chain).await?;
+            let scale = escrow.scale().await?;
+            let me = escrow.account();
+            let whose = match &buyer {
+                Some(text) => address(text, "--buyer")?,
+                None => me,
+            };
+            let state = escrow.account_state(whose).await?;
+            let mut status = json!({
+                "account": whose.to_string(),
+                "deposit_usd": scale.usd_text(state.balance),
+                "withdrawal_requested_usd": scale.usd_text(state.withdrawal_amount),
+                "withdrawable_at_unix": state.withdrawable_at,
+                "wallet_usd": scale.usd_text(escrow.token_balance(whose).await?),
+            });
+            if buyer.is_some() {
+                status["paid_to_me_usd"] = json!(scale.usd_text(escrow.redeemed(whose, me).await?));
+            }
+            Ok(status)
+        }
+        SettleCommand::Devnet {
+            chain_rpc,
+            notice_secs,
+            fund,
+            usd,
+        } => devnet_setup(&chain_rpc, notice_secs, &fund, &usd).await,
+    }
+}
+
+async fn account(data_dir: &Path, chain: &ChainArgs) -> Result<serde_json::Value> {
+    let (node, escrow) = escrow(data_dir, chain).await?;
+    let binding = SettlementBinding {
+        node: node.node_id(),
+        chain_id: escrow.chain_id(),
+        escrow: escrow.address().into_array(),
+        account: escrow.account().into_array(),
+    };
+    let now = sharemesh_mesh::clock::now_ms();
+    let sealed = node.seal(&binding, now, now, BINDING_LIFETIME_MS)?;
+    Ok(json!({
+        "node": node.node_id().to_string(),
+        "account": escrow.account().to_string(),
+        "chain_id": escrow.chain_id(),
+        "escrow": escrow.address().to_string(),
+        "binding": hex::encode(sealed.to_bytes()?),
+    }))
+}
+
+async fn authorise(
+    data_dir: &Path,
+    binding: &Path,
+    chain: &ChainArgs,
+) -> Result<serde_json::Value> {
+    let (node, escrow) = escrow(data_dir, chain).await?;
+    let file = read_json(binding)?;
+    let bytes = file
+        .get("binding")
+        .and_then(|b| b.as_str())
+        .and_then(|b| hex::decode(b).ok())
+        .with_context(|| {
+            format!(
+                "{} has no hex `binding` (write it with `settle account`)",
+                binding.display()
+            )
+        })?;
+    let now = sharemesh_mesh::clock::now_ms();
+    let opened = SignedEnvelope::from_bytes(&bytes)
+        .ok()
+        .and_then(|envelope| envelope.open::<SettlementBinding>(now).ok())
+        .with_context(|| {
+            format!(
+                "{}: the binding does not open (forged, expired or damaged)",
+                binding.display()
+            )
+        })?;
+    let provider = opened.body;
+    if provider.chain_id != escrow.chain_id() || provider.escrow != escrow.address().into_array() {
+        bail!(
+            "the binding is for chain {} escrow 0x{}, not this chain {} escrow {}",
+            provider.chain_id,
+            hex::encode(provider.escrow),
+            escrow.chain_id(),
+            escrow.address()
+        );
+    }
+    let ledger = sharemesh_ledger::Ledger::open(&data_dir.join("ledger"))
+        .context("opening this node's ledger (is the node running?)")?;
+    let scale = escrow.scale().await?;
+    let owed = channel_owed(&ledger, scale, &node.node_id(), &provider.node, now)?;
+    if owed.final_units == TokenUnits(0) {
+        bail!(
+            "nothing owed to {} is past the dispute window yet (pending: {} USD)",
+            provider.node,
+            scale.usd_text(owed.all_units)
+        );
+    }
+    let auth = escrow.authorise(provider.account.into(), owed.final_units)?;
+    Ok(json!({
+        "provider": provider.node.to_string(),
+        "authorised_usd": scale.usd_text(owed.final_units),
+        "pending_usd": scale.usd_text(owed.all_units.saturating_sub(owed.final_units)),
+        "authorisation": auth,
+    }))
+}
+
+async fn devnet_setup(
+    rpc: &str,
+    notice_secs: u64,
+    fund: &[String],
+    usd: &str,
+) -> Result<serde_json::Value> {
+    let url = url(rpc)?;
+    let deployer = devnet::anvil_dev_key();
+    let token = devnet::deploy_test_token(url.clone(), deployer.clone())
+        .await
+        .context("deploying the test stablecoin (is this an anvil devnet?)")?;
+    let escrow = Escrow::deploy(url.clone(), deployer, token, notice_secs)
+        .await
+        .context("deploying the escrow")?;
+    let amount = escrow.scale().await?.parse_usd(usd)?;
+    for account in fund {
+        let account = address(account, "--fund")?;
+        devnet::fund_gas(url.clone(), account).await?;
+        devnet::mint(&escrow, token, account, amount).await?;
+    }
+    Ok(
+        json!({"escrow": escrow.address().to_string(), "token": token.to_string(), "chain_id": escrow.chain_id()}),
+    )
+}
