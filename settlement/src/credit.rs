@@ -22,6 +22,15 @@ pub struct BuyerPosition {
     pub withdrawal_pending: TokenUnits,
 }
 
+/// What the provider is willing to risk on one buyer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreditLimits {
+    /// Receipts not yet past the dispute window are not authorised yet, so a buyer could
+    /// walk away from them (withdraw after the notice and never sign): this bounds that
+    /// exposure, per buyer.
+    pub max_pending: TokenUnits,
+}
+
 /// Why credit stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CreditRefused {
@@ -30,6 +39,12 @@ pub enum CreditRefused {
         unredeemed: TokenUnits,
         job: TokenUnits,
         covered: TokenUnits,
+    },
+    #[error("the buyer's receipts within the dispute window ({pending}) and this job ({job}) exceed the provider's limit ({limit})")]
+    PendingLimit {
+        pending: TokenUnits,
+        job: TokenUnits,
+        limit: TokenUnits,
     },
     #[error("the buyer has authorised {authorised} of {owed_final} owed past the dispute window")]
     Unauthorised {
@@ -42,11 +57,23 @@ pub enum CreditRefused {
 const ROUNDING_SLACK: TokenUnits = TokenUnits(1);
 
 /// Whether a job that may cost up to `job_max` can start on credit.
-pub fn may_extend(position: &BuyerPosition, job_max: TokenUnits) -> Result<(), CreditRefused> {
+pub fn may_extend(
+    position: &BuyerPosition,
+    limits: &CreditLimits,
+    job_max: TokenUnits,
+) -> Result<(), CreditRefused> {
     if position.authorised.0.saturating_add(ROUNDING_SLACK.0) < position.owed_final.0 {
         return Err(CreditRefused::Unauthorised {
             authorised: position.authorised,
             owed_final: position.owed_final,
+        });
+    }
+    let pending = position.owed.saturating_sub(position.owed_final);
+    if pending.0.saturating_add(job_max.0) > limits.max_pending.0 {
+        return Err(CreditRefused::PendingLimit {
+            pending,
+            job: job_max,
+            limit: limits.max_pending,
         });
     }
     // A pending withdrawal counts as gone: the provider may not redeem before it lands.
@@ -69,6 +96,10 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    const LIMITS: CreditLimits = CreditLimits {
+        max_pending: TokenUnits(10_000),
+    };
+
     fn position() -> BuyerPosition {
         BuyerPosition {
             owed: TokenUnits(300),
@@ -83,9 +114,9 @@ mod tests {
     #[test]
     fn credit_runs_while_the_deposit_covers_unredeemed_work_and_the_next_job() {
         let p = position();
-        may_extend(&p, TokenUnits(800)).unwrap();
+        may_extend(&p, &LIMITS, TokenUnits(800)).unwrap();
         assert_eq!(
-            may_extend(&p, TokenUnits(801)),
+            may_extend(&p, &LIMITS, TokenUnits(801)),
             Err(CreditRefused::DepositExhausted {
                 unredeemed: TokenUnits(200),
                 job: TokenUnits(801),
@@ -101,7 +132,7 @@ mod tests {
             ..position()
         };
         assert!(matches!(
-            may_extend(&p, TokenUnits(1)),
+            may_extend(&p, &LIMITS, TokenUnits(1)),
             Err(CreditRefused::DepositExhausted {
                 covered: TokenUnits(100),
                 ..
@@ -116,7 +147,7 @@ mod tests {
             ..position()
         };
         assert_eq!(
-            may_extend(&p, TokenUnits(1)),
+            may_extend(&p, &LIMITS, TokenUnits(1)),
             Err(CreditRefused::Unauthorised {
                 authorised: TokenUnits(150),
                 owed_final: TokenUnits(200)
@@ -127,7 +158,25 @@ mod tests {
             authorised: TokenUnits(199),
             ..position()
         };
-        may_extend(&p, TokenUnits(1)).unwrap();
+        may_extend(&p, &LIMITS, TokenUnits(1)).unwrap();
+    }
+
+    #[test]
+    fn work_within_the_dispute_window_is_bounded_per_buyer() {
+        // 100 pending now; a limit of 150 allows a job of 50, not 51.
+        let limits = CreditLimits {
+            max_pending: TokenUnits(150),
+        };
+        let p = position();
+        may_extend(&p, &limits, TokenUnits(50)).unwrap();
+        assert_eq!(
+            may_extend(&p, &limits, TokenUnits(51)),
+            Err(CreditRefused::PendingLimit {
+                pending: TokenUnits(100),
+                job: TokenUnits(51),
+                limit: TokenUnits(150)
+            })
+        );
     }
 
     #[test]
@@ -136,6 +185,6 @@ mod tests {
             owed: TokenUnits(u128::MAX),
             ..position()
         };
-        assert!(may_extend(&p, TokenUnits(u128::MAX)).is_err());
+        assert!(may_extend(&p, &LIMITS, TokenUnits(u128::MAX)).is_err());
     }
 }

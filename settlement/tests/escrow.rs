@@ -8,7 +8,7 @@ mod support;
 use alloy_primitives::Address;
 use sharemesh_ledger::Ledger;
 use sharemesh_protocol::{Digest, JobId, Keypair, NanoUsd, Receipt};
-use sharemesh_settlement::credit::{may_extend, BuyerPosition, CreditRefused};
+use sharemesh_settlement::credit::{may_extend, BuyerPosition, CreditLimits, CreditRefused};
 use sharemesh_settlement::evm::contracts::EscrowRevert;
 use sharemesh_settlement::evm::{devnet, Escrow, EscrowError};
 use sharemesh_settlement::owed::channel_owed;
@@ -257,9 +257,12 @@ async fn a_deposit_that_runs_out_stops_credit_and_pays_what_it_holds() {
             .balance,
         withdrawal_pending: TokenUnits(0),
     };
-    may_extend(&position, TokenUnits(10)).unwrap();
+    let limits = CreditLimits {
+        max_pending: TokenUnits(1_000),
+    };
+    may_extend(&position, &limits, TokenUnits(10)).unwrap();
     assert!(matches!(
-        may_extend(&position, TokenUnits(20)),
+        may_extend(&position, &limits, TokenUnits(20)),
         Err(CreditRefused::DepositExhausted { .. })
     ));
     // A buyer that authorised more than it holds: the provider takes what is there...

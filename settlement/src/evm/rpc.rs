@@ -190,7 +190,8 @@ impl Rpc {
         let gas: U256 = self
             .request(
                 "eth_estimateGas",
-                json!([{"from": from, "to": to, "input": input}]),
+                // `input` and `data` both: older nodes read only `data`.
+                json!([{"from": from, "to": to, "input": input, "data": input}]),
             )
             .await?;
         u64::try_from(gas).map_err(|_| RpcError::Malformed {
@@ -200,8 +201,11 @@ impl Rpc {
     }
 
     pub async fn call(&self, to: Address, input: &Bytes) -> Result<Bytes, RpcError> {
-        self.request("eth_call", json!([{"to": to, "input": input}, "latest"]))
-            .await
+        self.request(
+            "eth_call",
+            json!([{"to": to, "input": input, "data": input}, "latest"]),
+        )
+        .await
     }
 
     /// The next block's base fee (from the latest block) and a priority fee.
