@@ -153,86 +153,23 @@ async fn settle(data_dir: &Path, command: SettleCommand) -> Result<serde_json::V
         } => account(data_dir, &ChainArgs { chain_rpc, escrow }).await,
         SettleCommand::Account { .. } => {
             let (node, account) = node_key(data_dir)?;
-            Ok(
-                json!({"node": node.node_id().to_string(), "account": account.address().to_string()}),
-            )
+            Ok(json!({
+                "node": node.node_id().to_string(),
+                "account": account.address().to_string(),
+            }))
         }
-        SettleCommand::Deposit { usd, chain } => {
-            let (_, escrow) = escrow(data_dir, &chain).await?;
-            let scale = escrow.scale().await?;
-            let amount = scale.parse_usd(&usd)?;
-            let token = escrow.token().await?;
-            escrow.deposit(token, amount).await.context("depositing")?;
-            let state = escrow.account_state(escrow.account()).await?;
-            Ok(
-                json!({"deposited_usd": scale.usd_text(amount), "balance_usd": scale.usd_text(state.balance)}),
-            )
-        }
+        SettleCommand::Deposit { usd, chain } => deposit(data_dir, &usd, &chain).await,
         SettleCommand::Withdraw {
             usd,
             complete,
             chain,
-        } => {
-            let (_, escrow) = escrow(data_dir, &chain).await?;
-            let scale = escrow.scale().await?;
-            if complete {
-                let paid = escrow.withdraw().await.context("withdrawing")?;
-                return Ok(json!({"withdrawn_usd": scale.usd_text(paid)}));
-            }
-            let Some(usd) = usd else {
-                bail!("say how much to withdraw (USD), or --complete after the notice");
-            };
-            escrow
-                .request_withdrawal(scale.parse_usd(&usd)?)
-                .await
-                .context("requesting a withdrawal")?;
-            let state = escrow.account_state(escrow.account()).await?;
-            Ok(json!({
-                "requested_usd": scale.usd_text(state.withdrawal_amount),
-                "withdrawable_at_unix": state.withdrawable_at,
-            }))
-        }
+        } => withdraw(data_dir, usd.as_deref(), complete, &chain).await,
         SettleCommand::Authorise { binding, chain } => authorise(data_dir, &binding, &chain).await,
         SettleCommand::Redeem {
             authorisation,
             chain,
-        } => {
-            let (_, escrow) = escrow(data_dir, &chain).await?;
-            let file = read_json(&authorisation)?;
-            let auth: SignedSpendingAuth =
-                serde_json::from_value(file.get("authorisation").cloned().unwrap_or(file))
-                    .with_context(|| {
-                        format!("{} is not an authorisation", authorisation.display())
-                    })?;
-            let scale = escrow.scale().await?;
-            let redeemed = escrow.redeem(&auth).await.context("redeeming")?;
-            Ok(json!({
-                "buyer": auth.channel.buyer.to_string(),
-                "paid_usd": scale.usd_text(redeemed.paid),
-                "channel_paid_usd": scale.usd_text(redeemed.redeemed),
-            }))
-        }
-        SettleCommand::Status { buyer, chain } => {
-            let (_, escrow) = escrow(data_dir, &chain).await?;
-            let scale = escrow.scale().await?;
-            let me = escrow.account();
-            let whose = match &buyer {
-                Some(text) => address(text, "--buyer")?,
-                None => me,
-            };
-            let state = escrow.account_state(whose).await?;
-            let mut status = json!({
-                "account": whose.to_string(),
-                "deposit_usd": scale.usd_text(state.balance),
-                "withdrawal_requested_usd": scale.usd_text(state.withdrawal_amount),
-                "withdrawable_at_unix": state.withdrawable_at,
-                "wallet_usd": scale.usd_text(escrow.token_balance(whose).await?),
-            });
-            if buyer.is_some() {
-                status["paid_to_me_usd"] = json!(scale.usd_text(escrow.redeemed(whose, me).await?));
-            }
-            Ok(status)
-        }
+        } => redeem(data_dir, &authorisation, &chain).await,
+        SettleCommand::Status { buyer, chain } => status(data_dir, buyer.as_deref(), &chain).await,
         SettleCommand::Devnet {
             chain_rpc,
             notice_secs,
@@ -240,6 +177,95 @@ async fn settle(data_dir: &Path, command: SettleCommand) -> Result<serde_json::V
             usd,
         } => devnet_setup(&chain_rpc, notice_secs, &fund, &usd).await,
     }
+}
+
+async fn deposit(data_dir: &Path, usd: &str, chain: &ChainArgs) -> Result<serde_json::Value> {
+    let (_, escrow) = escrow(data_dir, chain).await?;
+    let scale = escrow.scale().await?;
+    let amount = scale.parse_usd(usd)?;
+    let wallet = escrow.token_balance(escrow.account()).await?;
+    if wallet < amount {
+        bail!(
+            "the account {} holds {} USD of the escrow's token, less than {}",
+            escrow.account(),
+            scale.usd_text(wallet),
+            scale.usd_text(amount)
+        );
+    }
+    let token = escrow.token().await?;
+    escrow.deposit(token, amount).await.context("depositing")?;
+    let state = escrow.account_state(escrow.account()).await?;
+    Ok(json!({
+        "deposited_usd": scale.usd_text(amount),
+        "balance_usd": scale.usd_text(state.balance),
+    }))
+}
+
+async fn withdraw(
+    data_dir: &Path,
+    usd: Option<&str>,
+    complete: bool,
+    chain: &ChainArgs,
+) -> Result<serde_json::Value> {
+    let (_, escrow) = escrow(data_dir, chain).await?;
+    let scale = escrow.scale().await?;
+    if complete {
+        let paid = escrow.withdraw().await.context("withdrawing")?;
+        return Ok(json!({"withdrawn_usd": scale.usd_text(paid)}));
+    }
+    let Some(usd) = usd else {
+        bail!("say how much to withdraw (USD), or --complete after the notice");
+    };
+    escrow
+        .request_withdrawal(scale.parse_usd(usd)?)
+        .await
+        .context("requesting a withdrawal")?;
+    let state = escrow.account_state(escrow.account()).await?;
+    Ok(json!({
+        "requested_usd": scale.usd_text(state.withdrawal_amount),
+        "withdrawable_at_unix": state.withdrawable_at,
+    }))
+}
+
+async fn redeem(data_dir: &Path, file: &Path, chain: &ChainArgs) -> Result<serde_json::Value> {
+    let (_, escrow) = escrow(data_dir, chain).await?;
+    let json = read_json(file)?;
+    let auth: SignedSpendingAuth =
+        serde_json::from_value(json.get("authorisation").cloned().unwrap_or(json))
+            .with_context(|| format!("{} is not an authorisation", file.display()))?;
+    let scale = escrow.scale().await?;
+    let redeemed = escrow.redeem(&auth).await.context("redeeming")?;
+    Ok(json!({
+        "buyer": auth.channel.buyer.to_string(),
+        "paid_usd": scale.usd_text(redeemed.paid),
+        "channel_paid_usd": scale.usd_text(redeemed.redeemed),
+    }))
+}
+
+async fn status(
+    data_dir: &Path,
+    buyer: Option<&str>,
+    chain: &ChainArgs,
+) -> Result<serde_json::Value> {
+    let (_, escrow) = escrow(data_dir, chain).await?;
+    let scale = escrow.scale().await?;
+    let me = escrow.account();
+    let whose = match buyer {
+        Some(text) => address(text, "--buyer")?,
+        None => me,
+    };
+    let state = escrow.account_state(whose).await?;
+    let mut status = json!({
+        "account": whose.to_string(),
+        "deposit_usd": scale.usd_text(state.balance),
+        "withdrawal_requested_usd": scale.usd_text(state.withdrawal_amount),
+        "withdrawable_at_unix": state.withdrawable_at,
+        "wallet_usd": scale.usd_text(escrow.token_balance(whose).await?),
+    });
+    if buyer.is_some() {
+        status["paid_to_me_usd"] = json!(scale.usd_text(escrow.redeemed(whose, me).await?));
+    }
+    Ok(status)
 }
 
 async fn account(data_dir: &Path, chain: &ChainArgs) -> Result<serde_json::Value> {

@@ -173,4 +173,8 @@ fn a_buyer_pays_a_provider_its_final_receipts_through_the_escrow() {
     assert!(bad.contains("more decimals"), "{bad}");
     let bad = as_buyer.run(&["deposit", "ten"]).unwrap_err();
     assert!(bad.contains("not an amount"), "{bad}");
+    // More than the wallet holds (100 minted, 10 deposited) is refused before any
+    // transaction is sent.
+    let bad = as_buyer.run(&["deposit", "90.5"]).unwrap_err();
+    assert!(bad.contains("holds 90.000000 USD"), "{bad}");
 }
