@@ -87,12 +87,19 @@ pub struct Context<'a> {
     pub live: Vec<Arc<BookEntry>>,
     pub defaults: &'a RoutingDefaults,
     pub rtt_ms: &'a HashMap<PeerId, f64>,
-    /// Observed success rate of a provider, in [0, 1].
-    pub reliability: &'a dyn Fn(&NodeId) -> f64,
-    /// The speed this gateway measured of a provider's recent jobs (median of the
-    /// last three, tokens/s), if it has.
-    pub measured_speed: &'a dyn Fn(&NodeId) -> Option<f64>,
+    /// What this gateway knows of a provider's record (one lookup per candidate).
+    pub record: &'a dyn Fn(&NodeId) -> ProviderRecord,
     pub now_ms: u64,
+}
+
+/// A provider's record as ranking reads it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProviderRecord {
+    /// Observed success rate, blended with trust and findings, in [0, 1].
+    pub reliability: f64,
+    /// The speed this gateway measured of the provider's recent jobs (median of the
+    /// last three, tokens/s), if it has.
+    pub measured_speed: Option<f64>,
 }
 
 /// A catalog name → the id the catalog binds it to; a model id (hex) → itself; if
@@ -168,8 +175,9 @@ pub fn candidates(
                 return None;
             }
             let claimed = f64::from(offer.generation_milli_tokens_per_second) / 1000.0;
+            let record = (context.record)(&advert.provider);
             // A provider slower than it claims is ranked by what was measured.
-            let speed = match (context.measured_speed)(&advert.provider) {
+            let speed = match record.measured_speed {
                 Some(measured) if measured < SPEED_CLAIM_TOLERANCE * claimed => measured,
                 _ => claimed,
             };
@@ -189,7 +197,7 @@ pub fn candidates(
                 price_per_token: price.0,
                 latency_ms: rtt + queue_ms,
                 tokens_per_second: speed,
-                reliability: (context.reliability)(&advert.provider),
+                reliability: record.reliability,
             };
             Some((
                 Candidate {

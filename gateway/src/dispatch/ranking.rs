@@ -25,14 +25,18 @@ impl Dispatcher {
         let now = now_ms();
         self.check_memory_claims(&live, model);
         let standings = self.trust.standings(&live, now);
-        let reliability = |provider: &NodeId| standings.of(provider).reliability();
-        let measured_speed = |provider: &NodeId| standings.of(provider).measured_speed;
+        let record = |provider: &NodeId| {
+            let standing = standings.of(provider);
+            plan::ProviderRecord {
+                reliability: standing.reliability(),
+                measured_speed: standing.measured_speed,
+            }
+        };
         let context = plan::Context {
             live,
             defaults: &self.defaults,
             rtt_ms,
-            reliability: &reliability,
-            measured_speed: &measured_speed,
+            record: &record,
             now_ms: now,
         };
         plan::candidates(model, request, &context)
