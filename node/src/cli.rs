@@ -78,9 +78,9 @@ pub enum Command {
     },
     /// Move money through the escrow on a chain: deposit, authorise what the ledger says
     /// is owed, redeem (SPEC §13).
-    Settle {
+    Wallet {
         #[command(subcommand)]
-        command: crate::settle::SettleCommand,
+        command: crate::wallet::WalletCommand,
     },
     /// Manage API keys for a shared gateway.
     Keys {
@@ -117,7 +117,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => local_engine::bench(&data_dir, args),
         Command::Keys { command } => commands::keys(&data_dir, command),
         Command::Receipts => commands::receipts(&data_dir),
-        Command::Settle { command } => crate::settle::run(&data_dir, command),
+        Command::Wallet { command } => crate::wallet::run(&data_dir, command),
         Command::Config {
             command: ConfigCommand::Show { role },
         } => {

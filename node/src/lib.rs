@@ -26,10 +26,10 @@ pub mod provide;
 #[cfg(feature = "provider")]
 pub mod replay;
 pub mod serve;
-pub mod settle;
 pub mod status;
 #[cfg(feature = "provider")]
 pub mod verify_models;
+pub mod wallet;
 
 #[cfg(all(test, feature = "provider"))]
 mod tests {

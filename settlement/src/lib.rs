@@ -20,7 +20,7 @@ pub mod key;
 pub mod owed;
 pub mod units;
 
-pub use alloy_primitives::Address;
+pub use alloy_primitives::{Address, B256};
 pub use auth::{Channel, SignedSpendingAuth, SpendingAuth};
 pub use in_ledger::InLedger;
 pub use key::AccountKey;

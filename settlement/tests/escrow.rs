@@ -365,3 +365,47 @@ async fn the_buyer_authorises_final_receipts_and_voided_ones_are_never_paid() {
     ));
     assert_eq!(market.held_by(&market.provider).await, TokenUnits(20_000));
 }
+
+/// The gas used by the last mined transaction (anvil mines one per block).
+async fn last_gas(anvil: &Anvil) -> u64 {
+    let rpc = sharemesh_settlement::evm::rpc::Rpc::new(anvil.url.clone()).unwrap();
+    let block: serde_json::Value = rpc
+        .request("eth_getBlockByNumber", serde_json::json!(["latest", false]))
+        .await
+        .unwrap();
+    let gas = block["gasUsed"].as_str().unwrap().trim_start_matches("0x");
+    u64::from_str_radix(gas, 16).unwrap()
+}
+
+/// What settling costs in gas (printed for README's table; the bounds catch a contract
+/// change that makes a redemption several times dearer).
+#[tokio::test]
+async fn gas_per_deposit_and_redemption() {
+    let market = Market::open(0).await;
+    // A deposit is two transactions: the token's approve, then the escrow's deposit.
+    market
+        .buyer
+        .deposit(market.token, TokenUnits(5_000))
+        .await
+        .unwrap();
+    let deposit = last_gas(&market.anvil).await;
+    let first = market.auth(&market.provider, 1_000);
+    market.provider.redeem(&first).await.unwrap();
+    let first_redemption = last_gas(&market.anvil).await;
+    let later = market.auth(&market.provider, 2_000);
+    market.provider.redeem(&later).await.unwrap();
+    let later_redemption = last_gas(&market.anvil).await;
+    println!(
+        "gas: deposit {deposit} (plus the token's approve), first redemption on a channel \
+         {first_redemption}, later redemptions {later_redemption}"
+    );
+    assert!(deposit < 120_000, "deposit {deposit}");
+    assert!(
+        first_redemption < 100_000,
+        "first redemption {first_redemption}"
+    );
+    assert!(
+        later_redemption < first_redemption,
+        "{later_redemption} vs {first_redemption}"
+    );
+}

@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used)]
-//! `sharemesh settle` in real processes against a real devnet (anvil): a buyer's and a
+//! `sharemesh wallet` in real processes against a real devnet (anvil): a buyer's and a
 //! provider's ledgers hold the same receipts; the buyer deposits and authorises what is
 //! final, the provider redeems it, and money moves by exactly that much. Forged
 //! bindings, replays and bad amounts are refused by name.
@@ -28,7 +28,7 @@ impl Settle<'_> {
         let out = Command::new(common::sharemesh_bin())
             .arg("--data-dir")
             .arg(self.dir)
-            .arg("settle")
+            .arg("wallet")
             .args(args)
             .env("SHAREMESH_CHAIN_RPC", &self.rpc)
             .env("SHAREMESH_ESCROW", &self.escrow)
@@ -80,11 +80,11 @@ fn a_buyer_pays_a_provider_its_final_receipts_through_the_escrow() {
             .to_string()
     };
 
-    // Without an escrow, `settle account` prints the account alone (for funding it).
+    // Without an escrow, `wallet show` prints the account alone (for funding it).
     let out = Command::new(common::sharemesh_bin())
         .arg("--data-dir")
         .arg(buyer_dir.path())
-        .args(["settle", "account"])
+        .args(["wallet", "show"])
         .env_remove("SHAREMESH_CHAIN_RPC")
         .env_remove("SHAREMESH_ESCROW")
         .output()
@@ -92,6 +92,31 @@ fn a_buyer_pays_a_provider_its_final_receipts_through_the_escrow() {
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(printed["account"].as_str().unwrap(), account(&buyer));
     assert!(printed.get("binding").is_none());
+    // An imported key (an account the user already funds) replaces the derived one; a
+    // damaged key file is an error naming it, never a silent fallback.
+    let imported = tempfile::tempdir().unwrap();
+    let show = |dir: &Path| {
+        Command::new(common::sharemesh_bin())
+            .arg("--data-dir")
+            .arg(dir)
+            .args(["wallet", "show"])
+            .env_remove("SHAREMESH_CHAIN_RPC")
+            .env_remove("SHAREMESH_ESCROW")
+            .output()
+            .unwrap()
+    };
+    let key = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+    std::fs::write(imported.path().join("wallet.key"), format!("{key}\n")).unwrap();
+    let printed: Value = serde_json::from_slice(&show(imported.path()).stdout).unwrap();
+    assert_eq!(
+        printed["account"],
+        "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+    );
+    assert!(!String::from_utf8_lossy(&show(imported.path()).stdout).contains(key));
+    std::fs::write(imported.path().join("wallet.key"), "not a key").unwrap();
+    let damaged = show(imported.path());
+    assert!(!damaged.status.success());
+    assert!(String::from_utf8_lossy(&damaged.stderr).contains("wallet.key is not a key"));
 
     let mut as_buyer = Settle {
         rpc: anvil.url.to_string(),
@@ -127,7 +152,7 @@ fn a_buyer_pays_a_provider_its_final_receipts_through_the_escrow() {
 
     let deposited = as_buyer.run(&["deposit", "10"]).unwrap();
     assert_eq!(deposited["balance_usd"], "10.000000");
-    let binding = as_provider.run(&["account"]).unwrap();
+    let binding = as_provider.run(&["binding"]).unwrap();
     assert_eq!(binding["account"].as_str().unwrap(), account(&provider));
     let binding_file = provider_dir.path().join("binding.json");
     std::fs::write(&binding_file, binding.to_string()).unwrap();
@@ -145,11 +170,11 @@ fn a_buyer_pays_a_provider_its_final_receipts_through_the_escrow() {
         .unwrap();
     assert_eq!(redeemed["paid_usd"], "2.500000");
     let status = as_provider
-        .run(&["status", "--buyer", &account(&buyer)])
+        .run(&["show", "--buyer", &account(&buyer)])
         .unwrap();
     assert_eq!(status["deposit_usd"], "7.500000");
     assert_eq!(status["paid_to_me_usd"], "2.500000");
-    let mine = as_provider.run(&["status"]).unwrap();
+    let mine = as_provider.run(&["show"]).unwrap();
     assert_eq!(mine["wallet_usd"], "102.500000");
 
     // The same authorisation again: nothing more, and the refusal says why.

@@ -1,7 +1,11 @@
-//! `sharemesh settle`: moving money through the escrow (SPEC §13) from this node's ledger.
-//! A buyer deposits and signs what it owes each provider (that provider's final
+//! `sharemesh wallet`: moving money through the escrow (SPEC §13) from this node's
+//! ledger. A buyer deposits and signs what it owes each provider (that provider's final
 //! receipts); a provider hands buyers its signed binding and redeems what they sign.
 //! Run while the node is stopped (the ledger is locked while it runs).
+//!
+//! The chain key is `<data-dir>/wallet.key` (64 hex digits: an account you already
+//! fund) if that file exists, else derived from the node's identity; it is never
+//! printed.
 
 use std::path::{Path, PathBuf};
 
@@ -27,15 +31,21 @@ pub struct ChainArgs {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum SettleCommand {
-    /// This node's chain account; with an escrow, also its binding (signed by the node's
-    /// identity), which a provider hands to its buyers.
-    Account {
+pub enum WalletCommand {
+    /// This node's chain account; with an escrow, its deposit and wallet, or a buyer's
+    /// (and what that buyer paid this node).
+    Show {
+        /// A buyer's account (0x…).
+        #[arg(long)]
+        buyer: Option<String>,
         #[arg(long)]
         chain_rpc: Option<String>,
         #[arg(long)]
         escrow: Option<String>,
     },
+    /// Provider: this node's binding (its account for this escrow, signed by the
+    /// node's identity), to hand to its buyers.
+    Binding(ChainArgs),
     /// Buyer: deposit USD of the escrow's stablecoin to pay providers from.
     Deposit {
         /// Amount in USD, e.g. 25 or 2.50.
@@ -55,23 +65,15 @@ pub enum SettleCommand {
     /// Buyer: sign what this node owes the provider of BINDING: its receipts past the
     /// dispute window, never voided ones. Prints the authorisation for the provider.
     Authorise {
-        /// The provider's `settle account` output (a file).
+        /// The provider's `wallet binding` output (a file).
         #[arg(long)]
         binding: PathBuf,
         #[command(flatten)]
         chain: ChainArgs,
     },
-    /// Provider: redeem a buyer's authorisation (a file written by `settle authorise`).
+    /// Provider: redeem a buyer's authorisation (a file written by `wallet authorise`).
     Redeem {
         authorisation: PathBuf,
-        #[command(flatten)]
-        chain: ChainArgs,
-    },
-    /// This node's account in the escrow, or a buyer's (and what it paid this node).
-    Status {
-        /// A buyer's account (0x…).
-        #[arg(long)]
-        buyer: Option<String>,
         #[command(flatten)]
         chain: ChainArgs,
     },
@@ -103,10 +105,26 @@ fn url(text: &str) -> Result<reqwest::Url> {
         .with_context(|| format!("--chain-rpc `{text}` is not a URL"))
 }
 
+/// An imported chain key, in place of the one derived from the node's identity.
+const WALLET_KEY_FILE: &str = "wallet.key";
+
 fn node_key(data_dir: &Path) -> Result<(sharemesh_protocol::Keypair, AccountKey)> {
     let node = crate::identity::load_or_create(data_dir)?;
-    let account =
-        AccountKey::derive(&node.secret()).context("deriving this node's chain account")?;
+    let path = data_dir.join(WALLET_KEY_FILE);
+    let account = match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let secret: sharemesh_settlement::B256 = text
+                .trim()
+                .parse()
+                .with_context(|| format!("{} is not a key (64 hex digits)", path.display()))?;
+            AccountKey::from_bytes(&secret)
+                .with_context(|| format!("{} is not a valid secp256k1 key", path.display()))?
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            AccountKey::derive(&node.secret()).context("deriving this node's chain account")?
+        }
+        Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
+    };
     Ok((node, account))
 }
 
@@ -136,7 +154,7 @@ fn read_json(path: &Path) -> Result<serde_json::Value> {
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 
-pub fn run(data_dir: &Path, command: SettleCommand) -> Result<()> {
+pub fn run(data_dir: &Path, command: WalletCommand) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -145,32 +163,36 @@ pub fn run(data_dir: &Path, command: SettleCommand) -> Result<()> {
     Ok(())
 }
 
-async fn settle(data_dir: &Path, command: SettleCommand) -> Result<serde_json::Value> {
+async fn settle(data_dir: &Path, command: WalletCommand) -> Result<serde_json::Value> {
     match command {
-        SettleCommand::Account {
+        WalletCommand::Show {
+            buyer,
             chain_rpc: Some(chain_rpc),
             escrow: Some(escrow),
-        } => account(data_dir, &ChainArgs { chain_rpc, escrow }).await,
-        SettleCommand::Account { .. } => {
+        } => status(data_dir, buyer.as_deref(), &ChainArgs { chain_rpc, escrow }).await,
+        WalletCommand::Show { buyer: Some(_), .. } => {
+            bail!("--buyer needs the chain: --chain-rpc and --escrow")
+        }
+        WalletCommand::Show { .. } => {
             let (node, account) = node_key(data_dir)?;
             Ok(json!({
                 "node": node.node_id().to_string(),
                 "account": account.address().to_string(),
             }))
         }
-        SettleCommand::Deposit { usd, chain } => deposit(data_dir, &usd, &chain).await,
-        SettleCommand::Withdraw {
+        WalletCommand::Binding(chain) => binding(data_dir, &chain).await,
+        WalletCommand::Deposit { usd, chain } => deposit(data_dir, &usd, &chain).await,
+        WalletCommand::Withdraw {
             usd,
             complete,
             chain,
         } => withdraw(data_dir, usd.as_deref(), complete, &chain).await,
-        SettleCommand::Authorise { binding, chain } => authorise(data_dir, &binding, &chain).await,
-        SettleCommand::Redeem {
+        WalletCommand::Authorise { binding, chain } => authorise(data_dir, &binding, &chain).await,
+        WalletCommand::Redeem {
             authorisation,
             chain,
         } => redeem(data_dir, &authorisation, &chain).await,
-        SettleCommand::Status { buyer, chain } => status(data_dir, buyer.as_deref(), &chain).await,
-        SettleCommand::Devnet {
+        WalletCommand::Devnet {
             chain_rpc,
             notice_secs,
             fund,
@@ -268,7 +290,7 @@ async fn status(
     Ok(status)
 }
 
-async fn account(data_dir: &Path, chain: &ChainArgs) -> Result<serde_json::Value> {
+async fn binding(data_dir: &Path, chain: &ChainArgs) -> Result<serde_json::Value> {
     let (node, escrow) = escrow(data_dir, chain).await?;
     let binding = SettlementBinding {
         node: node.node_id(),
@@ -300,7 +322,7 @@ async fn authorise(
         .and_then(|b| hex::decode(b).ok())
         .with_context(|| {
             format!(
-                "{} has no hex `binding` (write it with `settle account`)",
+                "{} has no hex `binding` (write it with `wallet binding`)",
                 binding.display()
             )
         })?;
