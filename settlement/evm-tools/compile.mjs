@@ -23,7 +23,9 @@ const input = {
     optimizer: { enabled: true, runs: 200 },
     evmVersion: "cancun",
     metadata: { bytecodeHash: "none" },
-    outputSelection: { "*": { "*": ["abi", "evm.bytecode.object"] } },
+    outputSelection: {
+      "*": { "*": ["abi", "evm.bytecode.object", "evm.deployedBytecode.object", "evm.deployedBytecode.immutableReferences"] },
+    },
   },
 };
 const output = JSON.parse(solc.compile(JSON.stringify(input)));
@@ -36,7 +38,20 @@ fs.mkdirSync(out, { recursive: true });
 for (const [file, byName] of Object.entries(output.contracts)) {
   for (const [name, compiled] of Object.entries(byName)) {
     if (!compiled.evm.bytecode.object) continue; // interfaces
-    const text = JSON.stringify({ compiler: solc.version(), source: file, abi: compiled.abi, bytecode: "0x" + compiled.evm.bytecode.object }, null, 1) + "\n";
+    // The deployed code with where its immutables go, so a client can tell this
+    // contract from any other at an address (immutables masked).
+    const immutables = Object.values(compiled.evm.deployedBytecode.immutableReferences || {})
+      .flat()
+      .map(({ start, length }) => [start, length])
+      .sort((a, b) => a[0] - b[0]);
+    const text = JSON.stringify({
+      compiler: solc.version(),
+      source: file,
+      abi: compiled.abi,
+      bytecode: "0x" + compiled.evm.bytecode.object,
+      deployedBytecode: "0x" + compiled.evm.deployedBytecode.object,
+      immutables,
+    }, null, 1) + "\n";
     const target = path.join(out, `${name}.json`);
     if (check) {
       if (!fs.existsSync(target) || fs.readFileSync(target, "utf8") !== text) stale.push(target);

@@ -88,6 +88,30 @@ fn reverted(result: Result<impl std::fmt::Debug, EscrowError>) -> EscrowRevert {
 }
 
 #[tokio::test]
+async fn a_client_refuses_an_address_that_holds_another_contract() {
+    let market = Market::open(0).await;
+    // The test token is a contract, but not an escrow: nothing may be deposited there.
+    let err = Escrow::connect(market.anvil.url.clone(), key(21), market.token)
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, EscrowError::NotAnEscrow(..)), "{err}");
+    let err = Escrow::connect(
+        market.anvil.url.clone(),
+        key(21),
+        Address::repeat_byte(0x77),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert!(matches!(err, EscrowError::NoContract(..)), "{err}");
+    // The escrow itself, deployed with its own token and notice, is recognised.
+    Escrow::connect(market.anvil.url.clone(), key(21), market.buyer.address())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
 async fn the_contract_signs_the_same_digest_the_node_does() {
     let market = Market::open(0).await;
     let channel = market.buyer.channel_to(market.provider.account());

@@ -37,6 +37,8 @@ pub enum EscrowError {
     Unconfirmed(B256, Duration),
     #[error("no contract at {0} on chain {1}")]
     NoContract(Address, u64),
+    #[error("the contract at {0} on chain {1} is not a sharemesh escrow (its code differs)")]
+    NotAnEscrow(Address, u64),
     #[error("the deployment transaction {0} created no contract")]
     NotDeployed(B256),
     #[error("unreadable answer from the contract: {0}")]
@@ -87,8 +89,12 @@ impl Escrow {
     ) -> Result<Self, EscrowError> {
         let rpc = Rpc::new(url)?;
         let chain_id = rpc.chain_id().await?;
-        if rpc.code(address).await?.is_empty() {
+        let code = rpc.code(address).await?;
+        if code.is_empty() {
             return Err(EscrowError::NoContract(address, chain_id));
+        }
+        if !contracts::is_escrow_code(&code) {
+            return Err(EscrowError::NotAnEscrow(address, chain_id));
         }
         Ok(Self::with(rpc, key, chain_id, address))
     }
