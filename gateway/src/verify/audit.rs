@@ -98,7 +98,7 @@ pub struct Auditor {
     suspected: Mutex<HashMap<NodeId, Suspicion>>,
     /// The profile each provider last named: a lone one means every job is verified.
     profiles: Mutex<crate::verify::profiles::ProfileCensus>,
-    banned: RwLock<HashSet<NodeId>>,
+    banned: RwLock<Convicted>,
     stats: Mutex<AuditStats>,
     in_flight: Arc<Semaphore>,
     /// Tokens/s measured on the last jobs of each provider (newest last, ≤ 3).
@@ -114,6 +114,42 @@ enum Suspicion {
     /// Something no replay answers (a finding about its claims, a replay on another
     /// profile far off, a fraud without a valid proof): for good.
     Lasting,
+}
+
+/// Providers dropped for fraud, at most [`MAX_CONVICTED`], the oldest conviction
+/// forgotten first: each entry cost a replayed proof, so growing the set is expensive,
+/// but not free (keys are), and memory is bounded. The ledger keeps the proofs
+/// themselves (fewer, `ledger::MAX_FRAUD_PROOFS`).
+#[derive(Default)]
+struct Convicted {
+    set: HashSet<NodeId>,
+    order: VecDeque<NodeId>,
+}
+
+const MAX_CONVICTED: usize = 100_000;
+
+impl Convicted {
+    fn contains(&self, provider: &NodeId) -> bool {
+        self.set.contains(provider)
+    }
+
+    /// `true` if `provider` was not convicted before.
+    fn insert(&mut self, provider: NodeId) -> bool {
+        if !self.set.insert(provider) {
+            return false;
+        }
+        self.order.push_back(provider);
+        while self.order.len() > MAX_CONVICTED {
+            if let Some(oldest) = self.order.pop_front() {
+                self.set.remove(&oldest);
+            }
+        }
+        true
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &NodeId> {
+        self.order.iter()
+    }
 }
 
 /// Speed measurements kept per provider.
@@ -416,6 +452,27 @@ pub(crate) mod tests {
     use sharemesh_protocol::{
         Accept, Digest, JobRequest, Keypair, Prompt, Sampling, StepFingerprint, Tier,
     };
+
+    #[test]
+    fn convictions_are_bounded_and_the_oldest_is_forgotten_first() {
+        let mut convicted = Convicted::default();
+        let id = |i: usize| {
+            let mut bytes = [0u8; 32];
+            bytes[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            NodeId::from_bytes(bytes)
+        };
+        for i in 0..MAX_CONVICTED {
+            assert!(convicted.insert(id(i)));
+        }
+        assert!(
+            !convicted.insert(id(7)),
+            "a second conviction changes nothing"
+        );
+        assert!(convicted.insert(id(MAX_CONVICTED)));
+        assert!(!convicted.contains(&id(0)));
+        assert!(convicted.contains(&id(1)) && convicted.contains(&id(MAX_CONVICTED)));
+        assert_eq!(convicted.iter().count(), MAX_CONVICTED);
+    }
 
     pub(crate) fn profile(engine: &str) -> ExecutionProfile {
         ExecutionProfile {
