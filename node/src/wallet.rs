@@ -148,9 +148,23 @@ async fn escrow(
     Ok((node, escrow))
 }
 
+/// Largest binding or authorisation file read: both come from the other party, and a
+/// real one is well under 2 KiB.
+const MAX_EXCHANGED_FILE_BYTES: u64 = 64 * 1024;
+
 fn read_json(path: &Path) -> Result<serde_json::Value> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    use std::io::Read;
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut text = String::new();
+    file.take(MAX_EXCHANGED_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if text.len() as u64 > MAX_EXCHANGED_FILE_BYTES {
+        bail!(
+            "{} is over {MAX_EXCHANGED_FILE_BYTES} bytes: not a binding or authorisation",
+            path.display()
+        );
+    }
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 

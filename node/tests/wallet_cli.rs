@@ -193,6 +193,15 @@ fn a_buyer_pays_a_provider_its_final_receipts_through_the_escrow() {
         .run(&["authorise", "--binding", binding_file.to_str().unwrap()])
         .unwrap_err();
     assert!(refused.contains("does not open"), "{refused}");
+    // A huge "binding" from a hostile provider is refused unread.
+    std::fs::write(&binding_file, vec![b' '; 200 * 1024]).unwrap();
+    let refused = as_buyer
+        .run(&["authorise", "--binding", binding_file.to_str().unwrap()])
+        .unwrap_err();
+    assert!(
+        refused.contains("not a binding or authorisation"),
+        "{refused}"
+    );
     // Amounts the token cannot hold are refused, not rounded.
     let bad = as_buyer.run(&["deposit", "1.0000001"]).unwrap_err();
     assert!(bad.contains("more decimals"), "{bad}");
