@@ -43,6 +43,9 @@ pub enum WalletCommand {
         #[arg(long)]
         escrow: Option<String>,
     },
+    /// What this node's ledger says each counterparty owes or is owed, by settlement
+    /// state (no chain needed): final is what a buyer authorises and a provider redeems.
+    Owed,
     /// Provider: this node's binding (its account for this escrow, signed by the
     /// node's identity), to hand to its buyers.
     Binding(ChainArgs),
@@ -195,6 +198,7 @@ async fn settle(data_dir: &Path, command: WalletCommand) -> Result<serde_json::V
             }))
         }
         WalletCommand::Binding(chain) => binding(data_dir, &chain).await,
+        WalletCommand::Owed => owed(data_dir),
         WalletCommand::Deposit { usd, chain } => deposit(data_dir, &usd, &chain).await,
         WalletCommand::Withdraw {
             usd,
@@ -213,6 +217,53 @@ async fn settle(data_dir: &Path, command: WalletCommand) -> Result<serde_json::V
             usd,
         } => devnet_setup(&chain_rpc, notice_secs, &fund, &usd).await,
     }
+}
+
+/// Per counterparty, from the ledger: what is final, pending and voided on each channel
+/// this node is part of.
+fn owed(data_dir: &Path) -> Result<serde_json::Value> {
+    let node = crate::identity::load_or_create(data_dir)?.node_id();
+    let ledger = sharemesh_ledger::Ledger::open(&data_dir.join("ledger"))
+        .context("opening this node's ledger (is the node running?)")?;
+    let now = sharemesh_mesh::clock::now_ms();
+    let (mut providers, mut buyers) = (
+        std::collections::BTreeSet::new(),
+        std::collections::BTreeSet::new(),
+    );
+    for (receipt, _) in ledger.receipts()? {
+        if receipt.buyer == node {
+            providers.insert(receipt.provider);
+        }
+        if receipt.provider == node {
+            buyers.insert(receipt.buyer);
+        }
+    }
+    let channel = |buyer, provider, key: &str, other: &sharemesh_protocol::NodeId| {
+        ledger
+            .channel_settlement(buyer, provider, now)
+            .map(|money| {
+                json!({
+                    key: other.to_string(),
+                    "final_nano_usd": money.final_nano_usd,
+                    "pending_nano_usd": money.pending_nano_usd,
+                    "voided_nano_usd": money.voided_nano_usd,
+                })
+            })
+    };
+    let to_providers = providers
+        .iter()
+        .map(|provider| channel(&node, provider, "provider", provider))
+        .collect::<Result<Vec<_>, _>>()?;
+    let from_buyers = buyers
+        .iter()
+        .map(|buyer| channel(buyer, &node, "buyer", buyer))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(json!({
+        "node": node.to_string(),
+        "dispute_window_ms": ledger.dispute_window_ms(),
+        "owed_to_providers": to_providers,
+        "owed_by_buyers": from_buyers,
+    }))
 }
 
 async fn deposit(data_dir: &Path, usd: &str, chain: &ChainArgs) -> Result<serde_json::Value> {

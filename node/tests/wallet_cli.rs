@@ -150,6 +150,23 @@ fn a_buyer_pays_a_provider_its_final_receipts_through_the_escrow() {
         book(&both, &buyer, &provider, 2, 100, now - HOUR);
     }
 
+    // Each side's ledger view of the channel, before any chain.
+    let owed = as_buyer.run(&["owed"]).unwrap();
+    let channel = &owed["owed_to_providers"][0];
+    assert_eq!(channel["provider"], provider.node_id().to_string());
+    assert_eq!(channel["final_nano_usd"], 2_500_000_000u64);
+    assert_eq!(channel["pending_nano_usd"], 1_000_000_000u64);
+    let owed = as_provider.run(&["owed"]).unwrap();
+    assert_eq!(
+        owed["owed_by_buyers"][0]["buyer"],
+        buyer.node_id().to_string()
+    );
+    assert_eq!(
+        owed["owed_by_buyers"][0]["final_nano_usd"],
+        2_500_000_000u64
+    );
+    assert_eq!(owed["owed_to_providers"], Value::Array(vec![]));
+
     let deposited = as_buyer.run(&["deposit", "10"]).unwrap();
     assert_eq!(deposited["balance_usd"], "10.000000");
     let binding = as_provider.run(&["binding"]).unwrap();
