@@ -22,6 +22,12 @@ use tx::Eip1559Tx;
 /// still be mined later; the next call's nonce accounts for it).
 pub const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(120);
 const RECEIPT_POLL: Duration = Duration::from_millis(100);
+/// No escrow or token call needs more (a first redemption is ~90k; an RPC node that
+/// estimates more is wrong or lying, and the account would pay for it).
+const MAX_CALL_GAS: u64 = 500_000;
+/// The tip is capped at the base fee, or this much when the base fee is lower: an RPC
+/// node suggesting a larger tip would spend the account's gas money on it.
+const MIN_PRIORITY_CAP: u128 = 2_000_000_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EscrowError {
@@ -50,6 +56,8 @@ pub enum EscrowError {
     },
     #[error(transparent)]
     Auth(#[from] AuthError),
+    #[error("the chain's node estimates {0} gas for an escrow call, more than any needs")]
+    ImplausibleGas(u64),
     #[error("the chain reported an amount over 128 bits")]
     AmountOverflow,
     #[error(transparent)]
@@ -74,6 +82,19 @@ pub struct Escrow {
     /// One transaction at a time per account: nonces are read, not tracked.
     sending: tokio::sync::Mutex<()>,
     confirm_timeout: Duration,
+    /// The stablecoin, read once: it is immutable in the contract.
+    token: tokio::sync::OnceCell<Address>,
+}
+
+/// (tip, fee cap) for a base fee and the tip an RPC node suggests: the tip at most the
+/// base fee (or [`MIN_PRIORITY_CAP`] when that is lower), the cap twice the base fee plus
+/// the tip, so a base fee that doubles before inclusion still fits.
+fn fees_to_offer(base_fee: u128, asked_priority: u128) -> (u128, u128) {
+    let priority = asked_priority.min(base_fee.max(MIN_PRIORITY_CAP));
+    (
+        priority,
+        base_fee.saturating_mul(2).saturating_add(priority),
+    )
 }
 
 fn units(value: U256) -> Result<TokenUnits, EscrowError> {
@@ -107,6 +128,7 @@ impl Escrow {
             address,
             sending: tokio::sync::Mutex::new(()),
             confirm_timeout: DEFAULT_CONFIRM_TIMEOUT,
+            token: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -268,7 +290,10 @@ impl Escrow {
 
     /// The stablecoin the escrow holds.
     pub async fn token(&self) -> Result<Address, EscrowError> {
-        self.view(SharemeshEscrow::tokenCall {}).await
+        self.token
+            .get_or_try_init(|| self.view(SharemeshEscrow::tokenCall {}))
+            .await
+            .copied()
     }
 
     /// How the escrow's token relates to the ledger's nano-USD (its `decimals()`).
@@ -371,13 +396,18 @@ impl Escrow {
                 _ => EscrowError::Rpc(e),
             }
         })?;
+        // The RPC node's numbers decide what this account pays: bounded, not believed.
+        if to.is_some() && gas > MAX_CALL_GAS {
+            return Err(EscrowError::ImplausibleGas(gas));
+        }
         let nonce = self.rpc.nonce(from).await?;
-        let (base_fee, priority_fee) = self.rpc.fees().await?;
+        let (base_fee, asked_priority) = self.rpc.fees().await?;
+        let (priority_fee, max_fee) = fees_to_offer(base_fee, asked_priority);
         let tx = Eip1559Tx {
             chain_id: self.chain_id,
             nonce,
             max_priority_fee_per_gas: priority_fee,
-            max_fee_per_gas: base_fee.saturating_mul(2).saturating_add(priority_fee),
+            max_fee_per_gas: max_fee,
             // Headroom: the estimate is for the state now, a block may move it.
             gas_limit: gas.saturating_add(gas / 4),
             to,
@@ -419,3 +449,25 @@ impl Settlement for Escrow {
 }
 
 pub mod devnet;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_suggested_tip_is_capped_and_the_fee_cap_follows_the_base_fee() {
+        const GWEI: u128 = 1_000_000_000;
+        assert_eq!(fees_to_offer(10 * GWEI, GWEI), (GWEI, 21 * GWEI));
+        // A lying node's 1000-gwei tip is cut to the base fee.
+        assert_eq!(
+            fees_to_offer(10 * GWEI, 1000 * GWEI),
+            (10 * GWEI, 30 * GWEI)
+        );
+        // Under a tiny base fee (an L2) the tip may still reach 2 gwei.
+        assert_eq!(
+            fees_to_offer(GWEI / 100, 5 * GWEI),
+            (2 * GWEI, 2 * GWEI + GWEI / 50)
+        );
+        assert_eq!(fees_to_offer(u128::MAX, 1).1, u128::MAX);
+    }
+}
