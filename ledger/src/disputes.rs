@@ -206,6 +206,36 @@ impl Ledger {
         })
     }
 
+    /// Every channel of `me` on `side` in one pass over the receipts: the counterparty
+    /// (the buyer of `me`'s earnings, the provider of its spend) → its money at `now_ms`.
+    pub fn channels_of(
+        &self,
+        me: &NodeId,
+        side: Side,
+        now_ms: u64,
+    ) -> Result<std::collections::HashMap<NodeId, Settlement>, LedgerError> {
+        let window = self.dispute_window_ms();
+        let mut channels = std::collections::HashMap::<NodeId, Settlement>::new();
+        for (receipt, issued_at) in self.receipts()? {
+            let counterparty = match side {
+                Side::Earnings if &receipt.provider == me => receipt.buyer,
+                Side::Spend if &receipt.buyer == me => receipt.provider,
+                _ => continue,
+            };
+            let voided = self.is_voided(&key(&receipt))?;
+            let settlement = channels.entry(counterparty).or_insert_with(|| Settlement {
+                dispute_window_ms: window,
+                ..Settlement::default()
+            });
+            settlement.add(
+                receipt.amount.0,
+                voided,
+                issued_at.saturating_add(window) > now_ms,
+            );
+        }
+        Ok(channels)
+    }
+
     fn settlement_where(
         &self,
         now_ms: u64,
@@ -220,16 +250,27 @@ impl Ledger {
             if !counts(&receipt) {
                 continue;
             }
-            let amount = receipt.amount.0;
-            if self.is_voided(&key(&receipt))? {
-                settlement.voided_nano_usd += amount;
-            } else if issued_at.saturating_add(window) > now_ms {
-                settlement.pending_nano_usd += amount;
-            } else {
-                settlement.final_nano_usd += amount;
-            }
+            let voided = self.is_voided(&key(&receipt))?;
+            settlement.add(
+                receipt.amount.0,
+                voided,
+                issued_at.saturating_add(window) > now_ms,
+            );
         }
         Ok(settlement)
+    }
+}
+
+impl Settlement {
+    fn add(&mut self, amount: u64, voided: bool, pending: bool) {
+        let bucket = if voided {
+            &mut self.voided_nano_usd
+        } else if pending {
+            &mut self.pending_nano_usd
+        } else {
+            &mut self.final_nano_usd
+        };
+        *bucket = bucket.saturating_add(amount);
     }
 }
 
@@ -336,6 +377,23 @@ mod tests {
             ledger.record_receipt(&late, None),
             Err(LedgerError::Invalid(_))
         ));
+
+        // Every channel in one pass agrees with each channel read alone.
+        let by_provider = ledger
+            .channels_of(&buyer.node_id(), Side::Spend, now)
+            .unwrap();
+        assert_eq!(by_provider.len(), 2);
+        for provider in [&cheat, &honest] {
+            let alone = ledger
+                .channel_settlement(&buyer.node_id(), &provider.node_id(), now)
+                .unwrap();
+            assert_eq!(by_provider[&provider.node_id()], alone);
+        }
+        assert_eq!(by_provider[&cheat.node_id()].voided_nano_usd, 1000);
+        let by_buyer = ledger
+            .channels_of(&honest.node_id(), Side::Earnings, now)
+            .unwrap();
+        assert_eq!(by_buyer[&buyer.node_id()].pending_nano_usd, 1000);
 
         let spend = report(&ledger, &buyer.node_id(), Side::Spend, 0, now).unwrap();
         assert_eq!(

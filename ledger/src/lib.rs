@@ -12,6 +12,7 @@ use sled::transaction::{
     ConflictableTransactionError, TransactionError, Transactional, TransactionalTree,
 };
 
+mod channels;
 mod disputes;
 mod report;
 mod spend;
@@ -32,6 +33,8 @@ pub enum LedgerError {
     Invalid(String),
     #[error("corrupt ledger entry: {0}")]
     Corrupt(String),
+    #[error("the ledger holds as many {0} as it keeps")]
+    Full(&'static str),
 }
 
 /// What happened to a receipt offered to the ledger.
@@ -118,6 +121,8 @@ pub struct Ledger {
     voided: sled::Tree,
     /// Provider id → the confirmed fraud proof against it.
     frauds: sled::Tree,
+    /// Counterparty id → its settlement channel's record (see `channels`).
+    channels: sled::Tree,
     dispute_window_ms: std::sync::atomic::AtomicU64,
 }
 
@@ -209,6 +214,7 @@ impl Ledger {
             quarantine: db.open_tree("quarantine")?,
             voided: db.open_tree("voided")?,
             frauds: db.open_tree("frauds")?,
+            channels: db.open_tree("channels")?,
             dispute_window_ms: std::sync::atomic::AtomicU64::new(DEFAULT_DISPUTE_WINDOW_MS),
             db,
             receipts,

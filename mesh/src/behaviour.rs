@@ -20,6 +20,7 @@ use sharemesh_protocol::{GossipTopic, StreamName};
 pub const INFER_PROTOCOL: StreamProtocol = StreamProtocol::new(StreamName::Infer.id());
 pub const QUOTE_PROTOCOL: StreamProtocol = StreamProtocol::new(StreamName::Quote.id());
 pub const MODEL_HEADER_PROTOCOL: StreamProtocol = StreamProtocol::new(StreamName::ModelHeader.id());
+pub const SETTLE_PROTOCOL: StreamProtocol = StreamProtocol::new(StreamName::Settle.id());
 pub const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new(StreamName::Kademlia.id());
 pub const IDENTIFY_PROTOCOL: &str = StreamName::Identify.id();
 

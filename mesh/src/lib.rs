@@ -31,7 +31,7 @@ use serde::Serialize;
 use sharemesh_protocol::{ModelId, NodeId, SignedEnvelope};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-pub use behaviour::{INFER_PROTOCOL, MODEL_HEADER_PROTOCOL, QUOTE_PROTOCOL};
+pub use behaviour::{INFER_PROTOCOL, MODEL_HEADER_PROTOCOL, QUOTE_PROTOCOL, SETTLE_PROTOCOL};
 pub use book::AddressBook;
 use orderbook::OrderBook;
 pub(crate) use paths::{HeldPaths, Punching};

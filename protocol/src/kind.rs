@@ -22,6 +22,7 @@ pub enum MessageKind {
     QuoteRequest,
     FraudProof,
     SettlementBinding,
+    SpendingAuthorisation,
 }
 
 impl MessageKind {
@@ -41,6 +42,7 @@ impl MessageKind {
             MessageKind::QuoteRequest => "sharemesh/2/quote-request",
             MessageKind::FraudProof => "sharemesh/2/fraud-proof",
             MessageKind::SettlementBinding => "sharemesh/2/settlement-binding",
+            MessageKind::SpendingAuthorisation => "sharemesh/2/spending-authorisation",
         }
     }
 }

@@ -29,7 +29,7 @@ pub use messages::*;
 pub use money::NanoUsd;
 pub use names::{GossipTopic, StreamName};
 pub use replay::ReplayGuard;
-pub use settlement::SettlementBinding;
+pub use settlement::{SettlementBinding, SpendingAuthorisation};
 
 /// The protocol version this crate speaks. Carried in every envelope, every topic
 /// name and every stream protocol id.

@@ -15,15 +15,19 @@ pub enum StreamName {
     Identify,
     /// A model's GGUF header, checked against its id (`model_header`).
     ModelHeader,
+    /// Settlement offers: a buyer's binding and newest spending authorisation, answered
+    /// with the provider's binding (SPEC §13).
+    Settle,
 }
 
 impl StreamName {
-    pub const ALL: [StreamName; 5] = [
+    pub const ALL: [StreamName; 6] = [
         StreamName::Infer,
         StreamName::Quote,
         StreamName::Kademlia,
         StreamName::Identify,
         StreamName::ModelHeader,
+        StreamName::Settle,
     ];
 
     /// The protocol id, `/sharemesh/<name>/<version>`.
@@ -34,6 +38,7 @@ impl StreamName {
             StreamName::Kademlia => "/sharemesh/kad/2",
             StreamName::Identify => "/sharemesh/id/2",
             StreamName::ModelHeader => "/sharemesh/model-header/2",
+            StreamName::Settle => "/sharemesh/settle/2",
         }
     }
 }

@@ -50,6 +50,62 @@ impl WireMessage for SettlementBinding {
     }
 }
 
+/// A buyer's spending authorisation as it travels to its provider over the mesh: the
+/// EIP-712 signature by the buyer's chain account (checked by the settlement crate and
+/// by the contract) inside an envelope signed by the buyer's node, so a provider books
+/// it against the node whose receipts it holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpendingAuthorisation {
+    pub buyer: NodeId,
+    pub provider: NodeId,
+    pub chain_id: u64,
+    pub escrow: [u8; 20],
+    pub buyer_account: [u8; 20],
+    pub provider_account: [u8; 20],
+    /// What the channel may pay in all, in the token's smallest units.
+    pub cumulative: u128,
+    pub r: [u8; 32],
+    pub s: [u8; 32],
+    pub y_parity: bool,
+}
+
+impl SpendingAuthorisation {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if self.chain_id == 0 {
+            return Err(ValidationError::field("chain_id", "0 is no chain"));
+        }
+        for (field, address) in [
+            ("escrow", &self.escrow),
+            ("buyer_account", &self.buyer_account),
+            ("provider_account", &self.provider_account),
+        ] {
+            if *address == [0; 20] {
+                return Err(ValidationError::field(field, "the zero address"));
+            }
+        }
+        if self.cumulative == 0 {
+            return Err(ValidationError::field("cumulative", "authorises nothing"));
+        }
+        if self.r == [0; 32] || self.s == [0; 32] {
+            return Err(ValidationError::field("signature", "r or s is zero"));
+        }
+        Ok(())
+    }
+}
+
+impl WireMessage for SpendingAuthorisation {
+    const KIND: MessageKind = MessageKind::SpendingAuthorisation;
+    const MAX_BYTES: usize = 320;
+    /// Delivered at once; the signature inside stays redeemable on chain regardless.
+    const MAX_LIFETIME_MS: u64 = 24 * 3_600_000;
+    fn author(&self) -> NodeId {
+        self.buyer
+    }
+    fn validate(&self) -> Result<(), ValidationError> {
+        SpendingAuthorisation::validate(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -83,6 +139,90 @@ mod tests {
         let long = node.seal(&binding(&node), 1, NOW, 400 * DAY).unwrap();
         assert_eq!(long.expires_at_ms, NOW + SettlementBinding::MAX_LIFETIME_MS);
         assert!(long.open::<SettlementBinding>(NOW + 367 * DAY).is_err());
+    }
+
+    fn authorisation(buyer: &Keypair) -> SpendingAuthorisation {
+        SpendingAuthorisation {
+            buyer: buyer.node_id(),
+            provider: Keypair::from_secret([6; 32]).node_id(),
+            chain_id: 31337,
+            escrow: [7; 20],
+            buyer_account: [8; 20],
+            provider_account: [9; 20],
+            cumulative: 1_234_567,
+            r: [1; 32],
+            s: [2; 32],
+            y_parity: true,
+        }
+    }
+
+    #[test]
+    fn an_authorisation_opens_only_as_its_buyers_and_within_its_limits() {
+        let buyer = Keypair::from_secret([4; 32]);
+        let sealed = buyer.seal(&authorisation(&buyer), 1, NOW, DAY).unwrap();
+        assert!(sealed.payload.len() <= SpendingAuthorisation::MAX_BYTES);
+        let opened = sealed.open::<SpendingAuthorisation>(NOW + 1).unwrap();
+        assert_eq!(opened.body, authorisation(&buyer));
+        let other = Keypair::from_secret([5; 32]);
+        let forged = other.seal(&authorisation(&buyer), 1, NOW, DAY).unwrap();
+        assert!(forged.open::<SpendingAuthorisation>(NOW).is_err());
+        assert!(sealed.open::<SpendingAuthorisation>(NOW + 2 * DAY).is_err());
+        // A binding's bytes do not open as an authorisation (domain separation).
+        let binding = buyer.seal(&binding(&buyer), 1, NOW, DAY).unwrap();
+        assert!(binding.open::<SpendingAuthorisation>(NOW).is_err());
+    }
+
+    #[test]
+    fn empty_authorisations_are_refused_by_name() {
+        let buyer = Keypair::from_secret([4; 32]);
+        let base = authorisation(&buyer);
+        for (field, broken) in [
+            (
+                "chain_id",
+                SpendingAuthorisation {
+                    chain_id: 0,
+                    ..base.clone()
+                },
+            ),
+            (
+                "escrow",
+                SpendingAuthorisation {
+                    escrow: [0; 20],
+                    ..base.clone()
+                },
+            ),
+            (
+                "buyer_account",
+                SpendingAuthorisation {
+                    buyer_account: [0; 20],
+                    ..base.clone()
+                },
+            ),
+            (
+                "provider_account",
+                SpendingAuthorisation {
+                    provider_account: [0; 20],
+                    ..base.clone()
+                },
+            ),
+            (
+                "cumulative",
+                SpendingAuthorisation {
+                    cumulative: 0,
+                    ..base.clone()
+                },
+            ),
+            (
+                "signature",
+                SpendingAuthorisation {
+                    s: [0; 32],
+                    ..base.clone()
+                },
+            ),
+        ] {
+            let err = broken.validate().unwrap_err();
+            assert!(err.to_string().contains(field), "{err}");
+        }
     }
 
     #[test]

@@ -17,13 +17,18 @@ pub mod credit;
 pub mod evm;
 mod in_ledger;
 pub mod key;
+pub mod offer;
 pub mod owed;
+pub mod payee;
+pub mod payer;
 pub mod units;
 
 pub use alloy_primitives::{Address, B256};
 pub use auth::{Channel, SignedSpendingAuth, SpendingAuth};
 pub use in_ledger::InLedger;
 pub use key::AccountKey;
+pub use payee::{Payee, PayeeSettings, Unfunded};
+pub use payer::Payer;
 pub use units::TokenUnits;
 
 /// What a buyer's funds still cover, as its provider reads them.

@@ -7,7 +7,7 @@ mod support;
 
 use alloy_primitives::Address;
 use sharemesh_ledger::Ledger;
-use sharemesh_protocol::{Digest, JobId, Keypair, NanoUsd, Receipt};
+use sharemesh_protocol::Keypair;
 use sharemesh_settlement::credit::{may_extend, BuyerPosition, CreditLimits, CreditRefused};
 use sharemesh_settlement::evm::contracts::EscrowRevert;
 use sharemesh_settlement::evm::{devnet, Escrow, EscrowError};
@@ -322,18 +322,8 @@ async fn the_buyer_authorises_final_receipts_and_voided_ones_are_never_paid() {
     const HOUR: u64 = 3_600_000;
     let now = 200 * 24 * HOUR;
     let book = |job: u8, nano: u64, at: u64| {
-        let receipt = Receipt::new(
-            JobId::from_bytes([job; 16]),
-            market.provider_node.node_id(),
-            market.buyer_node.node_id(),
-            10,
-            90,
-            // 100 tokens: the price per token that makes the receipt's amount `nano`.
-            NanoUsd(nano / 100),
-            Digest::from_bytes([job; 32]),
-        )
-        .unwrap();
-        let sealed = market.buyer_node.seal(&receipt, 1, at, 60_000).unwrap();
+        let sealed =
+            support::sealed_receipt(&market.buyer_node, &market.provider_node, job, nano, at);
         ledger.record_receipt(&sealed, None).unwrap();
         sealed
     };

@@ -6,7 +6,8 @@ use std::time::Duration;
 use sharemesh_mesh::framing::FrameReader;
 use sharemesh_protocol::{
     Accept, Advert, Attestation, FraudProof, JobRequest, MessageKind, Quote, QuoteRequest, Receipt,
-    Reject, ReputationReport, SettlementBinding, SignedEnvelope, TokenChunk, WireMessage,
+    Reject, ReputationReport, SettlementBinding, SignedEnvelope, SpendingAuthorisation, TokenChunk,
+    WireMessage,
 };
 
 use super::samples::{self, decode_and_validate};
@@ -43,10 +44,11 @@ fn decode_body(kind: MessageKind, payload: &[u8]) {
         MessageKind::ReputationReport => decode_and_validate::<ReputationReport>(payload),
         MessageKind::QuoteRequest => decode_and_validate::<QuoteRequest>(payload),
         MessageKind::SettlementBinding => decode_and_validate::<SettlementBinding>(payload),
+        MessageKind::SpendingAuthorisation => decode_and_validate::<SpendingAuthorisation>(payload),
     }
 }
 
-const KINDS: [MessageKind; 13] = [
+const KINDS: [MessageKind; 14] = [
     MessageKind::Advert,
     MessageKind::Attestation,
     MessageKind::JobRequest,
@@ -60,6 +62,7 @@ const KINDS: [MessageKind; 13] = [
     MessageKind::QuoteRequest,
     MessageKind::FraudProof,
     MessageKind::SettlementBinding,
+    MessageKind::SpendingAuthorisation,
 ];
 
 fn open_as_its_kind(envelope: &SignedEnvelope) {

@@ -398,6 +398,10 @@ pub enum RejectReason {
     /// The buyer is over its per-buyer limit on this provider (concurrent jobs or jobs
     /// per minute); other providers, or this one later, may serve it.
     BuyerLimit,
+    /// The provider settles on a chain and this buyer has not offered a settlement
+    /// binding there, or its deposit (as the provider last read it) does not cover the
+    /// job on top of what it already owes (SPEC §13).
+    Unfunded,
 }
 
 impl RejectReason {

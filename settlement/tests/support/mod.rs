@@ -46,3 +46,26 @@ impl Anvil {
 pub fn key(byte: u8) -> AccountKey {
     AccountKey::from_bytes(&B256::repeat_byte(byte)).unwrap()
 }
+
+/// A receipt from `buyer` to `provider` for job `job` worth `nano` nano-USD (100 tokens
+/// at the price that makes it so), signed by the buyer at `at_ms`.
+pub fn sealed_receipt(
+    buyer: &sharemesh_protocol::Keypair,
+    provider: &sharemesh_protocol::Keypair,
+    job: u8,
+    nano: u64,
+    at_ms: u64,
+) -> sharemesh_protocol::SignedEnvelope {
+    use sharemesh_protocol::{Digest, JobId, NanoUsd, Receipt};
+    let receipt = Receipt::new(
+        JobId::from_bytes([job; 16]),
+        provider.node_id(),
+        buyer.node_id(),
+        10,
+        90,
+        NanoUsd(nano / 100),
+        Digest::from_bytes([job; 32]),
+    )
+    .unwrap();
+    buyer.seal(&receipt, 1, at_ms, 60_000).unwrap()
+}
