@@ -21,6 +21,7 @@ pub mod plan;
 pub mod quote;
 pub mod route;
 pub mod segment;
+pub mod settle;
 pub mod verify;
 pub mod vocab;
 pub mod waiting;

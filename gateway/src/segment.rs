@@ -32,6 +32,8 @@ pub struct Segments {
     pub ledger: Option<Arc<Ledger>>,
     pub stall_timeout: Duration,
     local: OnceLock<Arc<dyn LocalRoute>>,
+    /// On-chain settlement, when this buyer settles on a chain (SPEC §13).
+    payer: OnceLock<Arc<sharemesh_settlement::Payer>>,
 }
 
 /// Where a segment's events come from: a remote provider's job stream, or the node's
@@ -144,12 +146,37 @@ impl Segments {
             ledger,
             stall_timeout,
             local: OnceLock::new(),
+            payer: OnceLock::new(),
         }
     }
 
     /// Routes jobs for this node's own provider to it directly (set once).
     pub fn set_local_route(&self, route: Arc<dyn LocalRoute>) {
         let _ = self.local.set(route);
+    }
+
+    /// Settles on chain through `payer` (set once).
+    pub fn set_payer(&self, payer: Arc<sharemesh_settlement::Payer>) {
+        let _ = self.payer.set(payer);
+    }
+
+    pub fn payer(&self) -> Option<&Arc<sharemesh_settlement::Payer>> {
+        self.payer.get()
+    }
+
+    /// Before the first job with `provider` in this run, offers it this buyer's
+    /// settlement binding (a provider that settles on chain serves no buyer without
+    /// one). A failed offer is logged: the provider's answer to the job says the rest.
+    async fn offer_settlement(&self, provider: NodeId) {
+        let Some(payer) = self.payer.get() else {
+            return;
+        };
+        if !payer.needs_offer(&provider) {
+            return;
+        }
+        if let Err(err) = crate::settle::offer_to(&self.mesh, payer, provider).await {
+            tracing::warn!(%err, "settlement offer failed");
+        }
     }
 
     fn node_id(&self) -> NodeId {
@@ -195,6 +222,9 @@ impl Segments {
         // connection closes once a direct one opens, and would cut this job's stream.
         self.mesh.settle_path(&peer).await;
         let hold = self.mesh.hold_path(peer);
+        if connected {
+            self.offer_settlement(provider).await;
+        }
         let mut last_error = SegmentError::Unreachable("not tried".into());
         for attempt in 1..=attempts {
             let terms = StreamTerms {

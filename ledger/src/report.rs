@@ -106,6 +106,9 @@ pub struct Report {
     pub quarantined_entries: usize,
     /// Pending (within the dispute window), final and voided money, over all time.
     pub settlement: Settlement,
+    /// The same per buyer (earnings) or per provider (spend): each channel's final
+    /// amount is what its buyer authorises on chain (SPEC §13).
+    pub per_counterparty_settlement: BTreeMap<String, Settlement>,
 }
 
 /// Which side's report: `me` as provider (earnings) or as buyer (spend).
@@ -185,5 +188,10 @@ pub fn report(
     }
     report.quarantined_entries = ledger.quarantined()?;
     report.settlement = ledger.settlement(me, side, now_ms)?;
+    report.per_counterparty_settlement = ledger
+        .channels_of(me, side, now_ms)?
+        .into_iter()
+        .map(|(counterparty, money)| (counterparty.to_string(), money))
+        .collect();
     Ok(report)
 }

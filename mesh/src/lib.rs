@@ -33,6 +33,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 pub use behaviour::{INFER_PROTOCOL, MODEL_HEADER_PROTOCOL, QUOTE_PROTOCOL, SETTLE_PROTOCOL};
 pub use book::AddressBook;
+/// Why a stream did not open (the peer may not speak the protocol).
+pub use libp2p_stream::OpenStreamError;
 use orderbook::OrderBook;
 pub(crate) use paths::{HeldPaths, Punching};
 pub use paths::{PathHold, PUNCH_GRACE};

@@ -51,7 +51,7 @@ pub enum Command {
     Gateway(Box<crate::gateway::GatewayArgs>),
     #[cfg(feature = "provider")]
     /// Run a local testnet and see the whole system work (fetch, serve, stream, fail over, pay).
-    Demo,
+    Demo(crate::demo::DemoArgs),
     #[cfg(feature = "provider")]
     /// Local testnets of separate processes on loopback.
     Testnet {
@@ -137,7 +137,7 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         #[cfg(feature = "provider")]
-        Command::Demo => crate::demo::run(&data_dir),
+        Command::Demo(args) => crate::demo::run(&data_dir, args),
         Command::Chat(args) => crate::chat::run(args),
         Command::Status(args) => crate::status::run(args),
         Command::Earnings(args) => {

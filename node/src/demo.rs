@@ -1,7 +1,8 @@
 //! `sharemesh demo`: the whole system in one command. Fetches the default model,
 //! starts a local testnet (3 providers + 1 gateway), asks a question through the
 //! OpenAI API and streams the answer, kills the serving provider mid-answer to show
-//! failover, prints what the buyer spent per provider, and shuts everything down.
+//! failover, prints what the buyer spent per provider, and shuts everything down. With
+//! `--settle` the nodes settle on a local devnet as well ([`crate::demo_settle`]).
 
 use std::io::Write;
 use std::path::Path;
@@ -16,8 +17,21 @@ const QUESTION: &str = "Write a short poem about the sea.";
 /// Tokens streamed before the serving provider is killed.
 const KILL_AFTER_TOKENS: usize = 12;
 
-fn step(n: usize, text: &str) {
-    eprintln!("\n[{n}/5] {text}");
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct DemoArgs {
+    /// Settle on a local devnet (anvil): the buyer deposits a test dollar in an escrow,
+    /// the dispute window is 10 s, both providers redeem what the buyer authorises, and
+    /// their on-chain gains are printed next to their final receipts.
+    #[arg(long)]
+    pub settle: bool,
+    /// With --settle: print one JSON object (per provider its node id, final receipts
+    /// and on-chain gain, and the token's decimals) on stdout; the rest goes to stderr.
+    #[arg(long, requires = "settle")]
+    pub json: bool,
+}
+
+fn step(n: usize, of: usize, text: &str) {
+    eprintln!("\n[{n}/{of}] {text}");
 }
 
 /// Stops the testnet however the demo ends.
@@ -30,13 +44,26 @@ impl Drop for Cleanup<'_> {
     }
 }
 
-pub fn run(data_dir: &Path) -> Result<()> {
+pub fn run(data_dir: &Path, demo: DemoArgs) -> Result<()> {
+    let steps = if demo.settle { 7 } else { 5 };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     let dir = data_dir.join("demo-testnet");
     if dir.join(launcher::TESTNET_FILE).exists() {
         let _ = launcher::down(&dir);
     }
+    // Every run starts from fresh nodes: a ledger left by an earlier run would carry its
+    // receipts into this run's spend (and, with --settle, onto a devnet that never
+    // saw them).
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("clearing the last demo's folder {}", dir.display()))?;
+    }
     step(
         1,
+        steps,
         "fetching the default model (SmolLM2-135M-Instruct, Q4_1)",
     );
     let model = crate::local_engine::model_for_testnet(data_dir, sharemesh_engine::catalog::DEFAULT_MODEL)
@@ -45,8 +72,18 @@ pub fn run(data_dir: &Path) -> Result<()> {
 
     step(
         2,
-        "starting a local testnet: 3 providers + 1 gateway on 127.0.0.1",
+        steps,
+        if demo.settle {
+            "starting a local devnet (a test dollar and the escrow) and a testnet: 3 providers + 1 gateway on 127.0.0.1, settling on it"
+        } else {
+            "starting a local testnet: 3 providers + 1 gateway on 127.0.0.1"
+        },
     );
+    let chain = if demo.settle {
+        Some(runtime.block_on(crate::demo_settle::DemoChain::start())?)
+    } else {
+        None
+    };
     let args = UpArgs {
         dir: DirArgs {
             dir: Some(dir.clone()),
@@ -55,9 +92,11 @@ pub fn run(data_dir: &Path) -> Result<()> {
         gateways: 1,
         base_port: 0,
         model: model.clone(),
-        provider_args: String::new(),
+        provider_args: chain
+            .as_ref()
+            .map_or_else(String::new, |c| c.provider_args()),
         bootstrap_args: String::new(),
-        gateway_args: String::new(),
+        gateway_args: chain.as_ref().map_or_else(String::new, |c| c.node_args()),
         netns: false,
         nat: 0,
         nat_buyers: 0,
@@ -76,17 +115,53 @@ pub fn run(data_dir: &Path) -> Result<()> {
         .find_map(|n| n.http.clone())
         .context("no gateway in the testnet")?;
     eprintln!("  gateway (OpenAI API): http://{gateway}/v1");
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(ask(&gateway, &file))
+    runtime.block_on(async {
+        let before = match &chain {
+            Some(chain) => {
+                chain.fund(&file).await?;
+                Some(chain.provider_balances(&file).await?)
+            }
+            None => None,
+        };
+        let killed = ask(&gateway, &file, steps, demo.json).await?;
+        if let (Some(chain), Some(before)) = (&chain, before) {
+            step(
+                5,
+                steps,
+                &format!(
+                    "bringing the killed provider back; waiting out the {} s dispute window",
+                    crate::demo_settle::DISPUTE_WINDOW_SECS
+                ),
+            );
+            if let Some(data_dir) = killed {
+                launcher::restart_node(Path::new(&data_dir))
+                    .context("restarting the killed provider")?;
+            }
+            step(
+                6,
+                steps,
+                "the gateway authorises each provider's final receipts; the providers redeem",
+            );
+            chain.settle(&gateway, &file, &before, demo.json).await?;
+        }
+        step(steps, steps, "shutting the testnet down");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        Ok(())
+    })
 }
 
-async fn ask(gateway: &str, file: &sharemesh_testnet::TestnetFile) -> Result<()> {
+/// Asks the question, kills the serving provider mid-answer, and prints what the buyer
+/// paid; returns the killed provider's data folder. With `quiet_stdout` the answer goes
+/// to stderr (stdout is for the JSON summary).
+async fn ask(
+    gateway: &str,
+    file: &sharemesh_testnet::TestnetFile,
+    steps: usize,
+    quiet_stdout: bool,
+) -> Result<Option<String>> {
     step(
         3,
+        steps,
         &format!("asking through the OpenAI API: \"{QUESTION}\" (streamed)"),
     );
     let body = serde_json::json!({
@@ -118,7 +193,12 @@ async fn ask(gateway: &str, file: &sharemesh_testnet::TestnetFile) -> Result<()>
         .unwrap_or_default()
         .to_owned();
     eprintln!("  served by {serving}\n");
-    let mut stdout = std::io::stdout();
+    let mut stdout: Box<dyn Write> = if quiet_stdout {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    let mut killed_dir = None;
     let mut chunks = sharemesh_testnet::sse::SseChunks::new(response);
     let mut tokens = 0usize;
     let mut killed: Option<Instant> = None;
@@ -156,12 +236,14 @@ async fn ask(gateway: &str, file: &sharemesh_testnet::TestnetFile) -> Result<()>
                 let _ = stdout.flush();
                 launcher::kill_node(node.pid);
                 killed = Some(Instant::now());
+                killed_dir = Some(node.data_dir.clone());
             }
         }
     }
-    println!("\n");
+    let _ = writeln!(stdout, "\n");
     step(
         4,
+        steps,
         "what the buyer paid, per provider (from its signed receipts)",
     );
     let segments = final_chunk["sharemesh"]["segments"]
@@ -193,7 +275,5 @@ async fn ask(gateway: &str, file: &sharemesh_testnet::TestnetFile) -> Result<()>
     if segments.len() > 1 {
         eprintln!("  the answer continued on another provider after the kill: no token lost, none repeated");
     }
-    step(5, "shutting the testnet down");
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    Ok(())
+    Ok(killed_dir)
 }

@@ -24,6 +24,8 @@ use crate::serve::{
 pub struct GatewayArgs {
     #[command(flatten)]
     pub mesh: MeshArgs,
+    #[command(flatten)]
+    pub settle: crate::settle_args::SettleArgs,
     /// Default price ceiling, USD per million tokens (a request's `sharemesh.max_price_per_mtok` overrides it).
     #[arg(long, default_value_t = 1000.0)]
     pub max_price: f64,
@@ -184,6 +186,22 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             })
         };
         let dispatcher = builder.build();
+        let payer = args
+            .settle
+            .payer(
+                data_dir,
+                std::sync::Arc::new(crate::identity::load_or_create(data_dir)?),
+                ledger.clone(),
+            )
+            .await?;
+        if let Some(payer) = payer {
+            dispatcher.set_payer(payer.clone());
+            tokio::spawn(sharemesh_gateway::settle::run_authorisations(
+                mesh.clone(),
+                payer,
+                args.settle.every()?,
+            ));
+        }
         if !args.no_verify {
             replay_locally(data_dir, &args, &dispatcher)?;
         }

@@ -10,6 +10,8 @@ pub mod commands;
 pub mod config;
 #[cfg(feature = "provider")]
 pub mod demo;
+#[cfg(feature = "provider")]
+pub mod demo_settle;
 pub mod gateway;
 pub mod http;
 pub mod identity;
@@ -26,6 +28,7 @@ pub mod provide;
 #[cfg(feature = "provider")]
 pub mod replay;
 pub mod serve;
+pub mod settle_args;
 pub mod status;
 #[cfg(feature = "provider")]
 pub mod verify_models;

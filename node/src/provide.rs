@@ -24,6 +24,8 @@ pub struct ProvideArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub mesh: MeshArgs,
+    #[command(flatten)]
+    pub settle: crate::settle_args::PayeeArgs,
     /// Price in USD per million tokens.
     #[arg(long, default_value_t = 0.10)]
     pub price: f64,
@@ -187,6 +189,8 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         ));
         let mesh = mesh::spawn(key.secret(), mesh_config(data_dir, &args.mesh, true)?).await?;
         let ledger = open_ledger(data_dir)?;
+        ledger.set_dispute_window_ms(args.settle.dispute_window_secs.saturating_mul(1000));
+        let payee = args.settle.payee(data_dir, &key, ledger.clone()).await?;
         // Uptime for the earnings report: a heartbeat per serving session.
         let heartbeat = ledger.clone();
         let started = sharemesh_mesh::clock::now_ms();
@@ -211,6 +215,9 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             hardware,
             Some(ledger.clone()),
         );
+        if let Some(payee) = payee {
+            provider.settle_on_chain(payee, args.settle.chain.every()?)?;
+        }
         let mut serving = provider.start_serving();
         let http = match args.mesh.http {
             Some(address) => {

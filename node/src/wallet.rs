@@ -97,13 +97,13 @@ pub enum WalletCommand {
     },
 }
 
-fn address(text: &str, what: &str) -> Result<sharemesh_settlement::Address> {
+pub(crate) fn address(text: &str, what: &str) -> Result<sharemesh_settlement::Address> {
     text.trim()
         .parse()
         .with_context(|| format!("{what} `{text}` is not an address (0x and 40 hex digits)"))
 }
 
-fn url(text: &str) -> Result<reqwest::Url> {
+pub(crate) fn url(text: &str) -> Result<reqwest::Url> {
     text.parse()
         .with_context(|| format!("--chain-rpc `{text}` is not a URL"))
 }
@@ -111,7 +111,7 @@ fn url(text: &str) -> Result<reqwest::Url> {
 /// An imported chain key, in place of the one derived from the node's identity.
 const WALLET_KEY_FILE: &str = "wallet.key";
 
-fn node_key(data_dir: &Path) -> Result<(sharemesh_protocol::Keypair, AccountKey)> {
+pub(crate) fn node_key(data_dir: &Path) -> Result<(sharemesh_protocol::Keypair, AccountKey)> {
     let node = crate::identity::load_or_create(data_dir)?;
     let path = data_dir.join(WALLET_KEY_FILE);
     let account = match std::fs::read_to_string(&path) {

@@ -521,3 +521,58 @@ fn behind_nat_serves_over_its_own_connections(
         .unwrap_or(0);
     assert!(dropped > 0, "{rules}");
 }
+
+/// `demo --settle --json`: real processes on a real devnet (anvil). Each provider's
+/// on-chain gain equals its final receipts in whole token units, the killed provider
+/// (restarted) included, and nothing is left running — anvil included, stopped by pid.
+#[test]
+fn the_settling_demo_pays_each_provider_its_final_receipts_on_chain() {
+    let data = data_dir_with_model();
+    let out = sharemesh(data.path(), &["demo", "--settle", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let file: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(data.path().join("demo-testnet/testnet.json")).unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    let mut pids: Vec<u64> = file["nodes"]
+        .as_array()
+        .map(|n| n.iter().filter_map(|n| n["pid"].as_u64()).collect())
+        .unwrap_or_default();
+    let anvil: Option<u64> = stderr
+        .split("anvil pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|pid| pid.parse().ok());
+    pids.extend(anvil);
+    let _guard = Guard(pids.clone());
+    assert!(out.status.success(), "demo --settle failed:\n{stderr}");
+    assert!(stderr.contains("failover"), "no failover shown:\n{stderr}");
+    assert!(stderr.contains("[7/7]"), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON object ({e}):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(summary["decimals"], 6, "{summary}");
+    let providers = summary["providers"].as_array().unwrap();
+    assert_eq!(providers.len(), 3, "{summary}");
+    let mut paid = 0;
+    for provider in providers {
+        let final_nano = provider["final_nano_usd"].as_u64().unwrap();
+        let gain = provider["onchain_gain_units"].as_u64().unwrap();
+        // Six decimals: a unit is 1,000 nano-USD, each channel rounded down once.
+        assert_eq!(gain, final_nano / 1_000, "{provider}");
+        paid += usize::from(gain > 0);
+    }
+    assert!(
+        paid >= 2,
+        "the provider killed mid-answer and the one that finished are both paid: {summary}"
+    );
+    assert!(anvil.is_some(), "the devnet's pid is shown: {stderr}");
+    assert_eq!(pids.len(), 5);
+    assert!(
+        pids.iter().all(|&p| !alive(p)),
+        "the demo left processes behind"
+    );
+}

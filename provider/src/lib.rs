@@ -40,6 +40,7 @@ pub mod policy;
 mod quote;
 mod receipts;
 pub mod serving;
+mod settle;
 mod stream;
 pub mod unpaid;
 use receipts::read_receipts;
@@ -167,6 +168,9 @@ pub struct Provider {
     /// Testnet adversary `alias-key`: the throwaway key its jobs' `Accept` and chunks
     /// are signed with (`None`: its own key, as an honest provider's).
     alias: Option<Keypair>,
+    /// On-chain settlement (SPEC §13), when this provider settles on a chain: buyers
+    /// must have offered a binding and be covered by their deposit to be served.
+    payee: std::sync::OnceLock<(Arc<sharemesh_settlement::Payee>, Duration)>,
 }
 
 /// The credit window a buyer that has never paid this provider gets (at most): less
@@ -215,6 +219,7 @@ impl Provider {
             paying_buyers: receipts::PayingBuyers::default(),
             unpaid: unpaid::UnpaidWork::default(),
             alias: alias.then(|| Keypair::from_secret(rand::random::<[u8; 32]>())),
+            payee: std::sync::OnceLock::new(),
         })
     }
 
@@ -384,6 +389,7 @@ impl Provider {
         let asker = self.asker(request.buyer, &peer);
         self.unpaid.check(&asker, now)?;
         self.admit(&request, now)?;
+        let credit = self.credit_for(&request)?;
         let buyer_slot = self.buyer_limits.admit(request.buyer, now)?;
         let newcomer_slot = self.unpaid.admit(&asker, now)?;
         Ok((
@@ -392,6 +398,7 @@ impl Provider {
                 asker,
                 _buyer_slot: buyer_slot,
                 _newcomer_slot: newcomer_slot,
+                _credit: credit,
             },
         ))
     }
@@ -638,4 +645,6 @@ struct Admitted {
     asker: unpaid::Asker,
     _buyer_slot: BuyerSlot,
     _newcomer_slot: Option<unpaid::NewcomerSlot>,
+    /// What the job may cost, held against the buyer's deposit while it runs.
+    _credit: Option<sharemesh_settlement::payee::CreditHold>,
 }

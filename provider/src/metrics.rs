@@ -39,6 +39,11 @@ pub struct ProviderMetrics {
     pub gpu_temperature_celsius: Family<GpuLabels, Gauge>,
     pub gpu_power_watts: Family<GpuLabels, Gauge>,
     pub gpu_utilization_percent: Family<GpuLabels, Gauge>,
+    /// On-chain settlement, in the token's smallest units (all buyers): authorised by
+    /// buyers, paid out on chain, and authorised but not yet redeemed.
+    pub settlement_authorised_units: Gauge,
+    pub settlement_redeemed_units: Gauge,
+    pub settlement_redeemable_units: Gauge,
 }
 
 impl ProviderMetrics {
@@ -62,7 +67,25 @@ impl ProviderMetrics {
             gpu_temperature_celsius: Family::default(),
             gpu_power_watts: Family::default(),
             gpu_utilization_percent: Family::default(),
+            settlement_authorised_units: Gauge::default(),
+            settlement_redeemed_units: Gauge::default(),
+            settlement_redeemable_units: Gauge::default(),
         };
+        r.register(
+            "settlement_authorised_units",
+            "Cumulative amount buyers authorised on chain, in the settlement token's units",
+            metrics.settlement_authorised_units.clone(),
+        );
+        r.register(
+            "settlement_redeemed_units",
+            "Paid out to this provider by the escrow, in the settlement token's units",
+            metrics.settlement_redeemed_units.clone(),
+        );
+        r.register(
+            "settlement_redeemable_units",
+            "Authorised by buyers and not yet redeemed, in the settlement token's units",
+            metrics.settlement_redeemable_units.clone(),
+        );
         r.register(
             "jobs",
             "Jobs served, by how they ended",
@@ -142,5 +165,18 @@ impl ProviderMetrics {
                 outcome: outcome.into(),
             })
             .inc();
+    }
+}
+
+impl ProviderMetrics {
+    /// Shows the settlement totals of the last round.
+    pub fn show_settlement(&self, totals: &sharemesh_settlement::payee::PayeeTotals) {
+        let gauge = |value: u128| i64::try_from(value).unwrap_or(i64::MAX);
+        self.settlement_authorised_units
+            .set(gauge(totals.authorised_units));
+        self.settlement_redeemed_units
+            .set(gauge(totals.redeemed_units));
+        self.settlement_redeemable_units
+            .set(gauge(totals.redeemable_units));
     }
 }

@@ -30,12 +30,17 @@ pub enum ServingStopped {
 }
 
 impl Provider {
-    /// Starts serving: job streams, quotes, model headers and adverts.
+    /// Starts serving: job streams, quotes, model headers and adverts (and, settling on
+    /// chain, settlement offers and rounds).
     pub fn start_serving(self: &Arc<Self>) -> Serving {
         let mut tasks = JoinSet::new();
         tasks.spawn(named("job streams", self.clone().serve()));
         tasks.spawn(named("quotes", self.clone().serve_quotes()));
         tasks.spawn(named("model headers", self.clone().serve_headers()));
+        if self.payee().is_some() {
+            tasks.spawn(named("settlement offers", self.clone().serve_settlement()));
+            tasks.spawn(named("settlement rounds", self.clone().run_settlement()));
+        }
         let advertising = self.clone();
         tasks.spawn(named("adverts", async move {
             advertising.advertise().await;

@@ -62,7 +62,8 @@ pub enum ParseUsdError {
 }
 
 impl Scale {
-    fn decimals(self) -> u8 {
+    /// The token's decimals.
+    pub fn decimals(self) -> u8 {
         MAX_DECIMALS - self.nano_usd_per_unit.ilog10() as u8
     }
 
@@ -152,6 +153,9 @@ mod tests {
             Scale::for_decimals(0).unwrap().units_of(2_500_000_000),
             TokenUnits(2)
         );
+        for decimals in 0..=MAX_DECIMALS {
+            assert_eq!(Scale::for_decimals(decimals).unwrap().decimals(), decimals);
+        }
     }
 
     #[test]

@@ -212,6 +212,16 @@ impl Dispatcher {
         self.segments.set_local_route(route);
     }
 
+    /// Settles on chain through `payer` from now on (SPEC §13): providers are offered
+    /// this buyer's binding before its first job with them.
+    pub fn set_payer(&self, payer: Arc<sharemesh_settlement::Payer>) {
+        self.segments.set_payer(payer);
+    }
+
+    pub fn payer(&self) -> Option<&Arc<sharemesh_settlement::Payer>> {
+        self.segments.payer()
+    }
+
     pub fn ledger(&self) -> Option<&Arc<Ledger>> {
         self.ledger.as_ref()
     }

@@ -1,0 +1,104 @@
+//! The buyer side of `/sharemesh/settle/2` (SPEC §13): before its first job with a
+//! provider in a run, the gateway offers its settlement binding and learns the
+//! provider's account from the answer; as receipts pass the dispute window, it offers
+//! each provider a new authorisation for exactly that channel's final receipts. No job
+//! stream waits on a chain: the offer is signed offline and sent once per provider.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::AsyncReadExt;
+use futures::AsyncWriteExt;
+use sharemesh_mesh::clock::now_ms;
+use sharemesh_mesh::framing::{read_frame, write_frame};
+use sharemesh_mesh::{MeshHandle, SETTLE_PROTOCOL};
+use sharemesh_protocol::NodeId;
+use sharemesh_settlement::payer::PayerError;
+use sharemesh_settlement::Payer;
+
+/// How long an offer's round trip may take.
+const OFFER_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SettleError {
+    #[error("provider {0}: {1}")]
+    Unreachable(NodeId, String),
+    #[error("provider {0}: sending the offer: {1}")]
+    Send(NodeId, String),
+    #[error(transparent)]
+    Payer(#[from] PayerError),
+}
+
+/// What a provider made of an offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// It settles on this chain and escrow: its account is known now.
+    OnChain,
+    /// It does not (no settle protocol, or no answer for this chain and escrow).
+    NotOnChain,
+}
+
+/// Offers this buyer's binding (and newest authorisation, if one is due) to `provider`.
+pub async fn offer_to(
+    mesh: &MeshHandle,
+    payer: &Payer,
+    provider: NodeId,
+) -> Result<Settled, SettleError> {
+    let peer = provider
+        .peer_id()
+        .map_err(|e| SettleError::Unreachable(provider, e.to_string()))?;
+    let offer = payer.offer(&provider, now_ms())?;
+    let mut control = mesh.control.clone();
+    let stream =
+        match tokio::time::timeout(OFFER_TIMEOUT, control.open_stream(peer, SETTLE_PROTOCOL)).await
+        {
+            Err(_) => return Err(SettleError::Unreachable(provider, "timed out".into())),
+            Ok(Err(sharemesh_mesh::OpenStreamError::UnsupportedProtocol(_))) => {
+                payer.answered(&provider, &offer, None, now_ms())?;
+                return Ok(Settled::NotOnChain);
+            }
+            Ok(Err(err)) => return Err(SettleError::Unreachable(provider, err.to_string())),
+            Ok(Ok(stream)) => stream,
+        };
+    let (mut reader, mut writer) = stream.split();
+    for frame in &offer.frames {
+        write_frame(&mut writer, frame)
+            .await
+            .map_err(|e| SettleError::Send(provider, e.to_string()))?;
+    }
+    // Closing our side tells the provider the offer is complete.
+    let _ = writer.close().await;
+    let answer = read_frame(&mut reader, OFFER_TIMEOUT).await.ok();
+    payer.answered(&provider, &offer, answer.as_ref(), now_ms())?;
+    Ok(if answer.is_some() {
+        Settled::OnChain
+    } else {
+        Settled::NotOnChain
+    })
+}
+
+/// Every `every`, offers a new authorisation to each provider whose channel's final
+/// receipts grew past what was signed. Runs until the process ends.
+pub async fn run_authorisations(mesh: MeshHandle, payer: Arc<Payer>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let due = {
+            let payer = payer.clone();
+            tokio::task::spawn_blocking(move || payer.due(now_ms())).await
+        };
+        let due = match due {
+            Ok(Ok(due)) => due,
+            Ok(Err(err)) => {
+                tracing::warn!(%err, "could not read what is owed");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        for provider in due {
+            match offer_to(&mesh, &payer, provider).await {
+                Ok(_) => tracing::info!(%provider, "sent a spending authorisation"),
+                Err(err) => tracing::warn!(%err, "could not send a spending authorisation"),
+            }
+        }
+    }
+}
