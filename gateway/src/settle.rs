@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::AsyncReadExt;
 use futures::AsyncWriteExt;
+use prometheus_client::metrics::gauge::Gauge;
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_mesh::framing::{read_frame, write_frame};
 use sharemesh_mesh::{MeshHandle, SETTLE_PROTOCOL};
@@ -77,10 +78,50 @@ pub async fn offer_to(
     })
 }
 
+/// The buyer's settlement gauges (`sharemesh_gateway_settlement_*`, token units).
+struct PayerGauges {
+    deposit: Gauge,
+    authorised: Gauge,
+}
+
+impl PayerGauges {
+    fn register(mesh: &MeshHandle) -> Option<Self> {
+        let mut registry = mesh.metrics.as_ref()?.lock().ok()?;
+        let r = registry.sub_registry_with_prefix("sharemesh_gateway_settlement");
+        let gauges = PayerGauges {
+            deposit: Gauge::default(),
+            authorised: Gauge::default(),
+        };
+        r.register(
+            "deposit_units",
+            "This buyer's escrow deposit at the last round, in the settlement token's units",
+            gauges.deposit.clone(),
+        );
+        r.register(
+            "authorised_units",
+            "What this buyer authorised its providers to redeem in all, in token units",
+            gauges.authorised.clone(),
+        );
+        Some(gauges)
+    }
+
+    async fn show(&self, payer: &Payer) {
+        let gauge = |value: u128| i64::try_from(value).unwrap_or(i64::MAX);
+        if let Ok(state) = payer.escrow().account_state(payer.account()).await {
+            self.deposit.set(gauge(state.balance.0));
+        }
+        self.authorised.set(gauge(payer.totals().authorised_units));
+    }
+}
+
 /// Every `every`, offers a new authorisation to each provider whose channel's final
 /// receipts grew past what was signed. Runs until the process ends.
 pub async fn run_authorisations(mesh: MeshHandle, payer: Arc<Payer>, every: Duration) {
+    let gauges = PayerGauges::register(&mesh);
     loop {
+        if let Some(gauges) = &gauges {
+            gauges.show(&payer).await;
+        }
         tokio::time::sleep(every).await;
         let due = {
             let payer = payer.clone();

@@ -7,8 +7,8 @@ use sharemesh_protocol::NodeId;
 
 use crate::{Ledger, LedgerError};
 
-/// Records kept at most: one per counterparty ever settled with. A new counterparty past
-/// the bound is refused (an old record may hold an unredeemed authorisation).
+/// Records kept at most: one per counterparty settled with. A new counterparty past the
+/// bound is refused (the settlement layer removes an idle record first, if it has one).
 pub const MAX_CHANNEL_RECORDS: usize = 100_000;
 
 impl Ledger {
@@ -20,6 +20,13 @@ impl Ledger {
             return Err(LedgerError::Full("settlement channels"));
         }
         self.channels.insert(counterparty.as_bytes(), record)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Forgets the record of `counterparty`'s channel, flushed.
+    pub fn remove_channel(&self, counterparty: &NodeId) -> Result<(), LedgerError> {
+        self.channels.remove(counterparty.as_bytes())?;
         self.db.flush()?;
         Ok(())
     }

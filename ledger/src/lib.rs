@@ -17,6 +17,7 @@ mod disputes;
 mod report;
 mod spend;
 
+pub use channels::MAX_CHANNEL_RECORDS;
 pub use disputes::{Settlement, Voided, DEFAULT_DISPUTE_WINDOW_MS};
 pub use report::{
     day, day_start, month_start, parse_day, report, Percentiles, Report, Side, Totals,

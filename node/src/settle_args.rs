@@ -118,6 +118,7 @@ impl PayeeArgs {
                 max_pending: usd(&self.max_pending_usd, "--max-pending-usd")?,
             },
             min_redeem: usd(&self.min_redeem_usd, "--min-redeem-usd")?,
+            max_buyers: sharemesh_settlement::payee::DEFAULT_MAX_BUYERS,
         };
         let payee = Payee::new(
             escrow,

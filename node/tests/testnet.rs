@@ -576,3 +576,101 @@ fn the_settling_demo_pays_each_provider_its_final_receipts_on_chain() {
         "the demo left processes behind"
     );
 }
+
+/// A provider settling on chain (real processes, a real devnet) serves a buyer only once
+/// its deposit covers the job: with nothing deposited the request is refused `Unfunded`
+/// by the provider itself; after the deposit (read again in the provider's next round)
+/// the same request is served, and the gateway's settlement view shows the deposit.
+#[test]
+fn a_provider_settling_on_chain_serves_a_buyer_only_while_its_deposit_covers_it() {
+    use sharemesh_settlement::evm::{devnet, Escrow};
+    use sharemesh_settlement::TokenUnits;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let anvil = devnet::Anvil::start().unwrap();
+    let (token, escrow) = runtime.block_on(async {
+        let token = devnet::deploy_test_token(anvil.url.clone(), devnet::anvil_dev_key())
+            .await
+            .unwrap();
+        let escrow = Escrow::deploy(anvil.url.clone(), devnet::anvil_dev_key(), token, 3600)
+            .await
+            .unwrap();
+        (token, escrow)
+    });
+    let chain = format!(
+        "--chain-rpc {} --escrow {} --settle-every-secs 1",
+        anvil.url,
+        escrow.address()
+    );
+    let data = data_dir_with_model();
+    let dir = data.path().join("net");
+    let provider_args = format!("{chain} --min-redeem-usd 0.000001");
+    let gateway_args = format!("{chain} --quote-k 0 --no-verify");
+    let (out, file, pids) = testnet_up(
+        data.path(),
+        &dir,
+        &[
+            "--provider-args",
+            &provider_args,
+            "--gateway-args",
+            &gateway_args,
+        ],
+    );
+    let _guard = Guard(pids.clone());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nodes = file["nodes"].as_array().unwrap();
+    let gateway = nodes.iter().find(|n| n["role"] == "gateway").unwrap();
+    let gateway_http = gateway["http"].as_str().unwrap();
+    let body = serde_json::json!({
+        "model": "smollm2-135m-instruct",
+        "messages": [{"role": "user", "content": "Say hi."}],
+        "max_tokens": 8,
+        "temperature": 0,
+    });
+
+    let refused = common::chat(gateway_http, &body);
+    let why = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("Unfunded") && why.contains("deposit"),
+        "served without a deposit: {refused}"
+    );
+
+    // The buyer (the gateway's account) deposits; the providers read it next round.
+    let view = common::get_json(gateway_http, "/v1/account/settlement");
+    assert_eq!(view["on_chain"], true, "{view}");
+    let account: sharemesh_settlement::Address =
+        view["buyer"]["account"].as_str().unwrap().parse().unwrap();
+    runtime.block_on(async {
+        devnet::fund_gas(anvil.url.clone(), account).await.unwrap();
+        devnet::mint(&escrow, token, account, TokenUnits(2_000_000))
+            .await
+            .unwrap();
+        let buyer_dir = std::path::PathBuf::from(gateway["data_dir"].as_str().unwrap());
+        let secret = sharemesh_node::identity::load_or_create(&buyer_dir)
+            .unwrap()
+            .secret();
+        let buyer = escrow
+            .as_account(sharemesh_settlement::AccountKey::derive(&secret).unwrap())
+            .unwrap();
+        assert_eq!(
+            buyer.account(),
+            account,
+            "the gateway settles from its derived account"
+        );
+        buyer.deposit(token, TokenUnits(1_000_000)).await.unwrap();
+    });
+    let mut answer = serde_json::Value::Null;
+    wait_until(20, "a request served once the deposit is read", || {
+        answer = common::chat(gateway_http, &body);
+        answer["choices"][0]["message"]["content"].is_string()
+    });
+    let view = common::get_json(gateway_http, "/v1/account/settlement");
+    assert_eq!(view["buyer"]["deposit_units"], "1000000", "{view}");
+    assert_eq!(view["decimals"], 6, "{view}");
+}

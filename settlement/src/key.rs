@@ -1,6 +1,7 @@
 //! The node's chain account: a secp256k1 key derived from its ed25519 identity, so a node
-//! has one secret to keep. Others are to learn the pairing from a binding the ed25519 key
-//! signs (not on the wire yet, SPEC §13); the derivation itself is never needed to check it.
+//! has one secret to keep. Others learn the pairing from a binding the ed25519 key signs
+//! (`SettlementBinding`, exchanged over `/sharemesh/settle/2`, SPEC §13); the derivation
+//! itself is never needed to check it.
 
 use alloy_primitives::{keccak256, Address, Signature, B256};
 use k256::ecdsa::SigningKey;

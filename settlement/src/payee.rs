@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,10 @@ pub struct PayeeSettings {
     /// A channel is redeemed once its authorised-but-unredeemed amount reaches this
     /// (a redemption costs gas: see docs/operations.md for choosing it).
     pub min_redeem: TokenUnits,
+    /// Buyers kept at most ([`DEFAULT_MAX_BUYERS`]). Keys are free, so a new buyer past
+    /// the bound takes the place of one that owes nothing and authorised nothing; when
+    /// none does, it is refused.
+    pub max_buyers: usize,
 }
 
 /// What the chain said about one buyer, at the last reading.
@@ -42,10 +47,17 @@ struct Kept {
     authorisation: Option<SignedSpendingAuth>,
 }
 
+/// The usual bound on buyers kept (the ledger keeps at most as many records).
+pub const DEFAULT_MAX_BUYERS: usize = sharemesh_ledger::MAX_CHANNEL_RECORDS;
+/// An offer reads the buyer's deposit again only if the last reading is older than this
+/// (offers are free to send; the provider's RPC node is not).
+const OFFER_READ_INTERVAL: Duration = Duration::from_secs(5);
+
 #[derive(Debug)]
 struct BuyerBook {
     kept: Kept,
     reading: Option<Reading>,
+    read_at: Option<Instant>,
     /// From the ledger's last pass: receipts not voided, and of them the final ones.
     owed_nano: u128,
     owed_final_nano: u128,
@@ -85,6 +97,10 @@ pub enum PayeeError {
     },
     #[error("sealing this provider's binding: {0}")]
     Seal(String),
+    #[error(
+        "this provider keeps as many buyers as it may ({0}), each owing or authorised something"
+    )]
+    Full(usize),
 }
 
 /// Totals over every buyer, for metrics and the console.
@@ -209,24 +225,48 @@ impl Payee {
                     .open_authorisation(a, buyer, account, self.account(), now_ms)
             })
             .transpose()?;
-        let kept = self.keep(buyer, account, authorisation)?;
+        let (kept, evicted) = self.keep(buyer, account, authorisation)?;
         let bytes = serde_json::to_vec(&kept).map_err(|e| PayeeError::Seal(e.to_string()))?;
         let (ledger, who) = (self.ledger.clone(), *buyer);
-        tokio::task::spawn_blocking(move || ledger.save_channel(&who, &bytes))
-            .await
-            .map_err(|e| PayeeError::Seal(e.to_string()))??;
-        self.read_deposit(buyer, account).await?;
+        tokio::task::spawn_blocking(move || {
+            if let Some(evicted) = evicted {
+                ledger.remove_channel(&evicted)?;
+            }
+            ledger.save_channel(&who, &bytes)
+        })
+        .await
+        .map_err(|e| PayeeError::Seal(e.to_string()))??;
+        let fresh = self
+            .lock()
+            .get(buyer)
+            .and_then(|book| book.read_at)
+            .is_some_and(|at| at.elapsed() < OFFER_READ_INTERVAL);
+        if !fresh {
+            self.read_deposit(buyer, account).await?;
+        }
         Ok(self.binding.clone())
     }
 
-    /// Updates the book of `buyer`: its account, and the authorisation if it is newer.
+    /// Updates the book of `buyer`: its account, and the authorisation if it is newer;
+    /// with the buyer whose book made room for it, if one had to.
     fn keep(
         &self,
         buyer: &NodeId,
         account: Address,
         authorisation: Option<SignedSpendingAuth>,
-    ) -> Result<Kept, PayeeError> {
+    ) -> Result<(Kept, Option<NodeId>), PayeeError> {
         let mut books = self.lock();
+        let mut evicted = None;
+        let most = self.settings.max_buyers;
+        if !books.contains_key(buyer) && books.len() >= most {
+            let idle = books
+                .iter()
+                .find(|(_, book)| book.is_idle())
+                .map(|(idle, _)| *idle)
+                .ok_or(PayeeError::Full(most))?;
+            books.remove(&idle);
+            evicted = Some(idle);
+        }
         let book = books.entry(*buyer).or_insert_with(|| {
             BuyerBook::new(Kept {
                 account,
@@ -257,7 +297,7 @@ impl Payee {
                 book.kept.authorisation = Some(auth);
             }
         }
-        Ok(book.kept.clone())
+        Ok((book.kept.clone(), evicted))
     }
 
     async fn read_deposit(&self, buyer: &NodeId, account: Address) -> Result<(), EscrowError> {
@@ -270,6 +310,7 @@ impl Payee {
                     withdrawal_pending: state.withdrawal_amount,
                     redeemed,
                 });
+                book.read_at = Some(Instant::now());
             }
         }
         Ok(())
@@ -387,11 +428,20 @@ impl BuyerBook {
         BuyerBook {
             kept,
             reading: None,
+            read_at: None,
             owed_nano: 0,
             owed_final_nano: 0,
             reserved_nano: 0,
             ended_nano: 0,
         }
+    }
+
+    /// Owes nothing, runs nothing, authorised nothing: its book can make room.
+    fn is_idle(&self) -> bool {
+        self.kept.authorisation.is_none()
+            && self.owed_nano == 0
+            && self.reserved_nano == 0
+            && self.ended_nano == 0
     }
 
     fn authorised(&self) -> TokenUnits {

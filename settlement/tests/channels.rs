@@ -101,6 +101,7 @@ const SETTINGS: PayeeSettings = PayeeSettings {
         max_pending: TokenUnits(90_000),
     },
     min_redeem: TokenUnits(1),
+    max_buyers: 10,
 };
 
 #[tokio::test]
@@ -215,7 +216,7 @@ async fn a_provider_is_paid_exactly_the_final_receipts_and_credit_follows_the_de
 
     // A restarted provider remembers the buyer's account and authorisation.
     let reopened = Payee::new(
-        s.provider_escrow,
+        s.provider_escrow.as_account(provider_key(&s)).unwrap(),
         &s.provider_node,
         s.provider_ledger.clone(),
         SETTINGS,
@@ -226,7 +227,79 @@ async fn a_provider_is_paid_exactly_the_final_receipts_and_credit_follows_the_de
     reopened.settle_round(now).await.unwrap();
     assert_eq!(reopened.totals().redeemed_units, 20_000);
     reopened.admit(&buyer, 1_000).unwrap();
+    drop(reopened);
+
+    // Keys are free: a provider keeps a bounded number of buyers. A newcomer takes the
+    // place of one that owes and authorised nothing, and is refused when none does.
+    let one = PayeeSettings {
+        max_buyers: 1,
+        ..SETTINGS
+    };
+    let chain = payer_chain(&s);
+    let offer_as = |node: &Keypair| {
+        chain
+            .bind(node, Address::repeat_byte(0x77), 1, now)
+            .unwrap()
+    };
+    let full = Payee::new(
+        s.provider_escrow.as_account(provider_key(&s)).unwrap(),
+        &s.provider_node,
+        s.provider_ledger.clone(),
+        one,
+        now,
+    )
+    .await
+    .unwrap();
+    let newcomer = Keypair::from_secret([31; 32]);
+    assert!(matches!(
+        full.offer(&newcomer.node_id(), &[offer_as(&newcomer)], now)
+            .await,
+        Err(PayeeError::Full(1))
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let empty = Arc::new(Ledger::open(dir.path()).unwrap());
+    let churn = Payee::new(s.provider_escrow, &s.provider_node, empty.clone(), one, now)
+        .await
+        .unwrap();
+    let (idle, next) = (
+        Keypair::from_secret([32; 32]),
+        Keypair::from_secret([33; 32]),
+    );
+    churn
+        .offer(&idle.node_id(), &[offer_as(&idle)], now)
+        .await
+        .unwrap();
+    churn
+        .offer(&next.node_id(), &[offer_as(&next)], now)
+        .await
+        .unwrap();
+    let kept: Vec<_> = empty
+        .channel_records()
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(
+        kept,
+        vec![next.node_id()],
+        "the idle buyer made room, in the ledger too"
+    );
+    assert_eq!(
+        churn.admit(&idle.node_id(), 1).unwrap_err(),
+        Unfunded::NoBinding(31337)
+    );
     let _ = s.provider_dir;
+}
+
+fn provider_key(s: &Sides) -> AccountKey {
+    AccountKey::derive(&s.provider_node.secret()).unwrap()
+}
+
+fn payer_chain(s: &Sides) -> sharemesh_settlement::offer::Chain {
+    sharemesh_settlement::offer::Chain {
+        chain_id: s.buyer_escrow.chain_id(),
+        escrow: s.buyer_escrow.address(),
+    }
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 
 mod account;
 mod network;
+mod settlement;
 mod state;
 
 pub use state::AppState;
@@ -74,6 +75,7 @@ pub fn router(
     access: Access,
 ) -> Router {
     state.keys = access.keys.clone();
+    state.payer = gateway.as_ref().and_then(|g| g.dispatcher.payer().cloned());
     let network = Router::new()
         .route("/", get(console))
         .route("/console", get(console))
@@ -86,6 +88,7 @@ pub fn router(
         .route("/v1/account/earnings", get(account::earnings))
         .route("/v1/account/spend", get(account::spend))
         .route("/v1/account/keys", get(account::keys))
+        .route("/v1/account/settlement", get(settlement::settlement))
         .route("/v1/provider/policy", get(provider_policy))
         .route("/v1/provider/jobs", get(account::served_jobs))
         .route("/v1/network/block", axum::routing::post(network::block))

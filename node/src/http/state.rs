@@ -16,6 +16,8 @@ pub struct AppState {
     pub(super) provider: Option<Arc<sharemesh_provider::Provider>>,
     /// The keys the listener checks (set by [`router`] from its [`Access`]).
     pub(super) keys: KeyCheck,
+    /// The gateway's on-chain settlement, if it settles on a chain (set by [`router`]).
+    pub(super) payer: Option<Arc<sharemesh_settlement::Payer>>,
 }
 
 impl AppState {
@@ -26,6 +28,7 @@ impl AppState {
             #[cfg(feature = "provider")]
             provider: None,
             keys: KeyCheck::default(),
+            payer: None,
         }
     }
 
