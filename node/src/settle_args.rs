@@ -36,8 +36,9 @@ pub struct SettleArgs {
 pub struct PayeeArgs {
     #[command(flatten)]
     pub chain: SettleArgs,
-    /// Provider: the most, in USD, one buyer may owe in receipts still inside the
-    /// dispute window (not yet authorisable, so at risk if it walks away).
+    /// Provider: the most, in USD, one buyer may owe unauthorised (receipts inside the
+    /// dispute window, and final ones its next authorisation has not reached yet): at
+    /// risk if it walks away.
     #[arg(long, default_value = "5")]
     pub max_pending_usd: String,
     /// Provider: redeem a channel once what its buyer authorised and the escrow has not
@@ -118,6 +119,7 @@ impl PayeeArgs {
                 max_pending: usd(&self.max_pending_usd, "--max-pending-usd")?,
             },
             min_redeem: usd(&self.min_redeem_usd, "--min-redeem-usd")?,
+            authorisation_grace: sharemesh_settlement::payee::DEFAULT_AUTHORISATION_GRACE,
             max_buyers: sharemesh_settlement::payee::DEFAULT_MAX_BUYERS,
         };
         let payee = Payee::new(

@@ -10,7 +10,8 @@ use crate::units::TokenUnits;
 pub struct BuyerPosition {
     /// Every receipt from this buyer not voided (pending and final), in token units.
     pub owed: TokenUnits,
-    /// Of that, past the dispute window: what the buyer must have authorised by now.
+    /// Of that, final for longer than the authorisation grace: what the buyer must have
+    /// authorised by now.
     pub owed_final: TokenUnits,
     /// The newest authorisation the buyer sent (cumulative).
     pub authorised: TokenUnits,
@@ -25,9 +26,10 @@ pub struct BuyerPosition {
 /// What the provider is willing to risk on one buyer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CreditLimits {
-    /// Receipts not yet past the dispute window are not authorised yet, so a buyer could
-    /// walk away from them (withdraw after the notice and never sign): this bounds that
-    /// exposure, per buyer.
+    /// What a buyer owes and has not authorised yet — receipts inside the dispute window,
+    /// and final ones its next authorisation has not reached — a buyer could walk away
+    /// from (withdraw after the notice and never sign): this bounds that exposure, per
+    /// buyer.
     pub max_pending: TokenUnits,
 }
 
@@ -40,7 +42,7 @@ pub enum CreditRefused {
         job: TokenUnits,
         covered: TokenUnits,
     },
-    #[error("the buyer's receipts within the dispute window ({pending}) and this job ({job}) exceed the provider's limit ({limit})")]
+    #[error("what the buyer owes unauthorised ({pending}) and this job ({job}) exceed the provider's limit ({limit})")]
     PendingLimit {
         pending: TokenUnits,
         job: TokenUnits,
@@ -68,7 +70,7 @@ pub fn may_extend(
             owed_final: position.owed_final,
         });
     }
-    let pending = position.owed.saturating_sub(position.owed_final);
+    let pending = position.owed.saturating_sub(position.authorised);
     if pending.0.saturating_add(job_max.0) > limits.max_pending.0 {
         return Err(CreditRefused::PendingLimit {
             pending,
@@ -162,8 +164,8 @@ mod tests {
     }
 
     #[test]
-    fn work_within_the_dispute_window_is_bounded_per_buyer() {
-        // 100 pending now; a limit of 150 allows a job of 50, not 51.
+    fn unauthorised_work_is_bounded_per_buyer() {
+        // 100 owed beyond the authorisation; a limit of 150 allows a job of 50, not 51.
         let limits = CreditLimits {
             max_pending: TokenUnits(150),
         };
@@ -177,6 +179,19 @@ mod tests {
                 limit: TokenUnits(150)
             })
         );
+        // Final receipts inside the grace, not authorised yet, count as well.
+        let p = BuyerPosition {
+            authorised: TokenUnits(150),
+            owed_final: TokenUnits(150),
+            ..position()
+        };
+        assert!(matches!(
+            may_extend(&p, &limits, TokenUnits(1)),
+            Err(CreditRefused::PendingLimit {
+                pending: TokenUnits(150),
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -25,6 +25,12 @@ pub struct PayeeSettings {
     /// A channel is redeemed once its authorised-but-unredeemed amount reaches this
     /// (a redemption costs gas: see docs/operations.md for choosing it).
     pub min_redeem: TokenUnits,
+    /// How long a receipt may be final before its buyer must have authorised it: a buyer
+    /// authorises in rounds (a gateway every `--settle-every-secs`, 5 min by default), so
+    /// a receipt that just became final is not yet a reason to refuse it
+    /// ([`DEFAULT_AUTHORISATION_GRACE`]). What it owes meanwhile counts against
+    /// `max_pending`.
+    pub authorisation_grace: Duration,
     /// Buyers kept at most ([`DEFAULT_MAX_BUYERS`]). Keys are free, so a new buyer past
     /// the bound takes the place of one that owes nothing and authorised nothing; when
     /// none does, it is refused.
@@ -47,6 +53,8 @@ struct Kept {
     authorisation: Option<SignedSpendingAuth>,
 }
 
+/// The usual authorisation grace: an hour, well above a gateway's default round.
+pub const DEFAULT_AUTHORISATION_GRACE: Duration = Duration::from_secs(3600);
 /// The usual bound on buyers kept (the ledger keeps at most as many records).
 pub const DEFAULT_MAX_BUYERS: usize = sharemesh_ledger::MAX_CHANNEL_RECORDS;
 /// An offer reads the buyer's deposit again only if the last reading is older than this
@@ -357,8 +365,13 @@ impl Payee {
             .map(|(buyer, book)| (*buyer, book.ended_nano))
             .collect();
         let (ledger, me) = (self.ledger.clone(), self.me);
+        // Final as of the grace ago: what the buyer must have authorised by now. Final and
+        // pending together are every unvoided receipt, whatever the moment.
+        let grace_ms =
+            u64::try_from(self.settings.authorisation_grace.as_millis()).unwrap_or(u64::MAX);
+        let as_of = now_ms.saturating_sub(grace_ms);
         let channels =
-            tokio::task::spawn_blocking(move || ledger.channels_of(&me, Side::Earnings, now_ms))
+            tokio::task::spawn_blocking(move || ledger.channels_of(&me, Side::Earnings, as_of))
                 .await
                 .map_err(|e| PayeeError::Seal(e.to_string()))??;
         let accounts: Vec<(NodeId, Address)> = {

@@ -101,6 +101,7 @@ const SETTINGS: PayeeSettings = PayeeSettings {
         max_pending: TokenUnits(90_000),
     },
     min_redeem: TokenUnits(1),
+    authorisation_grace: std::time::Duration::from_secs(3600),
     max_buyers: 10,
 };
 
@@ -178,8 +179,8 @@ async fn a_provider_is_paid_exactly_the_final_receipts_and_credit_follows_the_de
         payee.admit(&buyer, 70_000_000),
         Err(Unfunded::Credit(CreditRefused::DepositExhausted { .. }))
     ));
-    // Receipts within the dispute window are bounded too (5,000 pending + 10,000 running
-    // + 80,001 > 90,000).
+    // What the buyer owes unauthorised is bounded too (25,000 owed − 20,000 authorised +
+    // 10,000 running + 80,001 > 90,000).
     assert!(matches!(
         payee.admit(&buyer, 80_000_000),
         Err(Unfunded::Credit(CreditRefused::PendingLimit { .. }))
@@ -345,4 +346,77 @@ async fn a_buyer_cannot_move_its_channel_to_a_fresh_account_while_authorised_pay
         payee.offer(&buyer, &[rebound], now).await,
         Err(PayeeError::AccountChanged { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_receipt_just_final_is_no_reason_to_refuse_until_the_grace_is_over() {
+    let s = sides().await;
+    let now = now_ms();
+    let (buyer, provider) = (s.buyer_node.node_id(), s.provider_node.node_id());
+    let payee = Payee::new(
+        s.provider_escrow.as_account(provider_key(&s)).unwrap(),
+        &s.provider_node,
+        s.provider_ledger.clone(),
+        SETTINGS,
+        now,
+    )
+    .await
+    .unwrap();
+    let payer = Payer::new(
+        s.buyer_escrow
+            .as_account(AccountKey::derive(&s.buyer_node.secret()).unwrap())
+            .unwrap(),
+        s.buyer_node.clone(),
+        s.buyer_ledger.clone(),
+        now,
+    )
+    .await
+    .unwrap();
+    let first = payer.offer(&provider, now).unwrap();
+    let answer = payee.offer(&buyer, &first.frames, now).await.unwrap();
+    payer
+        .answered(&provider, &first, Some(&answer), now)
+        .unwrap();
+    let second = payer.offer(&provider, now).unwrap();
+    payee.offer(&buyer, &second.frames, now).await.unwrap();
+    payer
+        .answered(&provider, &second, Some(&answer), now)
+        .unwrap();
+    // A receipt final for 30 minutes, not yet in any authorisation (the buyer's next
+    // round would carry it).
+    let late = sealed_receipt(
+        &s.buyer_node,
+        &s.provider_node,
+        3,
+        1_000_000,
+        now - 24 * HOUR - HOUR / 2,
+    );
+    s.buyer_ledger.record_receipt(&late, None).unwrap();
+    s.provider_ledger.record_receipt(&late, None).unwrap();
+    payee.settle_round(now).await.unwrap();
+    payee.admit(&buyer, 1_000).unwrap();
+    drop(payee);
+    // With a grace of 10 minutes it is overdue: no credit until it is authorised.
+    let strict = Payee::new(
+        s.provider_escrow.as_account(provider_key(&s)).unwrap(),
+        &s.provider_node,
+        s.provider_ledger.clone(),
+        PayeeSettings {
+            authorisation_grace: std::time::Duration::from_secs(600),
+            ..SETTINGS
+        },
+        now,
+    )
+    .await
+    .unwrap();
+    strict.settle_round(now).await.unwrap();
+    assert!(matches!(
+        strict.admit(&buyer, 1_000),
+        Err(Unfunded::Credit(CreditRefused::Unauthorised { .. }))
+    ));
+    assert_eq!(payer.due(now).unwrap(), vec![provider]);
+    let third = payer.offer(&provider, now).unwrap();
+    assert_eq!(third.authorises, Some(TokenUnits(21_000)));
+    strict.offer(&buyer, &third.frames, now).await.unwrap();
+    strict.admit(&buyer, 1_000).unwrap();
 }
