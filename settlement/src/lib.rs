@@ -3,14 +3,19 @@
 //! Two implementations of one [`Settlement`] trait:
 //! - [`InLedger`]: today's accounting, the default for the demo and the lab. A provider's
 //!   final receipts are its earnings; nothing leaves the ledgers.
-//! - [`evm::EscrowSettlement`]: an escrow contract on an EVM chain holding buyers'
+//! - [`evm::Escrow`]: an escrow contract on an EVM chain holding buyers'
 //!   deposits in an ERC-20 stablecoin. Per (buyer, provider) channel the buyer's node
 //!   signs an EIP-712 [`auth::SpendingAuth`] for the cumulative amount of that provider's
 //!   final, unvoided receipts ([`owed`]); the provider redeems the newest whenever it
 //!   likes, one transaction per channel per settlement, never per job (SPEC.md §13).
 //!
-//! Nothing in the token stream waits for a chain: authorisations are signed offline,
-//! deposits are read in the background, and [`credit`] decides from the last reading.
+//! Nodes that settle on a chain do it through [`Payee`] (a provider: buyers' bindings and
+//! authorisations kept, deposits read and authorisations redeemed through the
+//! [`Settlement`] trait, credit at admission) and [`Payer`] (a buyer: its binding offered,
+//! each channel's final receipts authorised); [`offer`] is what they exchange over the
+//! mesh. Nothing in the token stream waits for a chain: authorisations are signed
+//! offline, deposits are read in the background, and [`credit`] decides from the last
+//! reading.
 
 pub mod auth;
 pub mod credit;

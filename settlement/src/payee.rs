@@ -16,7 +16,7 @@ use crate::credit::{may_extend, BuyerPosition, CreditLimits, CreditRefused};
 use crate::evm::{Escrow, EscrowError};
 use crate::offer::{Chain, OfferError};
 use crate::units::{Scale, TokenUnits};
-use crate::SignedSpendingAuth;
+use crate::{Coverage, Settlement, SignedSpendingAuth};
 
 /// How a provider settles.
 #[derive(Clone, Copy, Debug)]
@@ -309,15 +309,26 @@ impl Payee {
     }
 
     async fn read_deposit(&self, buyer: &NodeId, account: Address) -> Result<(), EscrowError> {
-        let state = self.escrow.account_state(account).await?;
-        let redeemed = self.escrow.redeemed(account, self.account()).await?;
+        let reading = match Settlement::coverage(&self.escrow, account, self.account()).await? {
+            Coverage::Deposit {
+                balance,
+                redeemed,
+                withdrawal_pending,
+            } => Reading {
+                balance,
+                withdrawal_pending,
+                redeemed,
+            },
+            // Not an escrow's answer; nothing is owed on chain then, nothing limits.
+            Coverage::Unbounded => Reading {
+                balance: TokenUnits(u128::MAX),
+                withdrawal_pending: TokenUnits(0),
+                redeemed: TokenUnits(0),
+            },
+        };
         if let Some(book) = self.lock().get_mut(buyer) {
             if book.kept.account == account {
-                book.reading = Some(Reading {
-                    balance: state.balance,
-                    withdrawal_pending: state.withdrawal_amount,
-                    redeemed,
-                });
+                book.reading = Some(reading);
                 book.read_at = Some(Instant::now());
             }
         }
@@ -401,7 +412,7 @@ impl Payee {
             .collect();
         let mut redemptions = Vec::new();
         for (buyer, auth) in due {
-            let outcome = self.escrow.redeem(&auth).await;
+            let outcome = Settlement::redeem(&self.escrow, &auth).await;
             if let Ok(redeemed) = &outcome {
                 tracing::info!(%buyer, paid = redeemed.paid.0, "redeemed a buyer's authorisation");
                 if let Some(reading) = self.lock().get_mut(&buyer).and_then(|b| b.reading.as_mut())
