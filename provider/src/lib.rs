@@ -37,6 +37,7 @@ mod local;
 pub use local::LocalJob;
 pub mod metrics;
 pub mod policy;
+mod offer_limits;
 mod quote;
 mod receipts;
 pub mod serving;
@@ -171,6 +172,8 @@ pub struct Provider {
     /// On-chain settlement (SPEC §13), when this provider settles on a chain: buyers
     /// must have offered a binding and be covered by their deposit to be served.
     payee: std::sync::OnceLock<(Arc<sharemesh_settlement::Payee>, Duration)>,
+    /// How many settlement offers it takes (each costs a chain read).
+    offer_limits: offer_limits::OfferLimits,
 }
 
 /// The credit window a buyer that has never paid this provider gets (at most): less
@@ -220,6 +223,7 @@ impl Provider {
             unpaid: unpaid::UnpaidWork::default(),
             alias: alias.then(|| Keypair::from_secret(rand::random::<[u8; 32]>())),
             payee: std::sync::OnceLock::new(),
+            offer_limits: offer_limits::OfferLimits::default(),
         })
     }
 

@@ -51,6 +51,16 @@ impl Provider {
         let Some(payee) = self.payee() else {
             return Ok(());
         };
+        let origin = self
+            .mesh
+            .remote_address(&peer)
+            .map_or_else(crate::unpaid::Origin::unknown, |address| {
+                crate::unpaid::Origin::of(&address)
+            });
+        if !self.offer_limits.take(&origin, now_ms()) {
+            tracing::info!(%peer, %origin, "too many settlement offers; closing");
+            return Ok(());
+        }
         let (mut reader, mut writer) = stream.split();
         let mut frames = vec![read_frame(&mut reader, OFFER_TIMEOUT).await?];
         // At most one more frame (the authorisation); the buyer closes its side after.
