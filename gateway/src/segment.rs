@@ -174,7 +174,7 @@ impl Segments {
         if !payer.needs_offer(&provider) {
             return;
         }
-        if let Err(err) = crate::settle::offer_to(&self.mesh, payer, provider).await {
+        if let Err(err) = crate::settle::offer_to(&self.mesh, payer, provider, None).await {
             tracing::warn!(%err, "settlement offer failed");
         }
     }

@@ -15,7 +15,7 @@ use sharemesh_mesh::framing::{read_frame, write_frame};
 use sharemesh_mesh::{MeshHandle, SETTLE_PROTOCOL};
 use sharemesh_protocol::NodeId;
 use sharemesh_settlement::payer::PayerError;
-use sharemesh_settlement::Payer;
+use sharemesh_settlement::{Payer, TokenUnits};
 
 /// How long an offer's round trip may take.
 const OFFER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,16 +39,21 @@ pub enum Settled {
     NotOnChain,
 }
 
-/// Offers this buyer's binding (and newest authorisation, if one is due) to `provider`.
+/// Offers this buyer's binding (and newest authorisation, if one is due) to `provider`;
+/// `owed`: the channel's final receipts when the caller has read them (else read here).
 pub async fn offer_to(
     mesh: &MeshHandle,
     payer: &Payer,
     provider: NodeId,
+    owed: Option<TokenUnits>,
 ) -> Result<Settled, SettleError> {
     let peer = provider
         .peer_id()
         .map_err(|e| SettleError::Unreachable(provider, e.to_string()))?;
-    let offer = payer.offer(&provider, now_ms())?;
+    let offer = match owed {
+        Some(owed) => payer.offer_owing(&provider, Some(owed), now_ms())?,
+        None => payer.offer(&provider, now_ms())?,
+    };
     let mut control = mesh.control.clone();
     let stream =
         match tokio::time::timeout(OFFER_TIMEOUT, control.open_stream(peer, SETTLE_PROTOCOL)).await
@@ -135,8 +140,8 @@ pub async fn run_authorisations(mesh: MeshHandle, payer: Arc<Payer>, every: Dura
             }
             Err(_) => continue,
         };
-        for provider in due {
-            match offer_to(&mesh, &payer, provider).await {
+        for (provider, owed) in due {
+            match offer_to(&mesh, &payer, provider, Some(owed)).await {
                 Ok(_) => tracing::info!(%provider, "sent a spending authorisation"),
                 Err(err) => tracing::warn!(%err, "could not send a spending authorisation"),
             }

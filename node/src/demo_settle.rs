@@ -32,6 +32,7 @@ pub struct DemoChain {
 
 impl DemoChain {
     pub async fn start() -> Result<DemoChain> {
+        install_anvil_if_missing()?;
         let anvil = devnet::Anvil::start().context(
             "starting the local devnet (anvil): scripts/test installs it into target/evm-tools \
              (npm ci --prefix target/evm-tools, see settlement/evm-tools/package.json)",
@@ -208,6 +209,51 @@ struct Row {
     expected: TokenUnits,
     before: TokenUnits,
     gain: TokenUnits,
+}
+
+/// From a checkout without anvil (scripts/test not run yet), installs the EVM tools the
+/// way scripts/test does: `npm ci` of `settlement/evm-tools`'s pinned lock file into
+/// `target/evm-tools` (or `$SHAREMESH_EVM_TOOLS`).
+fn install_anvil_if_missing() -> Result<()> {
+    if devnet::anvil_binary().is_absolute() {
+        return Ok(());
+    }
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let packages = checkout.join("settlement/evm-tools");
+    if !packages.join("package-lock.json").exists() {
+        return Ok(()); // not a checkout: anvil must be on the PATH
+    }
+    let tools = std::env::var_os("SHAREMESH_EVM_TOOLS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| checkout.join("target/evm-tools"));
+    eprintln!(
+        "  installing anvil (npm ci into {}) — once",
+        tools.display()
+    );
+    std::fs::create_dir_all(&tools)?;
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(packages.join(file), tools.join(file))?;
+    }
+    let status = std::process::Command::new("npm")
+        .args([
+            "ci",
+            "--no-audit",
+            "--no-fund",
+            "--ignore-scripts",
+            "--loglevel=error",
+            "--prefix",
+        ])
+        .arg(&tools)
+        // stdout is the JSON summary's (with --json); npm's errors go to stderr.
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context(
+            "running npm to install anvil (install Node.js and npm, or run scripts/test once)",
+        )?;
+    if !status.success() {
+        bail!("npm could not install anvil into {}", tools.display());
+    }
+    Ok(())
 }
 
 fn providers(file: &TestnetFile) -> impl Iterator<Item = &sharemesh_testnet::NodeRecord> {

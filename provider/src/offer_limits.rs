@@ -67,7 +67,11 @@ mod tests {
     use super::*;
 
     fn origin(ip: &str) -> Origin {
-        Origin::of(&format!("/ip4/{ip}/tcp/1").parse().unwrap_or_else(|_| unreachable!()))
+        Origin::of(
+            &format!("/ip4/{ip}/tcp/1")
+                .parse()
+                .unwrap_or_else(|_| unreachable!()),
+        )
     }
 
     #[test]

@@ -135,21 +135,49 @@ impl Payer {
         !self.lock().get(provider).is_some_and(|book| book.offered)
     }
 
+    /// Offers to `provider` again before the next job there (it refused one `Unfunded`:
+    /// it may have lost this buyer's binding).
+    pub fn forget_offer(&self, provider: &NodeId) {
+        if let Some(book) = self.lock().get_mut(provider) {
+            book.offered = false;
+        }
+    }
+
     /// The offer for `provider` at `now_ms`: the binding, and an authorisation for the
     /// channel's final receipts if they grew past what was signed. Reads the ledger.
     pub fn offer(&self, provider: &NodeId, now_ms: u64) -> Result<Offer, PayerError> {
+        let known = self
+            .lock()
+            .get(provider)
+            .and_then(|book| book.kept)
+            .is_some();
+        let owed = if known {
+            let money = self
+                .ledger
+                .channel_settlement(&self.key.node_id(), provider, now_ms)?;
+            Some(self.scale.units_of(u128::from(money.final_nano_usd)))
+        } else {
+            None
+        };
+        self.offer_owing(provider, owed, now_ms)
+    }
+
+    /// The offer for `provider` when the channel's final receipts are `owed` (read by
+    /// [`Payer::due`]; `None`: authorise nothing).
+    pub fn offer_owing(
+        &self,
+        provider: &NodeId,
+        owed: Option<TokenUnits>,
+        now_ms: u64,
+    ) -> Result<Offer, PayerError> {
         let mut frames = vec![self.binding.clone()];
         let kept = self.lock().get(provider).and_then(|book| book.kept);
-        let Some(kept) = kept else {
+        let (Some(kept), Some(owed)) = (kept, owed) else {
             return Ok(Offer {
                 frames,
                 authorises: None,
             });
         };
-        let money = self
-            .ledger
-            .channel_settlement(&self.key.node_id(), provider, now_ms)?;
-        let owed = self.scale.units_of(u128::from(money.final_nano_usd));
         if owed <= kept.authorised {
             return Ok(Offer {
                 frames,
@@ -215,9 +243,10 @@ impl Payer {
         Ok(())
     }
 
-    /// Providers whose channel's final receipts grew past what was signed: each is due
-    /// an offer carrying a new authorisation. One pass over the ledger.
-    pub fn due(&self, now_ms: u64) -> Result<Vec<NodeId>, PayerError> {
+    /// Providers whose channel's final receipts grew past what was signed, with what
+    /// they now come to: each is due an offer carrying a new authorisation. One pass
+    /// over the ledger.
+    pub fn due(&self, now_ms: u64) -> Result<Vec<(NodeId, TokenUnits)>, PayerError> {
         let channels = self
             .ledger
             .channels_of(&self.key.node_id(), Side::Spend, now_ms)?;
@@ -229,7 +258,7 @@ impl Payer {
                 let owed = self
                     .scale
                     .units_of(u128::from(channels.get(provider)?.final_nano_usd));
-                (owed > kept.authorised).then_some(*provider)
+                (owed > kept.authorised).then_some((*provider, owed))
             })
             .collect())
     }

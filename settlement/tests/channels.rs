@@ -163,7 +163,10 @@ async fn a_provider_is_paid_exactly_the_final_receipts_and_credit_follows_the_de
     ));
 
     // The buyer signs exactly its final receipts (20,000 units), not the pending one.
-    assert_eq!(payer.due(now).unwrap(), vec![provider]);
+    assert_eq!(
+        payer.due(now).unwrap(),
+        vec![(provider, TokenUnits(20_000))]
+    );
     let second = payer.offer(&provider, now).unwrap();
     assert_eq!(second.authorises, Some(TokenUnits(20_000)));
     payee.offer(&buyer, &second.frames, now).await.unwrap();
@@ -414,7 +417,10 @@ async fn a_receipt_just_final_is_no_reason_to_refuse_until_the_grace_is_over() {
         strict.admit(&buyer, 1_000),
         Err(Unfunded::Credit(CreditRefused::Unauthorised { .. }))
     ));
-    assert_eq!(payer.due(now).unwrap(), vec![provider]);
+    assert_eq!(
+        payer.due(now).unwrap(),
+        vec![(provider, TokenUnits(21_000))]
+    );
     let third = payer.offer(&provider, now).unwrap();
     assert_eq!(third.authorises, Some(TokenUnits(21_000)));
     strict.offer(&buyer, &third.frames, now).await.unwrap();

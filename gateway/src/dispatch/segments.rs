@@ -98,6 +98,13 @@ impl Dispatcher {
                     }
                 }
                 JobEvent::Rejected(reject) => {
+                    if reject.reason == sharemesh_protocol::RejectReason::Unfunded {
+                        // The provider may have lost this buyer's binding (a new data
+                        // folder): the next job there offers it again.
+                        if let Some(payer) = self.segments.payer() {
+                            payer.forget_offer(&provider);
+                        }
+                    }
                     report.end = Err(SegmentError::Refused {
                         reason: reject.reason,
                         detail: reject.detail,
