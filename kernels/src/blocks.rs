@@ -190,10 +190,39 @@ pub(crate) struct KernelBlock {
     pub quants: [u8; BLOCK],
     pub scales: [f32; 2],
     pub min: f32,
+    /// How a K-quant's file stores `scales` and `min` (`None` for other types).
+    pub factors: Option<Factors>,
+}
+
+/// A K-quant block's scales as its file stores them: each an f16 unit of its
+/// super-block times a small integer, `unit × factor` in f32 being exactly the value
+/// (at most 11 + 8 significant bits). A matrix keeps a byte per value and a half per
+/// super-block instead of an f32 per value: a quarter of the bytes decoding streams
+/// for scales (`quant::Matrix`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Factors {
+    /// f16 bits of `d`.
+    pub scale_unit: u16,
+    pub scale: [i8; 2],
+    /// f16 bits of `−dmin` (so `unit × m` is `−(dmin·m)` to the bit, zero's sign too).
+    pub min_unit: u16,
+    pub min: i8,
+}
+
+impl Factors {
+    /// `unit × factor` as the kernels compute it (the same f32 product every time).
+    #[inline]
+    pub fn value(unit: u16, factor: i8) -> f32 {
+        f16::from_bits(unit).to_f32() * f32::from(factor)
+    }
 }
 
 fn half_at(raw: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([raw[at], raw[at + 1]]).to_f32()
+    f16::from_bits(bits_at(raw, at)).to_f32()
+}
+
+fn bits_at(raw: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([raw[at], raw[at + 1]])
 }
 
 /// Decodes one stored block (`block_type.bytes()` long) into its 32-element kernel
@@ -204,6 +233,7 @@ pub(crate) fn decode(block_type: BlockType, raw: &[u8], emit: &mut impl FnMut(Ke
         quants: [0; BLOCK],
         scales: [d, d],
         min,
+        factors: None,
     };
     match block_type {
         BlockType::Q4_0 | BlockType::Q4_1 => {
@@ -259,7 +289,9 @@ fn scale_min_k4(j: usize, packed: &[u8]) -> (u8, u8) {
 /// same with 32 bytes of fifth bits before the nibbles): eight sub-blocks of 32, each
 /// `d·sc·q − dmin·m`.
 fn decode_q45_k(block_type: BlockType, raw: &[u8], emit: &mut impl FnMut(KernelBlock)) {
-    let (d, dmin) = (half_at(raw, 0), half_at(raw, 2));
+    let (d_bits, dmin_bits) = (bits_at(raw, 0), bits_at(raw, 2));
+    // −dmin: f16 negation is its sign bit.
+    let neg_dmin_bits = dmin_bits ^ 0x8000;
     let packed_scales = &raw[4..16];
     let (fifth_bits, nibbles) = match block_type {
         BlockType::Q5_K => (Some(&raw[16..48]), &raw[48..176]),
@@ -267,10 +299,18 @@ fn decode_q45_k(block_type: BlockType, raw: &[u8], emit: &mut impl FnMut(KernelB
     };
     for sub in 0..8 {
         let (sc, m) = scale_min_k4(sub, packed_scales);
+        // Six bits each: they fit an i8.
+        let (sc, m) = (sc as i8, m as i8);
         let mut block = KernelBlock {
             quants: [0; BLOCK],
-            scales: [d * f32::from(sc); 2],
-            min: -(dmin * f32::from(m)),
+            scales: [Factors::value(d_bits, sc); 2],
+            min: Factors::value(neg_dmin_bits, m),
+            factors: Some(Factors {
+                scale_unit: d_bits,
+                scale: [sc; 2],
+                min_unit: neg_dmin_bits,
+                min: m,
+            }),
         };
         // Sub-blocks 2j and 2j+1 share 32 bytes: low nibbles, then high ones.
         let bytes = &nibbles[(sub / 2) * 32..][..32];
@@ -291,17 +331,26 @@ fn decode_q45_k(block_type: BlockType, raw: &[u8], emit: &mut impl FnMut(KernelB
 /// sixteen sub-blocks of 16, each `d·sc·(q − 32)`.
 fn decode_q6_k(raw: &[u8], emit: &mut impl FnMut(KernelBlock)) {
     let (low, high, scales) = (&raw[0..128], &raw[128..192], &raw[192..208]);
-    let d = half_at(raw, 208);
+    let d_bits = bits_at(raw, 208);
     for n in 0..2 {
         let (low, high) = (&low[n * 64..][..64], &high[n * 32..][..32]);
         // Quarter t of this 128-element half: nibble from `low[l + 32·(t % 2)]`, low
         // (t < 2) or high; bit pair t of `high[l]`; scale 8n + 2t + l/16.
         for t in 0..4 {
-            let scale = |half: usize| d * f32::from(scales[n * 8 + 2 * t + half] as i8);
+            let factor = |half: usize| scales[n * 8 + 2 * t + half] as i8;
             let mut block = KernelBlock {
                 quants: [0; BLOCK],
-                scales: [scale(0), scale(1)],
+                scales: [
+                    Factors::value(d_bits, factor(0)),
+                    Factors::value(d_bits, factor(1)),
+                ],
                 min: 0.0,
+                factors: Some(Factors {
+                    scale_unit: d_bits,
+                    scale: [factor(0), factor(1)],
+                    min_unit: 0,
+                    min: 0,
+                }),
             };
             for (l, quant) in block.quants.iter_mut().enumerate() {
                 let byte = low[l + 32 * (t % 2)];

@@ -237,7 +237,9 @@ pub fn scalar_dot(
 mod tests {
     use super::*;
     use crate::quant::quantize_rows;
-    use crate::quant::tests_support::{random_f16_matrix, random_matrix, random_values};
+    use crate::quant::tests_support::{
+        random_f16_matrix, random_factored_matrix, random_matrix, random_values,
+    };
 
     /// Every path computes every group's rows against every activation row with the
     /// reference's bits: tiles of four rows and single rows, split spans, a last group
@@ -251,7 +253,7 @@ mod tests {
             paths.iter().map(|p| p.name()).collect::<Vec<_>>()
         );
         let (rows, acts_rows) = (37, 7);
-        for (cols, format) in [576, 1568]
+        for (cols, format) in [576, 1280, 1568]
             .into_iter()
             .flat_map(|c| Format::ALL.map(|f| (c, f)))
         {
@@ -261,10 +263,21 @@ mod tests {
                 compact.memory_bytes() < widened.memory_bytes(),
                 "{format:?}: f16 values are kept as f16"
             );
-            for (matrix, reference_matrix) in [
+            let mut cases = vec![
                 (random_matrix(format, rows, cols, 7), None),
                 (compact, Some(widened)),
-            ] {
+            ];
+            // K-quants' scales, kept as units times factors (whole super-blocks only).
+            if format != Format::Q8_0 && cols % 256 == 0 {
+                let factored = random_factored_matrix(format, rows, cols, 9);
+                let widened = factored.clone().with_f32_scales();
+                assert!(
+                    factored.memory_bytes() < widened.memory_bytes(),
+                    "{format:?}: factored values are kept factored"
+                );
+                cases.push((factored, Some(widened)));
+            }
+            for (matrix, reference_matrix) in cases {
                 let reference_matrix = reference_matrix.as_ref().unwrap_or(&matrix);
                 let acts = quantize_rows(&random_values(acts_rows * cols, 8), cols);
                 let reference: Vec<f32> = (0..acts_rows)

@@ -28,9 +28,10 @@ pub const GROUP: usize = 16;
 /// its blocks in order: per block [`Format::group_block_bytes`] of quants, the
 /// scales (`scales_per_block × 16`, sub-block major) and, for formats with
 /// minimums, 16 minimums — kept as f16 where every one of the matrix's is an f16 value
-/// (Q4_1, Q5_1, Q8_0 files store them so: 17% fewer bytes for decoding to stream), else
-/// as f32 (K-quants' scales are products). Widening an f16 is exact, so the kernels'
-/// bits do not depend on which.
+/// (Q4_1, Q5_1, Q8_0 files store them so: 17% fewer bytes for decoding to stream), as a
+/// K-quant file makes them (an i8 factor each, times its row's super-block unit:
+/// `blocks::Factors`) where every block says so, else as f32. Widening an f16 and
+/// `unit × factor` are exact, so the kernels' bits do not depend on which.
 ///
 /// Within a group's block, element `e = 4k + i` (chunk `k` of eight) of row `r` is
 /// byte `64k + 4r + i` (Q8_0, Q6_K: the quant plus [`Format::offset`]), or for the
@@ -52,6 +53,15 @@ pub struct Matrix {
 enum Store {
     F32(Vec<f32>),
     F16(Vec<u16>),
+    /// K-quants' values as their files keep them ([`blocks::Factors`]): value `i` is
+    /// `units[(i / 16 / span) · 16 + i % 16] × factors[i]`, one unit per row per `span`
+    /// values of that row (a super-block's; an f16 value, kept widened: the kernels
+    /// load it as is, and it is 1/32 of the bytes a factor saves).
+    Factored {
+        units: Vec<f32>,
+        factors: Vec<i8>,
+        span: usize,
+    },
 }
 
 impl Store {
@@ -60,6 +70,15 @@ impl Store {
         match self {
             Store::F32(v) => Scales::F32(v),
             Store::F16(v) => Scales::F16(v),
+            Store::Factored {
+                units,
+                factors,
+                span,
+            } => Scales::Factored {
+                units,
+                factors,
+                span: *span,
+            },
         }
     }
 
@@ -81,6 +100,12 @@ pub enum Scales<'a> {
     F32(&'a [f32]),
     /// f16 bits.
     F16(&'a [u16]),
+    /// Units (one per row per `span` values) times i8 factors (one per value).
+    Factored {
+        units: &'a [f32],
+        factors: &'a [i8],
+        span: usize,
+    },
 }
 
 impl Scales<'_> {
@@ -88,17 +113,34 @@ impl Scales<'_> {
         match self {
             Scales::F32(v) => v.len(),
             Scales::F16(v) => v.len(),
+            Scales::Factored { factors, .. } => factors.len(),
         }
+    }
+
+    /// Where value `i`'s unit is in a factored store.
+    #[inline]
+    pub(crate) fn unit_index(i: usize, span: usize) -> usize {
+        (i / GROUP / span) * GROUP + i % GROUP
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Values `range` (whole spans of 16 rows, as a group's are).
     fn slice(self, range: std::ops::Range<usize>) -> Self {
         match self {
             Scales::F32(v) => Scales::F32(&v[range]),
             Scales::F16(v) => Scales::F16(&v[range]),
+            Scales::Factored {
+                units,
+                factors,
+                span,
+            } => Scales::Factored {
+                units: &units[range.start / span..range.end / span],
+                factors: &factors[range],
+                span,
+            },
         }
     }
 
@@ -106,15 +148,21 @@ impl Scales<'_> {
         match self {
             Scales::F32(v) => 4 * v.len(),
             Scales::F16(v) => 2 * v.len(),
+            Scales::Factored { units, factors, .. } => 4 * units.len() + factors.len(),
         }
     }
 
-    /// Value `i`, widened to f32 (exact).
+    /// Value `i`, widened to f32 (exact; a factored value is its one f32 product).
     #[inline]
     pub fn get(&self, i: usize) -> f32 {
         match self {
             Scales::F32(v) => v[i],
             Scales::F16(v) => f16::from_bits(v[i]).to_f32(),
+            Scales::Factored {
+                units,
+                factors,
+                span,
+            } => units[Self::unit_index(i, *span)] * f32::from(factors[i]),
         }
     }
 
@@ -124,6 +172,7 @@ impl Scales<'_> {
         match self {
             Scales::F32(v) => v.as_ptr().wrapping_add(i).cast(),
             Scales::F16(v) => v.as_ptr().wrapping_add(i).cast(),
+            Scales::Factored { factors, .. } => factors.as_ptr().wrapping_add(i).cast(),
         }
     }
 }
@@ -198,6 +247,7 @@ impl Matrix {
             0
         };
         let mut mins = vec![0.0; mins_len];
+        let mut factoring = Factoring::new(format, groups, blocks);
         let mut row = Vec::with_capacity(blocks);
         for g in 0..groups {
             for r in 0..GROUP.min(rows - g * GROUP) {
@@ -205,6 +255,7 @@ impl Matrix {
                 row_blocks(g * GROUP + r, &mut row);
                 debug_assert_eq!(row.len(), blocks);
                 for (b, block) in row.iter().enumerate() {
+                    factoring.put(g * blocks + b, r, block);
                     put(
                         format,
                         g * blocks + b,
@@ -216,10 +267,15 @@ impl Matrix {
                     );
                 }
             }
-            // Padding rows keep zero scales and minimums; their quants stand for zero.
+            // Padding rows keep zero scales and minimums (0 × 0 where factored); their
+            // quants stand for zero.
             for r in GROUP.min(rows - g * GROUP)..GROUP {
                 for b in 0..blocks {
-                    let zero = KernelBlock::default();
+                    let zero = KernelBlock {
+                        factors: Some(blocks::Factors::default()),
+                        ..KernelBlock::default()
+                    };
+                    factoring.put(g * blocks + b, r, &zero);
                     put(
                         format,
                         g * blocks + b,
@@ -232,9 +288,12 @@ impl Matrix {
                 }
             }
         }
-        let (scales, mins) = match (Store::compact(&scales), Store::compact(&mins)) {
-            (Some(scales), Some(mins)) => (Store::F16(scales), Store::F16(mins)),
-            _ => (Store::F32(scales), Store::F32(mins)),
+        let (scales, mins) = match factoring.finish() {
+            Some(factored) => factored,
+            None => match (Store::compact(&scales), Store::compact(&mins)) {
+                (Some(scales), Some(mins)) => (Store::F16(scales), Store::F16(mins)),
+                _ => (Store::F32(scales), Store::F32(mins)),
+            },
         };
         Self {
             format,
@@ -291,14 +350,46 @@ impl Matrix {
                 .all()
                 .get((at * subs + s.min(subs - 1)) * GROUP + r)
         };
+        let min_at = at * GROUP + r;
+        let factors = match (&self.scales, &self.mins) {
+            (
+                Store::Factored {
+                    units,
+                    factors,
+                    span,
+                },
+                Store::Factored {
+                    units: min_units,
+                    factors: min_factors,
+                    span: min_span,
+                },
+            ) => {
+                let slot = |s: usize| (at * subs + s.min(subs - 1)) * GROUP + r;
+                let has_min = format.has_min();
+                // Units are widened f16 values: narrowing gives the bits back.
+                let bits = |unit: f32| f16::from_f32(unit).to_bits();
+                Some(blocks::Factors {
+                    scale_unit: bits(units[Scales::unit_index(slot(0), *span)]),
+                    scale: [factors[slot(0)], factors[slot(1)]],
+                    min_unit: if has_min {
+                        bits(min_units[Scales::unit_index(min_at, *min_span)])
+                    } else {
+                        0
+                    },
+                    min: if has_min { min_factors[min_at] } else { 0 },
+                })
+            }
+            _ => None,
+        };
         KernelBlock {
             quants: std::array::from_fn(|e| quant_of(format, bytes, r, e) as u8),
             scales: [scale(0), scale(1)],
             min: if format.has_min() {
-                self.mins.all().get(at * GROUP + r)
+                self.mins.all().get(min_at)
             } else {
                 0.0
             },
+            factors,
         }
     }
 
@@ -341,6 +432,97 @@ impl Matrix {
     /// Bytes the matrix holds in memory.
     pub fn memory_bytes(&self) -> usize {
         self.quants.len() + self.scales.all().bytes() + self.mins.all().bytes()
+    }
+}
+
+/// Blocks per K-quant super-block: the span of one unit ([`blocks::Factors`]).
+const BLOCKS_PER_SUPER: usize = blocks::SUPER_BLOCK / BLOCK;
+
+/// A matrix's scales and minimums in factored form, built beside the f32 values while
+/// every block carries factors whose unit is one per row per super-block (a K-quant
+/// file's always do; any other matrix gives up at its first block).
+struct Factoring {
+    format: Format,
+    blocks: usize,
+    scale_units: Vec<Option<u16>>,
+    scale_factors: Vec<i8>,
+    min_units: Vec<Option<u16>>,
+    min_factors: Vec<i8>,
+    possible: bool,
+}
+
+impl Factoring {
+    fn new(format: Format, groups: usize, blocks: usize) -> Self {
+        let possible = blocks.is_multiple_of(BLOCKS_PER_SUPER) && format != Format::Q8_0;
+        let (units, values, mins) = if possible {
+            let units = groups * (blocks / BLOCKS_PER_SUPER) * GROUP;
+            let values = groups * blocks * GROUP;
+            (units, values * format.scales_per_block(), values)
+        } else {
+            (0, 0, 0)
+        };
+        let has_min = format.has_min();
+        Factoring {
+            format,
+            blocks,
+            scale_units: vec![None; units],
+            scale_factors: vec![0; values],
+            min_units: vec![None; if has_min { units } else { 0 }],
+            min_factors: vec![0; if has_min { mins } else { 0 }],
+            possible,
+        }
+    }
+
+    /// Records row `r` of group block `at` (`group · blocks + block`).
+    fn put(&mut self, at: usize, r: usize, block: &KernelBlock) {
+        if !self.possible {
+            return;
+        }
+        let Some(factors) = block.factors else {
+            self.possible = false;
+            return;
+        };
+        let (g, b) = (at / self.blocks, at % self.blocks);
+        let unit_at = (g * (self.blocks / BLOCKS_PER_SUPER) + b / BLOCKS_PER_SUPER) * GROUP + r;
+        let agree = |slot: &mut Option<u16>, unit: u16| *slot.get_or_insert(unit) == unit;
+        let has_min = self.format.has_min();
+        if !agree(&mut self.scale_units[unit_at], factors.scale_unit)
+            || (has_min && !agree(&mut self.min_units[unit_at], factors.min_unit))
+        {
+            self.possible = false;
+            return;
+        }
+        let subs = self.format.scales_per_block();
+        for s in 0..subs {
+            self.scale_factors[(at * subs + s) * GROUP + r] = factors.scale[s];
+        }
+        if has_min {
+            self.min_factors[at * GROUP + r] = factors.min;
+        }
+    }
+
+    /// The (scales, minimums) stores, if every block was factored.
+    fn finish(self) -> Option<(Store, Store)> {
+        if !self.possible {
+            return None;
+        }
+        let units = |all: Vec<Option<u16>>| {
+            all.into_iter()
+                .map(|unit| unit.map(|bits| f16::from_bits(bits).to_f32()))
+                .collect::<Option<Vec<f32>>>()
+        };
+        Some((
+            Store::Factored {
+                units: units(self.scale_units)?,
+                factors: self.scale_factors,
+                span: BLOCKS_PER_SUPER * self.format.scales_per_block(),
+            },
+            Store::Factored {
+                units: units(self.min_units)?,
+                factors: self.min_factors,
+                span: BLOCKS_PER_SUPER,
+            },
+        ))
     }
 }
 
@@ -593,6 +775,56 @@ pub(crate) mod tests_support {
                     } else {
                         0.0
                     },
+                    factors: None,
+                });
+            }
+        })
+    }
+
+    /// A matrix as a K-quant file makes one: every scale and minimum an f16 unit per
+    /// row per super-block times a small integer, so the matrix keeps them factored.
+    pub(crate) fn random_factored_matrix(
+        format: Format,
+        rows: usize,
+        cols: usize,
+        seed: u64,
+    ) -> Matrix {
+        use crate::blocks::Factors;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let has_min = format.has_min();
+        Matrix::from_rows(format, rows, cols, |_, out| {
+            let mut units = (0u16, 0u16);
+            for b in 0..cols / BLOCK {
+                if b % BLOCKS_PER_SUPER == 0 {
+                    let half = |v: f32| f16::from_f32(v).to_bits();
+                    units = (
+                        half(rng.random_range(0.0005f32..0.002)),
+                        half(-rng.random_range(0.0005f32..0.002)),
+                    );
+                }
+                let range = format.quant_range();
+                let first: i8 = rng.random_range(0..64);
+                let scale = if format == Format::Q6_K {
+                    [rng.random_range(-128..=127), rng.random_range(-128..=127)]
+                } else {
+                    [first, first]
+                };
+                let m: i8 = if has_min { rng.random_range(0..64) } else { 0 };
+                let min_unit = if has_min { units.1 } else { 0 };
+                out.push(KernelBlock {
+                    quants: std::array::from_fn(|_| rng.random_range(range.clone()) as u8),
+                    scales: scale.map(|f| Factors::value(units.0, f)),
+                    min: if has_min {
+                        Factors::value(min_unit, m)
+                    } else {
+                        0.0
+                    },
+                    factors: Some(Factors {
+                        scale_unit: units.0,
+                        scale,
+                        min_unit,
+                        min: m,
+                    }),
                 });
             }
         })

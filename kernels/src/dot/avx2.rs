@@ -95,7 +95,7 @@ unsafe fn sub_sum<const F: usize>(
     sum
 }
 
-/// Values `at..at + 8` of `scales`, widened to f32 (exact for f16).
+/// Values `at..at + 8` of `scales` (`at` a multiple of 8), widened to f32 (exact).
 ///
 /// # Safety
 /// AVX2 and F16C; `at + 8 ≤ scales.len()`.
@@ -106,6 +106,19 @@ unsafe fn load8(scales: Scales<'_>, at: usize) -> __m256 {
     match scales {
         Scales::F32(v) => unsafe { _mm256_loadu_ps(v.as_ptr().add(at)) },
         Scales::F16(v) => unsafe { _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(at).cast())) },
+        // Eight rows' factors times their units: the same f32 product `Scales::get`
+        // makes (exact), so the bits do not depend on the store.
+        Scales::Factored {
+            units,
+            factors,
+            span,
+        } => unsafe {
+            let factors = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                factors.as_ptr().add(at).cast(),
+            )));
+            let units = _mm256_loadu_ps(units.as_ptr().add(Scales::unit_index(at, span)));
+            _mm256_mul_ps(units, factors)
+        },
     }
 }
 

@@ -80,7 +80,7 @@ unsafe fn sub_sum(
     _mm512_add_epi32(even, odd)
 }
 
-/// Values `at..at + 16` of `scales`, widened to f32 (exact for f16).
+/// Values `at..at + 16` of `scales` (`at` a multiple of 16), widened to f32 (exact).
 ///
 /// # Safety
 /// AVX-512 F; `at + 16 ≤ scales.len()`.
@@ -91,6 +91,18 @@ unsafe fn load16(scales: Scales<'_>, at: usize) -> __m512 {
     match scales {
         Scales::F32(v) => unsafe { _mm512_loadu_ps(v.as_ptr().add(at)) },
         Scales::F16(v) => unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast())) },
+        // Sixteen rows' factors times their units: `Scales::get`'s exact f32 product.
+        Scales::Factored {
+            units,
+            factors,
+            span,
+        } => unsafe {
+            let factors = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                factors.as_ptr().add(at).cast(),
+            )));
+            let units = _mm512_loadu_ps(units.as_ptr().add(Scales::unit_index(at, span)));
+            _mm512_mul_ps(units, factors)
+        },
     }
 }
 
