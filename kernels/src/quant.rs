@@ -230,65 +230,62 @@ impl Matrix {
     }
 
     /// Builds a matrix from each row's kernel blocks (`row_blocks(row, &mut out)`
-    /// appends row `row`'s `cols / 32` blocks), group by group.
+    /// appends row `row`'s `cols / 32` blocks), its row groups in parallel (on rayon's
+    /// global pool: loading a model repacks every weight; each group writes its own
+    /// slices, so the bytes do not depend on the order).
     pub(crate) fn from_rows(
         format: Format,
         rows: usize,
         cols: usize,
-        mut row_blocks: impl FnMut(usize, &mut Vec<KernelBlock>),
+        row_blocks: impl Fn(usize, &mut Vec<KernelBlock>) + Sync,
     ) -> Self {
+        use rayon::prelude::*;
         let blocks = cols / BLOCK;
         let groups = rows.div_ceil(GROUP);
-        let mut quants = vec![0; groups * blocks * format.group_block_bytes()];
-        let mut scales = vec![0.0; groups * blocks * GROUP * format.scales_per_block()];
-        let mins_len = if format.has_min() {
-            groups * blocks * GROUP
-        } else {
-            0
-        };
-        let mut mins = vec![0.0; mins_len];
-        let mut factoring = Factoring::new(format, groups, blocks);
-        let mut row = Vec::with_capacity(blocks);
-        for g in 0..groups {
-            for r in 0..GROUP.min(rows - g * GROUP) {
-                row.clear();
-                row_blocks(g * GROUP + r, &mut row);
-                debug_assert_eq!(row.len(), blocks);
-                for (b, block) in row.iter().enumerate() {
-                    factoring.put(g * blocks + b, r, block);
-                    put(
-                        format,
-                        g * blocks + b,
-                        r,
-                        block,
-                        &mut quants,
-                        &mut scales,
-                        &mut mins,
-                    );
+        let (quant_bytes, scale_values) = (
+            blocks * format.group_block_bytes(),
+            blocks * GROUP * format.scales_per_block(),
+        );
+        let mut quants = vec![0; groups * quant_bytes];
+        let mut scales = vec![0.0; groups * scale_values];
+        // Every format gets minimums while building (zero where it has none): one shape
+        // of parallel loop; those without are dropped below.
+        let mut mins = vec![0.0; groups * blocks * GROUP];
+        let factored: Vec<Option<(Store, Store)>> = quants
+            .par_chunks_mut(quant_bytes.max(1))
+            .zip(scales.par_chunks_mut(scale_values.max(1)))
+            .zip(mins.par_chunks_mut((blocks * GROUP).max(1)))
+            .enumerate()
+            .map(|(g, ((quants, scales), mins))| {
+                let mut factoring = Factoring::new(format, 1, blocks);
+                let mut row = Vec::with_capacity(blocks);
+                let real = GROUP.min(rows - g * GROUP);
+                // Padding rows keep zero scales and minimums (0 × 0 where factored);
+                // their quants stand for zero.
+                let zero = KernelBlock {
+                    factors: Some(blocks::Factors::default()),
+                    ..KernelBlock::default()
+                };
+                for r in 0..GROUP {
+                    row.clear();
+                    if r < real {
+                        row_blocks(g * GROUP + r, &mut row);
+                        debug_assert_eq!(row.len(), blocks);
+                    } else {
+                        row.resize(blocks, zero);
+                    }
+                    for (b, block) in row.iter().enumerate() {
+                        factoring.put(b, r, block);
+                        put(format, b, r, block, quants, scales, mins);
+                    }
                 }
-            }
-            // Padding rows keep zero scales and minimums (0 × 0 where factored); their
-            // quants stand for zero.
-            for r in GROUP.min(rows - g * GROUP)..GROUP {
-                for b in 0..blocks {
-                    let zero = KernelBlock {
-                        factors: Some(blocks::Factors::default()),
-                        ..KernelBlock::default()
-                    };
-                    factoring.put(g * blocks + b, r, &zero);
-                    put(
-                        format,
-                        g * blocks + b,
-                        r,
-                        &zero,
-                        &mut quants,
-                        &mut scales,
-                        &mut mins,
-                    );
-                }
-            }
+                factoring.finish()
+            })
+            .collect();
+        if !format.has_min() {
+            mins = Vec::new();
         }
-        let (scales, mins) = match factoring.finish() {
+        let (scales, mins) = match Factoring::join(factored, format) {
             Some(factored) => factored,
             None => match (Store::compact(&scales), Store::compact(&mins)) {
                 (Some(scales), Some(mins)) => (Store::F16(scales), Store::F16(mins)),
@@ -499,6 +496,49 @@ impl Factoring {
         if has_min {
             self.min_factors[at * GROUP + r] = factors.min;
         }
+    }
+
+    /// One store of each from every group's, in group order (`None` if any group's
+    /// blocks were not all factored).
+    fn join(groups: Vec<Option<(Store, Store)>>, format: Format) -> Option<(Store, Store)> {
+        if groups.is_empty() {
+            return None;
+        }
+        let (mut scale_units, mut scale_factors) = (Vec::new(), Vec::new());
+        let (mut min_units, mut min_factors) = (Vec::new(), Vec::new());
+        for group in groups {
+            let (
+                Store::Factored {
+                    units: su,
+                    factors: sf,
+                    ..
+                },
+                Store::Factored {
+                    units: mu,
+                    factors: mf,
+                    ..
+                },
+            ) = group?
+            else {
+                return None;
+            };
+            scale_units.extend(su);
+            scale_factors.extend(sf);
+            min_units.extend(mu);
+            min_factors.extend(mf);
+        }
+        Some((
+            Store::Factored {
+                units: scale_units,
+                factors: scale_factors,
+                span: BLOCKS_PER_SUPER * format.scales_per_block(),
+            },
+            Store::Factored {
+                units: min_units,
+                factors: min_factors,
+                span: BLOCKS_PER_SUPER,
+            },
+        ))
     }
 
     /// The (scales, minimums) stores, if every block was factored.
@@ -763,7 +803,7 @@ pub(crate) mod tests_support {
         round: impl Fn(f32) -> f32,
     ) -> Matrix {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        Matrix::from_rows(format, rows, cols, |_, out| {
+        let mut row_blocks = |out: &mut Vec<KernelBlock>| {
             for _ in 0..cols / BLOCK {
                 let range = format.quant_range();
                 let d = round(rng.random_range(0.001f32..0.05));
@@ -778,7 +818,25 @@ pub(crate) mod tests_support {
                     factors: None,
                 });
             }
+        };
+        let all = random_rows(rows, &mut row_blocks);
+        Matrix::from_rows(format, rows, cols, |row, out| {
+            out.extend_from_slice(&all[row])
         })
+    }
+
+    /// Each row's blocks, drawn in row order (the builder takes rows in parallel).
+    fn random_rows(
+        rows: usize,
+        row_blocks: &mut impl FnMut(&mut Vec<KernelBlock>),
+    ) -> Vec<Vec<KernelBlock>> {
+        (0..rows)
+            .map(|_| {
+                let mut row = Vec::new();
+                row_blocks(&mut row);
+                row
+            })
+            .collect()
     }
 
     /// A matrix as a K-quant file makes one: every scale and minimum an f16 unit per
@@ -792,7 +850,7 @@ pub(crate) mod tests_support {
         use crate::blocks::Factors;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let has_min = format.has_min();
-        Matrix::from_rows(format, rows, cols, |_, out| {
+        let mut row_blocks = |out: &mut Vec<KernelBlock>| {
             let mut units = (0u16, 0u16);
             for b in 0..cols / BLOCK {
                 if b % BLOCKS_PER_SUPER == 0 {
@@ -827,6 +885,10 @@ pub(crate) mod tests_support {
                     }),
                 });
             }
+        };
+        let all = random_rows(rows, &mut row_blocks);
+        Matrix::from_rows(format, rows, cols, |row, out| {
+            out.extend_from_slice(&all[row])
         })
     }
 
