@@ -26,6 +26,9 @@ pub trait LocalRoute: Send + Sync + 'static {
 
 /// Everything needed to open segments: the mesh, the buyer's key, the ledger that books
 /// its receipts, the stall timeout, and the node's own provider if it has one.
+/// The most a job waits for its provider's answer to this buyer's settlement offer.
+const OFFER_BEFORE_JOB: Duration = Duration::from_secs(3);
+
 pub struct Segments {
     pub mesh: MeshHandle,
     pub key: Arc<Keypair>,
@@ -174,8 +177,18 @@ impl Segments {
         if !payer.needs_offer(&provider) {
             return;
         }
-        if let Err(err) = crate::settle::offer_to(&self.mesh, payer, provider, None).await {
-            tracing::warn!(%err, "settlement offer failed");
+        // A provider that takes the offer's stream and never answers must not hold the
+        // job back: past the bound the job goes ahead (an on-chain provider then
+        // refuses it `Unfunded`, and the next job offers again).
+        match tokio::time::timeout(
+            OFFER_BEFORE_JOB,
+            crate::settle::offer_to(&self.mesh, payer, provider, None),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::warn!(%err, "settlement offer failed"),
+            Err(_) => tracing::warn!(%provider, "settlement offer unanswered; the job goes ahead"),
         }
     }
 
