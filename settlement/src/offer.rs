@@ -49,6 +49,21 @@ pub enum OfferError {
 }
 
 impl Chain {
+    /// The chain and escrow `escrow` settles on, and `node`'s binding to the escrow
+    /// client's account there (sealed now, its sequence number the time).
+    pub fn bind_escrow_account(
+        escrow: &crate::evm::Escrow,
+        node: &Keypair,
+        now_ms: u64,
+    ) -> Result<(Chain, SignedEnvelope), sharemesh_protocol::DecodeError> {
+        let chain = Chain {
+            chain_id: escrow.chain_id(),
+            escrow: escrow.address(),
+        };
+        let binding = chain.bind(node, escrow.account(), now_ms, now_ms)?;
+        Ok((chain, binding))
+    }
+
     /// `node`'s binding to `account` on this chain, sealed by its key.
     pub fn bind(
         &self,

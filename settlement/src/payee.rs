@@ -172,12 +172,7 @@ impl Payee {
         now_ms: u64,
     ) -> Result<Self, PayeeError> {
         let scale = escrow.scale().await?;
-        let chain = Chain {
-            chain_id: escrow.chain_id(),
-            escrow: escrow.address(),
-        };
-        let binding = chain
-            .bind(key, escrow.account(), now_ms, now_ms)
+        let (chain, binding) = Chain::bind_escrow_account(&escrow, key, now_ms)
             .map_err(|e| PayeeError::Seal(e.to_string()))?;
         let mut books = HashMap::new();
         for (buyer, bytes) in ledger.channel_records()? {

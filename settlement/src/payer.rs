@@ -82,23 +82,23 @@ impl Payer {
         now_ms: u64,
     ) -> Result<Self, PayerError> {
         let scale = escrow.scale().await?;
-        let chain = Chain {
-            chain_id: escrow.chain_id(),
-            escrow: escrow.address(),
-        };
-        let binding = chain
-            .bind(&key, escrow.account(), now_ms, now_ms)
+        let (chain, binding) = Chain::bind_escrow_account(&escrow, &key, now_ms)
             .map_err(|e| PayerError::Seal(e.to_string()))?;
         let mut books = HashMap::new();
         for (provider, bytes) in ledger.channel_records()? {
-            if let Ok(kept) = serde_json::from_slice::<Kept>(&bytes) {
-                books.insert(
-                    provider,
-                    ProviderBook {
-                        kept: Some(kept),
-                        offered: false,
-                    },
-                );
+            match serde_json::from_slice::<Kept>(&bytes) {
+                Ok(kept) => {
+                    books.insert(
+                        provider,
+                        ProviderBook {
+                            kept: Some(kept),
+                            offered: false,
+                        },
+                    );
+                }
+                Err(err) => {
+                    tracing::warn!(%provider, %err, "skipping an unreadable channel record")
+                }
             }
         }
         Ok(Payer {

@@ -111,27 +111,8 @@ async fn a_provider_is_paid_exactly_the_final_receipts_and_credit_follows_the_de
     let now = now_ms();
     let (buyer, provider) = (s.buyer_node.node_id(), s.provider_node.node_id());
     let reader = s.buyer_escrow.as_account(devnet::anvil_dev_key()).unwrap();
-    let payee = Payee::new(
-        s.provider_escrow
-            .as_account(AccountKey::derive(&s.provider_node.secret()).unwrap())
-            .unwrap(),
-        &s.provider_node,
-        s.provider_ledger.clone(),
-        SETTINGS,
-        now,
-    )
-    .await
-    .unwrap();
-    let payer = Payer::new(
-        s.buyer_escrow
-            .as_account(AccountKey::derive(&s.buyer_node.secret()).unwrap())
-            .unwrap(),
-        s.buyer_node.clone(),
-        s.buyer_ledger.clone(),
-        now,
-    )
-    .await
-    .unwrap();
+    let payee = s.payee(SETTINGS, now).await;
+    let payer = s.payer(now).await;
 
     // No binding offered: no credit.
     assert_eq!(
@@ -295,6 +276,52 @@ async fn a_provider_is_paid_exactly_the_final_receipts_and_credit_follows_the_de
     let _ = s.provider_dir;
 }
 
+impl Sides {
+    /// The provider's settlement on its own ledger, as a node starts it.
+    async fn payee(&self, settings: PayeeSettings, now: u64) -> Payee {
+        let escrow = self.provider_escrow.as_account(provider_key(self)).unwrap();
+        Payee::new(
+            escrow,
+            &self.provider_node,
+            self.provider_ledger.clone(),
+            settings,
+            now,
+        )
+        .await
+        .unwrap()
+    }
+
+    /// The buyer's settlement on its own ledger.
+    async fn payer(&self, now: u64) -> Payer {
+        let key = AccountKey::derive(&self.buyer_node.secret()).unwrap();
+        let escrow = self.buyer_escrow.as_account(key).unwrap();
+        Payer::new(
+            escrow,
+            self.buyer_node.clone(),
+            self.buyer_ledger.clone(),
+            now,
+        )
+        .await
+        .unwrap()
+    }
+}
+
+/// The exchange a gateway's first job and its next round make: the binding offered
+/// and answered, then the final receipts authorised.
+async fn bind_and_authorise(payee: &Payee, payer: &Payer, s: &Sides, now: u64) {
+    let (buyer, provider) = (s.buyer_node.node_id(), s.provider_node.node_id());
+    let first = payer.offer(&provider, now).unwrap();
+    let answer = payee.offer(&buyer, &first.frames, now).await.unwrap();
+    payer
+        .answered(&provider, &first, Some(&answer), now)
+        .unwrap();
+    let second = payer.offer(&provider, now).unwrap();
+    payee.offer(&buyer, &second.frames, now).await.unwrap();
+    payer
+        .answered(&provider, &second, Some(&answer), now)
+        .unwrap();
+}
+
 fn provider_key(s: &Sides) -> AccountKey {
     AccountKey::derive(&s.provider_node.secret()).unwrap()
 }
@@ -310,31 +337,9 @@ fn payer_chain(s: &Sides) -> sharemesh_settlement::offer::Chain {
 async fn a_buyer_cannot_move_its_channel_to_a_fresh_account_while_authorised_pay_is_unredeemed() {
     let s = sides().await;
     let now = now_ms();
-    let (buyer, provider) = (s.buyer_node.node_id(), s.provider_node.node_id());
-    let payee = Payee::new(
-        s.provider_escrow,
-        &s.provider_node,
-        s.provider_ledger.clone(),
-        SETTINGS,
-        now,
-    )
-    .await
-    .unwrap();
-    let payer = Payer::new(
-        s.buyer_escrow,
-        s.buyer_node.clone(),
-        s.buyer_ledger.clone(),
-        now,
-    )
-    .await
-    .unwrap();
-    let first = payer.offer(&provider, now).unwrap();
-    let answer = payee.offer(&buyer, &first.frames, now).await.unwrap();
-    payer
-        .answered(&provider, &first, Some(&answer), now)
-        .unwrap();
-    let second = payer.offer(&provider, now).unwrap();
-    payee.offer(&buyer, &second.frames, now).await.unwrap();
+    let buyer = s.buyer_node.node_id();
+    let (payee, payer) = (s.payee(SETTINGS, now).await, s.payer(now).await);
+    bind_and_authorise(&payee, &payer, &s, now).await;
     // The same node now binds an empty account: refused until the old one is redeemed.
     let chain = payer.chain();
     let rebound = chain
@@ -356,35 +361,8 @@ async fn a_receipt_just_final_is_no_reason_to_refuse_until_the_grace_is_over() {
     let s = sides().await;
     let now = now_ms();
     let (buyer, provider) = (s.buyer_node.node_id(), s.provider_node.node_id());
-    let payee = Payee::new(
-        s.provider_escrow.as_account(provider_key(&s)).unwrap(),
-        &s.provider_node,
-        s.provider_ledger.clone(),
-        SETTINGS,
-        now,
-    )
-    .await
-    .unwrap();
-    let payer = Payer::new(
-        s.buyer_escrow
-            .as_account(AccountKey::derive(&s.buyer_node.secret()).unwrap())
-            .unwrap(),
-        s.buyer_node.clone(),
-        s.buyer_ledger.clone(),
-        now,
-    )
-    .await
-    .unwrap();
-    let first = payer.offer(&provider, now).unwrap();
-    let answer = payee.offer(&buyer, &first.frames, now).await.unwrap();
-    payer
-        .answered(&provider, &first, Some(&answer), now)
-        .unwrap();
-    let second = payer.offer(&provider, now).unwrap();
-    payee.offer(&buyer, &second.frames, now).await.unwrap();
-    payer
-        .answered(&provider, &second, Some(&answer), now)
-        .unwrap();
+    let (payee, payer) = (s.payee(SETTINGS, now).await, s.payer(now).await);
+    bind_and_authorise(&payee, &payer, &s, now).await;
     // A receipt final for 30 minutes, not yet in any authorisation (the buyer's next
     // round would carry it).
     let late = sealed_receipt(
@@ -400,18 +378,15 @@ async fn a_receipt_just_final_is_no_reason_to_refuse_until_the_grace_is_over() {
     payee.admit(&buyer, 1_000).unwrap();
     drop(payee);
     // With a grace of 10 minutes it is overdue: no credit until it is authorised.
-    let strict = Payee::new(
-        s.provider_escrow.as_account(provider_key(&s)).unwrap(),
-        &s.provider_node,
-        s.provider_ledger.clone(),
-        PayeeSettings {
-            authorisation_grace: std::time::Duration::from_secs(600),
-            ..SETTINGS
-        },
-        now,
-    )
-    .await
-    .unwrap();
+    let strict = s
+        .payee(
+            PayeeSettings {
+                authorisation_grace: std::time::Duration::from_secs(600),
+                ..SETTINGS
+            },
+            now,
+        )
+        .await;
     strict.settle_round(now).await.unwrap();
     assert!(matches!(
         strict.admit(&buyer, 1_000),
