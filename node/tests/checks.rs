@@ -82,12 +82,7 @@ async fn a_provider_choosing_its_own_tokens_is_caught_by_the_redraw() {
     let why = "tokens of its own choosing";
     let served = served_by_cheat_then_convicted(&lab, request.clone(), cheat, why).await;
     let auditor = &lab.gateway.trust().auditor;
-    let settlement = lab
-        .ledger
-        .as_ref()
-        .unwrap()
-        .settlement(&lab.gateway.node_id(), Side::Spend, now_ms())
-        .unwrap();
+    let settlement = spend_settlement(&lab);
     assert_eq!(settlement.voided_nano_usd, served.cost.0);
     let again = lab.complete(request).await.unwrap();
     assert_eq!(again.providers, vec![honest]);
@@ -386,18 +381,23 @@ async fn ring_beside_two_honest(
         })
         .await;
     }
-    let settlement = lab
-        .ledger
-        .as_ref()
-        .unwrap()
-        .settlement(&lab.gateway.node_id(), Side::Spend, now_ms())
-        .unwrap();
-    let booked = booked(&lab);
-    let to_ring: u64 = ring
-        .iter()
-        .map(|p| booked.get(p).map_or(0, |&(_, amount)| amount))
-        .sum();
-    let kept = to_ring.saturating_sub(settlement.voided_nano_usd);
+    let kept_now = || {
+        let settlement = spend_settlement(&lab);
+        let booked = booked(&lab);
+        let to_ring: u64 = ring
+            .iter()
+            .map(|p| booked.get(p).map_or(0, |&(_, amount)| amount))
+            .sum();
+        to_ring.saturating_sub(settlement.voided_nano_usd)
+    };
+    // A conviction bans first and then voids the receipts in the ledger: read the
+    // ledger once the voids have landed (or a few seconds on, to report what was kept).
+    let mut kept = kept_now();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while download.is_some() && kept * 100 > spent && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        kept = kept_now();
+    }
     (lab, ring, served, kept, spent)
 }
 
@@ -497,4 +497,13 @@ async fn what_a_ring_vouched_for_while_the_model_downloads_convicts_it() {
         assert!(!trust.auditor.is_banned(&honest.node_id));
     }
     honest_suspected_no_more(&lab).await;
+}
+
+/// The gateway's spend as its ledger settles it now (voided pay included).
+fn spend_settlement(lab: &Lab) -> sharemesh_ledger::Settlement {
+    lab.ledger
+        .as_ref()
+        .unwrap()
+        .settlement(&lab.gateway.node_id(), Side::Spend, now_ms())
+        .unwrap()
 }
