@@ -63,19 +63,7 @@ fn read_tensor<R: Read + Seek>(
     let Some(info) = ct.tensor_infos.get(name) else {
         return Ok(None);
     };
-    let format = match info.ggml_dtype {
-        GgmlDType::F32 => RawFormat::F32,
-        GgmlDType::F16 => RawFormat::F16,
-        GgmlDType::Q4_0 => RawFormat::Quantized(BlockType::Q4_0),
-        GgmlDType::Q4_1 => RawFormat::Quantized(BlockType::Q4_1),
-        GgmlDType::Q5_0 => RawFormat::Quantized(BlockType::Q5_0),
-        GgmlDType::Q5_1 => RawFormat::Quantized(BlockType::Q5_1),
-        GgmlDType::Q8_0 => RawFormat::Quantized(BlockType::Q8_0),
-        GgmlDType::Q4K => RawFormat::Quantized(BlockType::Q4_K),
-        GgmlDType::Q5K => RawFormat::Quantized(BlockType::Q5_K),
-        GgmlDType::Q6K => RawFormat::Quantized(BlockType::Q6_K),
-        other => RawFormat::Other(format!("{other:?}")),
-    };
+    let format = kernel_format(info.ggml_dtype);
     if let RawFormat::Other(kind) = format {
         return Err(KernelError::UnsupportedFormat {
             name: name.to_owned(),
@@ -93,6 +81,23 @@ fn read_tensor<R: Read + Seek>(
         dims: info.shape.dims().to_vec(),
         bytes,
     }))
+}
+
+/// How the kernels take a tensor stored as `dtype` (`Other`: they do not).
+pub(crate) fn kernel_format(dtype: GgmlDType) -> RawFormat {
+    match dtype {
+        GgmlDType::F32 => RawFormat::F32,
+        GgmlDType::F16 => RawFormat::F16,
+        GgmlDType::Q4_0 => RawFormat::Quantized(BlockType::Q4_0),
+        GgmlDType::Q4_1 => RawFormat::Quantized(BlockType::Q4_1),
+        GgmlDType::Q5_0 => RawFormat::Quantized(BlockType::Q5_0),
+        GgmlDType::Q5_1 => RawFormat::Quantized(BlockType::Q5_1),
+        GgmlDType::Q8_0 => RawFormat::Quantized(BlockType::Q8_0),
+        GgmlDType::Q4K => RawFormat::Quantized(BlockType::Q4_K),
+        GgmlDType::Q5K => RawFormat::Quantized(BlockType::Q5_K),
+        GgmlDType::Q6K => RawFormat::Quantized(BlockType::Q6_K),
+        other => RawFormat::Other(format!("{other:?}")),
+    }
 }
 
 /// Where a file fuses tensors the kernels load apart — phi3: q, k and v in one

@@ -12,6 +12,7 @@ mod batch;
 pub mod catalog;
 #[cfg(feature = "adversary")]
 pub mod cheat;
+pub mod check;
 mod fair;
 mod gemma3;
 mod generate;

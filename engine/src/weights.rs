@@ -147,23 +147,8 @@ impl Weights {
                 path.display()
             ))
         };
-        // A scaling neither path runs is refused before either is tried.
-        let rope_scale = rope_scale(&ct, architecture)?;
-        if let Some(factors) = ["rope_factors_long.weight", "rope_factors_short.weight"]
-            .into_iter()
-            .find(|name| ct.tensor_infos.contains_key(*name))
-        {
-            return Err(EngineError::Unsupported(format!(
-                "LongRoPE frequency factors (`{factors}`, Phi-3's 128k-context files), which \
-                 neither the sharemesh kernels nor candle read"
-            )));
-        }
-        if matches!(
-            architecture,
-            "llama" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3"
-        ) && device.is_cpu()
-            && kernels_enabled()
-        {
+        let rope_scale = refused_by_either(&ct, architecture)?;
+        if KERNEL_ARCHITECTURES.contains(&architecture) && device.is_cpu() && kernels_enabled() {
             match load_kernels(&ct, reader, architecture, rope_scale, path) {
                 Ok(model) => {
                     let cached = Vec::new();
@@ -177,10 +162,7 @@ impl Weights {
             }
         }
         if let Some(missing) = candle_cannot_run(&ct, architecture, rope_scale) {
-            return Err(EngineError::Unsupported(format!(
-                "this file needs {missing}, which only the sharemesh kernels run (CPU; \
-                 quantized or F16/F32 weights they cover), and they could not load it"
-            )));
+            return Err(EngineError::Unsupported(only_the_kernels_run(&missing)));
         }
         match architecture {
             "llama" => quantized_llama::ModelWeights::from_gguf(ct, reader, device)
@@ -198,10 +180,7 @@ impl Weights {
             "gemma3" => Gemma3::from_gguf(&ct, reader, device)
                 .map(|m| Weights::Gemma3(Box::new(m)))
                 .map_err(corrupt),
-            other => Err(EngineError::Unsupported(format!(
-                "architecture `{other}` (supported: llama, qwen2, qwen3, phi3, gemma2 on the \
-                 sharemesh kernels, gemma3)"
-            ))),
+            other => Err(EngineError::Unsupported(unsupported_architecture(other))),
         }
     }
 
@@ -326,7 +305,47 @@ impl Weights {
 }
 
 /// `SHAREMESH_KERNELS=candle` serves llama through candle instead (for comparisons).
-fn kernels_enabled() -> bool {
+/// Architectures the sharemesh kernels run (on the CPU).
+pub(crate) const KERNEL_ARCHITECTURES: [&str; 6] =
+    ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"];
+/// Architectures with a candle graph here (`Weights::load`'s arms), for CUDA or
+/// `SHAREMESH_KERNELS=candle`.
+pub(crate) const CANDLE_ARCHITECTURES: [&str; 5] = ["llama", "qwen2", "qwen3", "phi3", "gemma3"];
+
+pub(crate) fn unsupported_architecture(architecture: &str) -> String {
+    format!(
+        "architecture `{architecture}` (supported: llama, qwen2, qwen3, phi3, gemma2 on the \
+         sharemesh kernels, gemma3)"
+    )
+}
+
+pub(crate) fn only_the_kernels_run(missing: &str) -> String {
+    format!(
+        "this file needs {missing}, which only the sharemesh kernels run (CPU; quantized or \
+         F16/F32 weights they cover), and they could not load it"
+    )
+}
+
+/// What the header alone refuses before either path is tried — a rope scaling neither
+/// runs, LongRoPE factors — else the rotary scale both apply.
+pub(crate) fn refused_by_either(
+    ct: &gguf_file::Content,
+    architecture: &str,
+) -> Result<f32, EngineError> {
+    let rope_scale = rope_scale(ct, architecture)?;
+    if let Some(factors) = ["rope_factors_long.weight", "rope_factors_short.weight"]
+        .into_iter()
+        .find(|name| ct.tensor_infos.contains_key(*name))
+    {
+        return Err(EngineError::Unsupported(format!(
+            "LongRoPE frequency factors (`{factors}`, Phi-3's 128k-context files), which \
+             neither the sharemesh kernels nor candle read"
+        )));
+    }
+    Ok(rope_scale)
+}
+
+pub(crate) fn kernels_enabled() -> bool {
     std::env::var("SHAREMESH_KERNELS").map_or(true, |v| v != "candle")
 }
 
@@ -375,7 +394,7 @@ pub fn rope_scale(ct: &gguf_file::Content, architecture: &str) -> Result<f32, En
 /// linear rope scaling nor Llama 3.1's `rope_freqs.weight`, and candle's phi3 turns
 /// every head whole at base 10,000 whatever the file says; each would answer wrongly
 /// with no warning.
-fn candle_cannot_run(
+pub(crate) fn candle_cannot_run(
     ct: &gguf_file::Content,
     architecture: &str,
     rope_scale: f32,

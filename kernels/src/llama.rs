@@ -122,7 +122,9 @@ impl LlamaConfig {
         self.kv_heads * self.head_dim
     }
 
-    fn validate(&self) -> Result<(), KernelError> {
+    /// Refuses a configuration the kernels cannot run (or whose sizes overflow);
+    /// [`Llama::load`] asks first.
+    pub fn validate(&self) -> Result<(), KernelError> {
         let bad = |m: &str| Err(KernelError::BadConfig(m.to_owned()));
         if self.heads == 0 || self.kv_heads == 0 || self.hidden == 0 {
             return bad("head counts and the embedding length must be positive");

@@ -1,11 +1,12 @@
-//! `sharemesh models`: fetch, add and list local model files (the engine's catalog;
-//! a light client has none).
+//! `sharemesh models`: fetch, add, check and list local model files (the engine's
+//! catalog; a light client has none).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use sharemesh_engine::catalog::{Catalog, DEFAULT_MODEL};
+use sharemesh_engine::check::{check_file, Backend, FileCheck};
 
 #[derive(Subcommand, Debug)]
 pub enum ModelsCommand {
@@ -34,6 +35,14 @@ pub enum ModelsCommand {
         path: PathBuf,
         #[arg(long)]
         name: Option<String>,
+    },
+    /// Say whether a GGUF file will serve here and why not, from its header
+    /// (architecture, tokenizer, chat template, tensor types, memory); exits 1 when it
+    /// will not.
+    Check {
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
     },
     /// List registered models.
     List {
@@ -82,8 +91,31 @@ pub fn models(data_dir: &std::path::Path, command: ModelsCommand) -> Result<()> 
             println!("{} {} {}", entry.name, entry.id, entry.path.display());
         }
         ModelsCommand::Add { path, name } => {
+            // Registered either way (a newer build may serve it), but said at once.
+            if let Ok(check) = check_file(&path) {
+                for problem in &check.problems {
+                    eprintln!("warning: {} will not serve here: {problem}", path.display());
+                }
+            }
             let entry = catalog.add(&path, name.as_deref(), None)?;
             println!("{} {} {}", entry.name, entry.id, entry.path.display());
+        }
+        ModelsCommand::Check { path, json } => {
+            let check =
+                check_file(&path).with_context(|| format!("checking {}", path.display()))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&check)?);
+            } else {
+                print_check(&path, &check);
+            }
+            if !check.will_serve() {
+                anyhow::bail!(
+                    "{} will not serve here ({} problem{})",
+                    path.display(),
+                    check.problems.len(),
+                    if check.problems.len() == 1 { "" } else { "s" }
+                );
+            }
         }
         ModelsCommand::List { json } => {
             if json {
@@ -109,4 +141,64 @@ pub fn models(data_dir: &std::path::Path, command: ModelsCommand) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// One screen: the verdict first, then what it rests on.
+fn print_check(path: &std::path::Path, check: &FileCheck) {
+    let mb = |bytes: u64| format!("{:.1} MB", bytes as f64 / 1e6);
+    match (check.runs_on, &check.kernels_refused) {
+        (Some(Backend::Kernels), _) => println!(
+            "{}: will serve, on the sharemesh kernels (batching, exact replay and resume)",
+            path.display()
+        ),
+        (Some(Backend::Candle), refused) => println!(
+            "{}: will serve, on candle (one job at a time, no exact replay; the kernels: {})",
+            path.display(),
+            refused.as_deref().unwrap_or("turned off")
+        ),
+        (None, _) => println!("{}: will not serve here", path.display()),
+    }
+    for problem in &check.problems {
+        println!("  problem       {problem}");
+    }
+    println!(
+        "  model         {} ({}), {}, context {}",
+        check.architecture,
+        check.name.as_deref().unwrap_or("unnamed"),
+        check.quantization,
+        check.context_length
+    );
+    if let Some(t) = &check.tokenizer {
+        println!(
+            "  tokenizer     {}{}, {} tokens; chat template {}",
+            t.model,
+            t.pre
+                .as_deref()
+                .map(|pre| format!(" (pre-tokenizer {pre})"))
+                .unwrap_or_default(),
+            t.tokens,
+            if t.template_from_file {
+                "from the file"
+            } else {
+                "generic (the file has none)"
+            }
+        );
+    }
+    let types: Vec<String> = check
+        .tensor_types
+        .iter()
+        .map(|t| format!("{} ×{} ({})", t.dtype, t.tensors, mb(t.bytes)))
+        .collect();
+    println!("  tensors       {}", types.join(", "));
+    if let Some(m) = &check.memory {
+        println!(
+            "  memory        weights {}; KV cache {:.1} KB per token, {} for one sequence at \
+             the full context ({} tokens)",
+            mb(m.weights_bytes),
+            m.kv_bytes_per_token as f64 / 1e3,
+            mb(m.kv_bytes_at_context),
+            check.context_length
+        );
+    }
+    println!("  file          {}", mb(check.file_bytes));
 }

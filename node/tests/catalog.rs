@@ -136,3 +136,46 @@ async fn hub_download_resumes_and_verifies() {
     assert!(!other.path().join("models/model.gguf").exists());
     server.abort();
 }
+
+/// `models check` says on one screen whether a file serves and why not, and exits 1 when
+/// it does not (the header's reasons themselves: `engine/tests/check.rs`).
+#[test]
+fn models_check_gives_a_verdict_and_an_exit_status() {
+    let data = tempfile::tempdir().unwrap();
+    let check = |path: &std::path::Path, json: bool| {
+        let mut command = Command::new(common::sharemesh_bin());
+        command
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["models", "check"])
+            .arg(path);
+        if json {
+            command.arg("--json");
+        }
+        command.output().unwrap()
+    };
+    let out = check(&common::default_model_path(), false);
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{screen}");
+    assert!(
+        screen.contains("will serve, on the sharemesh kernels"),
+        "{screen}"
+    );
+    for line in [
+        "tokenizer     gpt2 (pre-tokenizer smollm), 49152 tokens",
+        "Q4_1 ×",
+    ] {
+        assert!(screen.contains(line), "no {line:?} in {screen}");
+    }
+    let out = check(&common::default_model_path(), true);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["runs_on"], "kernels");
+    assert_eq!(json["memory"]["kv_bytes_per_token"], 23_040);
+
+    let bad = data.path().join("bad.gguf");
+    std::fs::write(&bad, b"GGUF but not really").unwrap();
+    let out = check(&bad, false);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.gguf"), "{stderr}");
+}
