@@ -10,6 +10,7 @@ use std::time::Duration;
 use sharemesh_ledger::Ledger;
 use sharemesh_mesh::MeshHandle;
 use sharemesh_protocol::Keypair;
+use sharemesh_settlement::Payer;
 
 use crate::budget::Budget;
 use crate::dispatch::Dispatcher;
@@ -41,6 +42,7 @@ pub struct GatewayBuilder {
     replayer: Option<Arc<dyn Replayer>>,
     model_source: Option<Arc<dyn ModelSource>>,
     report_interval: Option<Duration>,
+    settlement: Option<(Arc<Payer>, Duration)>,
 }
 
 impl GatewayBuilder {
@@ -57,6 +59,7 @@ impl GatewayBuilder {
             replayer: None,
             model_source: None,
             report_interval: None,
+            settlement: None,
         }
     }
 
@@ -116,10 +119,21 @@ impl GatewayBuilder {
         self
     }
 
+    /// Pays providers on chain through `payer` (SPEC §13): its binding offered before
+    /// the first job with each, and every `every` a signed authorisation of what each
+    /// channel's final receipts owe. The rounds run as long as the gateway does.
+    pub fn settle_with(mut self, payer: Arc<Payer>, every: Duration) -> Self {
+        self.settlement = Some((payer, every));
+        self
+    }
+
     pub fn build(self) -> Arc<Dispatcher> {
         let ceiling = self.defaults.max_price_per_token;
         let dispatcher =
             Dispatcher::new(self.mesh, self.key, self.defaults, self.ledger, self.budget);
+        if let Some((payer, every)) = self.settlement {
+            dispatcher.settle_with(payer, every);
+        }
         let trust = dispatcher.trust();
         if let Some(interval) = self.report_interval {
             trust.set_report_interval(interval);

@@ -185,7 +185,6 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
                 ..OutsourcePolicy::default()
             })
         };
-        let dispatcher = builder.build();
         let payer = args
             .settle
             .payer(
@@ -195,13 +194,9 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
             )
             .await?;
         if let Some(payer) = payer {
-            dispatcher.set_payer(payer.clone());
-            tokio::spawn(sharemesh_gateway::settle::run_authorisations(
-                mesh.clone(),
-                payer,
-                args.settle.every()?,
-            ));
+            builder = builder.settle_with(payer, args.settle.every()?);
         }
+        let dispatcher = builder.build();
         if !args.no_verify {
             replay_locally(data_dir, &args, &dispatcher)?;
         }

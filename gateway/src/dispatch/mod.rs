@@ -93,6 +93,16 @@ pub struct Dispatcher {
     jobs: crate::jobs::JobLog,
     /// Requests waiting for a provider with capacity.
     waiting: Arc<crate::waiting::WaitingRoom>,
+    /// Tasks that run as long as this gateway does (settlement rounds), stopped with it.
+    background: std::sync::Mutex<tokio::task::JoinSet<()>>,
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        if let Ok(tasks) = self.background.get_mut() {
+            tasks.abort_all();
+        }
+    }
 }
 
 /// The response as it grows across segments.
@@ -171,6 +181,7 @@ impl Dispatcher {
             metrics: mesh_metrics,
             jobs: crate::jobs::JobLog::default(),
             waiting: crate::waiting::WaitingRoom::new(waiting),
+            background: Default::default(),
         });
         dispatcher.penalise_signed_faults();
         dispatcher.show_budgets(None);
@@ -213,9 +224,20 @@ impl Dispatcher {
     }
 
     /// Settles on chain through `payer` from now on (SPEC §13): providers are offered
-    /// this buyer's binding before its first job with them.
-    pub fn set_payer(&self, payer: Arc<sharemesh_settlement::Payer>) {
-        self.segments.set_payer(payer);
+    /// this buyer's binding before its first job with them, and every `every` the
+    /// gateway signs what each channel's final receipts owe — rounds that stop when the
+    /// gateway is dropped.
+    pub(crate) fn settle_with(
+        &self,
+        payer: Arc<sharemesh_settlement::Payer>,
+        every: std::time::Duration,
+    ) {
+        self.segments.set_payer(payer.clone());
+        let rounds = crate::settle::run_authorisations(self.mesh.clone(), payer, every);
+        self.background
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .spawn(rounds);
     }
 
     pub fn payer(&self) -> Option<&Arc<sharemesh_settlement::Payer>> {
