@@ -159,7 +159,14 @@ impl LoadedModel {
         let header = File::open(path)
             .map_err(|e| EngineError::Io(format!("opening {}: {e}", path.display())))?;
         let vocabulary = Vocabulary::read(BufReader::new(header))?;
-        let weights = Weights::load(content, &mut reader, &info.architecture, &device, path)?;
+        let weights = Weights::load(
+            content,
+            &mut reader,
+            &info.architecture,
+            &device,
+            path,
+            &bar,
+        )?;
         reader.progress.finish_and_clear();
         Ok(Self {
             descriptor: ModelDescriptor {

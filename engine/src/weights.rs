@@ -140,6 +140,7 @@ impl Weights {
         architecture: &str,
         device: &Device,
         path: &Path,
+        progress: &indicatif::ProgressBar,
     ) -> Result<Self, EngineError> {
         let corrupt = |e: candle_core::Error| {
             EngineError::BadModel(format!(
@@ -149,7 +150,7 @@ impl Weights {
         };
         let rope_scale = refused_by_either(&ct, architecture)?;
         if KERNEL_ARCHITECTURES.contains(&architecture) && device.is_cpu() && kernels_enabled() {
-            match load_kernels(&ct, reader, architecture, rope_scale, path) {
+            match load_kernels(&ct, reader, architecture, rope_scale, path, progress) {
                 Ok(model) => {
                     let cached = Vec::new();
                     return Ok(Weights::Kernels(Box::new(KernelModel { model, cached })));

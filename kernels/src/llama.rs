@@ -185,7 +185,38 @@ pub enum RawFormat {
 pub struct RawTensor {
     pub format: RawFormat,
     pub dims: Vec<usize>,
-    pub bytes: Vec<u8>,
+    pub bytes: TensorBytes,
+}
+
+/// A tensor's bytes as its file stores them: a buffer of its own, or a range of the
+/// mapped file (loading repacks them, so they need not be copied out first).
+#[derive(Clone)]
+pub struct TensorBytes(Arc<dyn std::ops::Deref<Target = [u8]> + Send + Sync>);
+
+impl TensorBytes {
+    pub fn new(bytes: impl std::ops::Deref<Target = [u8]> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(bytes))
+    }
+}
+
+impl std::fmt::Debug for TensorBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes", self.len())
+    }
+}
+
+impl From<Vec<u8>> for TensorBytes {
+    fn from(bytes: Vec<u8>) -> Self {
+        Self::new(bytes)
+    }
+}
+
+impl std::ops::Deref for TensorBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// qwen2's biases of the q, k and v projections.

@@ -69,6 +69,17 @@ impl Matrix {
         cols: usize,
         data: Vec<u8>,
     ) -> Result<Self, KernelError> {
+        Self::from_bytes(name, block_type, rows, cols, &data)
+    }
+
+    /// [`Matrix::new`] from borrowed bytes (a range of a mapped file, say).
+    pub fn from_bytes(
+        name: &str,
+        block_type: BlockType,
+        rows: usize,
+        cols: usize,
+        data: &[u8],
+    ) -> Result<Self, KernelError> {
         let bad = |problem: String| KernelError::BadTensor {
             name: name.to_owned(),
             problem,
@@ -319,21 +330,30 @@ fn put(
     mins: &mut [f32],
 ) {
     let bytes = &mut quants[at * format.group_block_bytes()..][..format.group_block_bytes()];
-    for (e, &q) in block.quants.iter().enumerate() {
-        let (k, i) = (e / 4, e % 4);
-        match format {
-            Format::Q4_1 | Format::Q5_1 => {
-                let byte = &mut bytes[64 * (k % 4) + 4 * r + i];
-                if k < 4 {
-                    *byte = (*byte & 0xF0) | (q & 0x0F);
-                } else {
-                    *byte = (*byte & 0x0F) | (q << 4);
-                }
-                if format == Format::Q5_1 && q & 0x10 != 0 {
-                    bytes[256 + 8 * k + (4 * r + i) / 8] |= 1 << ((4 * r + i) % 8);
+    match format {
+        // Each nibble byte is this row's alone (element k·4+i low, (k+4)·4+i high), so it
+        // is stored whole, never read first: a read of the fresh zeroed buffer maps the
+        // shared zero page and the store after it copies the page and flushes every
+        // core's TLB — two thirds of the kernel time loading an 8B file took.
+        Format::Q4_1 | Format::Q5_1 => {
+            for k in 0..4 {
+                for i in 0..4 {
+                    let (low, high) = (block.quants[4 * k + i], block.quants[4 * (k + 4) + i]);
+                    bytes[64 * k + 4 * r + i] = (low & 0x0F) | (high << 4);
                 }
             }
-            Format::Q8_0 | Format::Q6_K => {
+            if format == Format::Q5_1 {
+                for (e, &q) in block.quants.iter().enumerate() {
+                    let (k, lane) = (e / 4, 4 * r + e % 4);
+                    if q & 0x10 != 0 {
+                        bytes[256 + 8 * k + lane / 8] |= 1 << (lane % 8);
+                    }
+                }
+            }
+        }
+        Format::Q8_0 | Format::Q6_K => {
+            for (e, &q) in block.quants.iter().enumerate() {
+                let (k, i) = (e / 4, e % 4);
                 bytes[64 * k + 4 * r + i] = (i32::from(q as i8) + format.offset()) as u8;
             }
         }

@@ -55,7 +55,7 @@ fn matrix(name: &str, raw: RawTensor, rows: usize, cols: usize) -> Result<Matrix
             problem: format!("shape {:?}, expected [{rows}, {cols}]", raw.dims),
         });
     }
-    Matrix::new(name, block_type, rows, cols, raw.bytes)
+    Matrix::from_bytes(name, block_type, rows, cols, &raw.bytes)
 }
 
 /// The file's tensors by name, for one model.
@@ -292,12 +292,12 @@ mod tests {
         let quantized = |rows: usize, cols: usize| RawTensor {
             format: RawFormat::Quantized(BlockType::Q8_0),
             dims: vec![rows, cols],
-            bytes: vec![0; rows * cols / 32 * 34],
+            bytes: vec![0; rows * cols / 32 * 34].into(),
         };
         let floats = |len: usize| RawTensor {
             format: RawFormat::F32,
             dims: vec![len],
-            bytes: vec![0; len * 4],
+            bytes: vec![0; len * 4].into(),
         };
         let part = name.split('.').nth(2).unwrap_or("");
         Ok(Some(match (name, part) {
