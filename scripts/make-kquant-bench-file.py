@@ -1,62 +1,130 @@
 #!/usr/bin/env python3
-"""Writes a random-weight GGUF shaped like Llama-3.2-1B (hidden 2048, 16 layers, 32 heads,
-8 KV heads, FFN 8192) with every matrix Q4_K (random nibbles and sub-scales, d = 0.0008,
-dmin = 0.0004) and SmolLM2's vocabulary and tokenizer copied from its file: a file for
-measuring decode at a real size, not for its text. Needs the `gguf` package.
+"""Writes a random-weight GGUF shaped exactly like a real model (its hidden size, layers,
+heads, KV heads, FFN width, vocabulary, biases and tied or separate output), every matrix
+Q4_K (random nibbles and sub-scales, d = 0.0008, dmin = 0.0004), with the vocabulary and
+tokenizer copied from a GGUF of that family: a file for measuring load, memory and speed
+at a real size (weights' values do not change them), not for its text. Needs the `gguf`
+package.
 
-    python3 scripts/make-kquant-bench-file.py SmolLM2-135M-Instruct.Q4_1.gguf llama1b-q4k.gguf
-    sharemesh bench --model llama1b-q4k.gguf --threads 1 --tokens 32
+    python3 scripts/make-kquant-bench-file.py --shape llama3.2-1b \
+        --vocab target/test-model-cache/llama-vocab/ggml-vocab-llama-bpe.gguf llama1b.gguf
+    python3 scripts/make-kquant-bench-file.py --shape qwen2.5-7b \
+        --vocab target/test-model-cache/llama-vocab/ggml-vocab-qwen2.gguf qwen7b.gguf
+
+`scripts/bench-engine --sizes` makes these (llama.cpp's own vocabulary files, fetched
+into the test cache by `scripts/fetch-llama-vocab.py`) and measures them.
+
+Two departures from the published Q4_K_M files, both stated with the figures: every
+matrix is Q4_K (Q4_K_M keeps the output and half the V and FFN-down matrices in Q6_K,
+~5% more bytes), and Llama 3's `rope_freqs` (a 64-float table) is left out. The
+vocabulary is the vocab file's: 128,256 for Llama 3 (as published), 151,936 for Qwen
+(Qwen2.5-7B pads its embeddings to 152,064).
 """
-import sys, numpy as np, gguf
-src = gguf.GGUFReader(sys.argv[1])
-out = gguf.GGUFWriter(sys.argv[2], "llama")
-H, L, HEADS, KV, FF = 2048, 16, 32, 8, 8192
-out.add_context_length(2048); out.add_embedding_length(H); out.add_block_count(L)
-out.add_feed_forward_length(FF); out.add_head_count(HEADS); out.add_head_count_kv(KV)
-out.add_layer_norm_rms_eps(1e-5); out.add_rope_freq_base(500000.0)
-out.add_rope_dimension_count(H // HEADS)
-for field in src.fields.values():
-    if not field.name.startswith("tokenizer."):
-        continue
-    t = field.types
-    if t[0] == gguf.GGUFValueType.ARRAY:
-        sub = t[1]
-        if sub == gguf.GGUFValueType.STRING:
-            vals = [bytes(field.parts[i]).decode("utf-8", "replace") for i in field.data]
-        else:
-            vals = [field.parts[i].tolist()[0] for i in field.data]
-        out.add_array(field.name, vals)
-    elif t[0] == gguf.GGUFValueType.STRING:
-        out.add_string(field.name, bytes(field.parts[field.data[0]]).decode())
-    elif t[0] == gguf.GGUFValueType.UINT32:
-        out.add_uint32(field.name, int(field.parts[field.data[0]][0]))
-    elif t[0] == gguf.GGUFValueType.BOOL:
-        out.add_bool(field.name, bool(field.parts[field.data[0]][0]))
-    elif t[0] == gguf.GGUFValueType.INT32:
-        out.add_int32(field.name, int(field.parts[field.data[0]][0]))
-vocab = len(src.fields["tokenizer.ggml.tokens"].data)
-rng = np.random.default_rng(1)
-def q4k(rows, cols):
-    nb = rows * cols // 256
-    raw = rng.integers(0, 256, size=(nb, 144), dtype=np.uint8)
-    d = np.full(nb, 0.0008, dtype=np.float16).view(np.uint8).reshape(nb, 2)
-    dm = np.full(nb, 0.0004, dtype=np.float16).view(np.uint8).reshape(nb, 2)
-    raw[:, 0:2] = d; raw[:, 2:4] = dm
-    return raw.reshape(rows, cols // 256 * 144)
-def f32(n):
-    return np.ones(n, dtype=np.float32)
-Q = gguf.GGMLQuantizationType.Q4_K
-out.add_tensor("token_embd.weight", q4k(vocab, H), raw_dtype=Q)
-out.add_tensor("output_norm.weight", f32(H))
-for i in range(L):
-    p = f"blk.{i}."
-    out.add_tensor(p + "attn_norm.weight", f32(H))
-    out.add_tensor(p + "attn_q.weight", q4k(H, H), raw_dtype=Q)
-    out.add_tensor(p + "attn_k.weight", q4k(H // HEADS * KV, H), raw_dtype=Q)
-    out.add_tensor(p + "attn_v.weight", q4k(H // HEADS * KV, H), raw_dtype=Q)
-    out.add_tensor(p + "attn_output.weight", q4k(H, H), raw_dtype=Q)
-    out.add_tensor(p + "ffn_norm.weight", f32(H))
-    out.add_tensor(p + "ffn_gate.weight", q4k(FF, H), raw_dtype=Q)
-    out.add_tensor(p + "ffn_up.weight", q4k(FF, H), raw_dtype=Q)
-    out.add_tensor(p + "ffn_down.weight", q4k(H, FF), raw_dtype=Q)
-out.write_header_to_file(); out.write_kv_data_to_file(); out.write_tensors_to_file(); out.close()
+import argparse
+
+import gguf
+import numpy as np
+
+# name: (architecture, hidden, layers, heads, KV heads, FFN, tied output, rope base, eps)
+SHAPES = {
+    "llama3.2-1b": ("llama", 2048, 16, 32, 8, 8192, True, 500000.0, 1e-5),
+    "qwen2.5-1.5b": ("qwen2", 1536, 28, 12, 2, 8960, True, 1000000.0, 1e-6),
+    "llama3.1-8b": ("llama", 4096, 32, 32, 8, 14336, False, 500000.0, 1e-5),
+    "qwen2.5-7b": ("qwen2", 3584, 28, 28, 4, 18944, False, 1000000.0, 1e-6),
+}
+Q4_K = gguf.GGMLQuantizationType.Q4_K
+BLOCK_BYTES, BLOCK_WEIGHTS = 144, 256
+
+
+def copy_tokenizer(src, out):
+    for field in src.fields.values():
+        if not field.name.startswith("tokenizer."):
+            continue
+        kind = field.types[0]
+        if kind == gguf.GGUFValueType.ARRAY:
+            if field.types[1] == gguf.GGUFValueType.STRING:
+                values = [bytes(field.parts[i]).decode("utf-8", "replace") for i in field.data]
+            else:
+                values = [field.parts[i].tolist()[0] for i in field.data]
+            out.add_array(field.name, values)
+        elif kind == gguf.GGUFValueType.STRING:
+            out.add_string(field.name, bytes(field.parts[field.data[0]]).decode())
+        elif kind == gguf.GGUFValueType.UINT32:
+            out.add_uint32(field.name, int(field.parts[field.data[0]][0]))
+        elif kind == gguf.GGUFValueType.BOOL:
+            out.add_bool(field.name, bool(field.parts[field.data[0]][0]))
+        elif kind == gguf.GGUFValueType.INT32:
+            out.add_int32(field.name, int(field.parts[field.data[0]][0]))
+
+
+class RandomQ4K:
+    """Q4_K matrices cut from one pool of random blocks (as large as the largest matrix),
+    so an 8B file is written without holding 4.5 GB of distinct random bytes."""
+
+    def __init__(self, largest_blocks, seed=1):
+        rng = np.random.default_rng(seed)
+        pool = rng.integers(0, 256, size=(largest_blocks, BLOCK_BYTES), dtype=np.uint8)
+        pool[:, 0:2] = np.full(1, 0.0008, dtype=np.float16).view(np.uint8)
+        pool[:, 2:4] = np.full(1, 0.0004, dtype=np.float16).view(np.uint8)
+        self.pool = pool
+
+    def matrix(self, rows, cols):
+        blocks = rows * cols // BLOCK_WEIGHTS
+        return self.pool[:blocks].reshape(rows, cols // BLOCK_WEIGHTS * BLOCK_BYTES)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", choices=sorted(SHAPES), required=True)
+    parser.add_argument("--vocab", required=True, help="a GGUF whose tokenizer.* keys are copied")
+    parser.add_argument("out")
+    args = parser.parse_args()
+    arch, hidden, layers, heads, kv_heads, ffn, tied, rope_base, eps = SHAPES[args.shape]
+    src = gguf.GGUFReader(args.vocab)
+    vocab = len(src.fields["tokenizer.ggml.tokens"].data)
+    head_dim = hidden // heads
+    out = gguf.GGUFWriter(args.out, arch)
+    out.add_name(f"random-weight {args.shape} (Q4_K)")
+    out.add_context_length(4096)
+    out.add_embedding_length(hidden)
+    out.add_block_count(layers)
+    out.add_feed_forward_length(ffn)
+    out.add_head_count(heads)
+    out.add_head_count_kv(kv_heads)
+    out.add_layer_norm_rms_eps(eps)
+    out.add_rope_freq_base(rope_base)
+    out.add_rope_dimension_count(head_dim)
+    out.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_S)  # every matrix Q4_K
+    copy_tokenizer(src, out)
+    if "tokenizer.ggml.add_bos_token" not in src.fields:
+        # Llama 3 begins every prompt with <|begin_of_text|>; Qwen with nothing.
+        out.add_add_bos_token(arch == "llama")
+    weights = RandomQ4K(max(vocab * hidden, ffn * hidden) // BLOCK_WEIGHTS)
+    ones = lambda n: np.ones(n, dtype=np.float32)  # noqa: E731
+    out.add_tensor("token_embd.weight", weights.matrix(vocab, hidden), raw_dtype=Q4_K)
+    out.add_tensor("output_norm.weight", ones(hidden))
+    if not tied:
+        out.add_tensor("output.weight", weights.matrix(vocab, hidden), raw_dtype=Q4_K)
+    for i in range(layers):
+        p = f"blk.{i}."
+        out.add_tensor(p + "attn_norm.weight", ones(hidden))
+        out.add_tensor(p + "attn_q.weight", weights.matrix(hidden, hidden), raw_dtype=Q4_K)
+        out.add_tensor(p + "attn_k.weight", weights.matrix(head_dim * kv_heads, hidden), raw_dtype=Q4_K)
+        out.add_tensor(p + "attn_v.weight", weights.matrix(head_dim * kv_heads, hidden), raw_dtype=Q4_K)
+        if arch == "qwen2":
+            out.add_tensor(p + "attn_q.bias", np.zeros(hidden, dtype=np.float32))
+            out.add_tensor(p + "attn_k.bias", np.zeros(head_dim * kv_heads, dtype=np.float32))
+            out.add_tensor(p + "attn_v.bias", np.zeros(head_dim * kv_heads, dtype=np.float32))
+        out.add_tensor(p + "attn_output.weight", weights.matrix(hidden, hidden), raw_dtype=Q4_K)
+        out.add_tensor(p + "ffn_norm.weight", ones(hidden))
+        out.add_tensor(p + "ffn_gate.weight", weights.matrix(ffn, hidden), raw_dtype=Q4_K)
+        out.add_tensor(p + "ffn_up.weight", weights.matrix(ffn, hidden), raw_dtype=Q4_K)
+        out.add_tensor(p + "ffn_down.weight", weights.matrix(hidden, ffn), raw_dtype=Q4_K)
+    out.write_header_to_file()
+    out.write_kv_data_to_file()
+    out.write_tensors_to_file()
+    out.close()
+
+
+if __name__ == "__main__":
+    main()
