@@ -64,10 +64,30 @@ fn link_args(options: &UpOptions, index: usize) -> Vec<String> {
     args
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// The HTTP address a node's ready line says it bound.
+fn bound_http(ready: &serde_json::Value) -> Option<String> {
+    ready["http"].as_str().map(str::to_owned)
+}
+
+/// A loopback node started on port 0 restarts on the ports it bound (peers know it
+/// there): its saved arguments get them in place of the zeros.
+fn pin_bound_ports(data_dir: &Path, ready: &serde_json::Value) -> Result<()> {
+    let path = data_dir.join("args.json");
+    let (binary, mut args, netns): (PathBuf, Vec<String>, Option<String>) =
+        serde_json::from_slice(&fs::read(&path)?)?;
+    let tcp = listen_addresses(ready)
+        .into_iter()
+        .find(|a| a.starts_with("/ip4/127.0.0.1/tcp/") && !a.contains("p2p-circuit"));
+    for (flag, bound) in [("--listen", tcp), ("--http", bound_http(ready))] {
+        let Some(bound) = bound else { continue };
+        if let Some(at) = args.iter().position(|a| a == flag) {
+            if let Some(value) = args.get_mut(at + 1) {
+                *value = bound;
+            }
+        }
+    }
+    fs::write(&path, serde_json::to_vec(&(binary, args, netns))?)?;
+    Ok(())
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -262,11 +282,13 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             )
         })
     };
-    let port = |offset: u16| -> Result<u16> {
-        if options.base_port == 0 {
-            free_port()
-        } else {
-            Ok(options.base_port + offset)
+    // Port 0 unless a base port is given: each node binds a free port itself and its
+    // ready line says which (a port picked here and passed on could be taken by
+    // another process before the node bound it: CI saw "Address already in use").
+    let port = |offset: u16| -> u16 {
+        match options.base_port {
+            0 => 0,
+            base => base + offset,
         }
     };
     let mut bootstrap: Option<String> = None;
@@ -288,9 +310,9 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
                 router,
             ),
             None => {
-                let http = format!("127.0.0.1:{}", port(200 + i as u16)?);
+                let http = format!("127.0.0.1:{}", port(200 + i as u16));
                 (
-                    format!("/ip4/127.0.0.1/tcp/{}", port(i as u16)?),
+                    format!("/ip4/127.0.0.1/tcp/{}", port(i as u16)),
                     http.clone(),
                     http,
                     None,
@@ -335,6 +357,9 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             options.ready_timeout,
             netns.as_deref(),
         )?;
+        if netns.is_none() && options.base_port == 0 {
+            pin_bound_ports(&data_dir, &ready)?;
+        }
         let listen = listen_addresses(&ready);
         if bootstrap.is_none() {
             bootstrap = listen.first().cloned();
@@ -344,7 +369,12 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             pid,
             peer_id: ready["peer_id"].as_str().unwrap_or_default().to_owned(),
             listen,
-            http: Some(http),
+            // On loopback the node bound it (port 0); in a namespace tools reach it at
+            // the host's address, not the one it bound.
+            http: Some(match &netns {
+                None => bound_http(&ready).unwrap_or(http),
+                Some(_) => http,
+            }),
             data_dir: data_dir.display().to_string(),
             adversary,
             netns,
@@ -371,9 +401,9 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
                 router,
             ),
             None => {
-                let http = format!("127.0.0.1:{}", port(100 + j as u16)?);
+                let http = format!("127.0.0.1:{}", port(100 + j as u16));
                 (
-                    format!("/ip4/127.0.0.1/tcp/{}", port(50 + j as u16)?),
+                    format!("/ip4/127.0.0.1/tcp/{}", port(50 + j as u16)),
                     http.clone(),
                     http,
                     None,
@@ -404,12 +434,20 @@ pub fn up(options: &UpOptions) -> Result<TestnetFile> {
             options.ready_timeout,
             netns.as_deref(),
         )?;
+        if netns.is_none() && options.base_port == 0 {
+            pin_bound_ports(&data_dir, &ready)?;
+        }
         file.nodes.push(NodeRecord {
             role: NodeRole::Gateway,
             pid,
             peer_id: ready["peer_id"].as_str().unwrap_or_default().to_owned(),
             listen: listen_addresses(&ready),
-            http: Some(http),
+            // On loopback the node bound it (port 0); in a namespace tools reach it at
+            // the host's address, not the one it bound.
+            http: Some(match &netns {
+                None => bound_http(&ready).unwrap_or(http),
+                Some(_) => http,
+            }),
             data_dir: data_dir.display().to_string(),
             adversary: None,
             netns,
