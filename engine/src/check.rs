@@ -107,8 +107,18 @@ pub fn check_file(path: &Path) -> Result<FileCheck, EngineError> {
             None
         }
     };
+    let tensor_types = tensor_types(&content);
+    let weights_bytes = tensor_types.iter().map(|t| t.bytes).sum();
     let (runs_on, kernels_refused, memory) = match engine_path(&content, &info.architecture) {
-        Ok(path) => path,
+        Ok((runs_on, refused, kv)) => (
+            Some(runs_on),
+            refused,
+            kv.map(|(kv_bytes_per_token, kv_bytes_at_context)| MemoryNeed {
+                weights_bytes,
+                kv_bytes_per_token,
+                kv_bytes_at_context,
+            }),
+        ),
         Err(why) => {
             problems.push(why);
             (None, None, None)
@@ -120,7 +130,7 @@ pub fn check_file(path: &Path) -> Result<FileCheck, EngineError> {
         quantization: info.quantization,
         name: info.name,
         context_length: info.context_length,
-        tensor_types: tensor_types(&content),
+        tensor_types,
         tokenizer,
         runs_on,
         kernels_refused,
@@ -164,10 +174,12 @@ fn summarise(
     }
 }
 
-type EnginePath = (Option<Backend>, Option<String>, Option<MemoryNeed>);
+/// Where the file runs, what the kernels refused (candle), and the kernels' KV cache
+/// per token and at the full context (kernels).
+type EnginePath = (Backend, Option<String>, Option<(u64, u64)>);
 
 /// Where the file would run — the kernels where they take it, else candle — with what
-/// the kernels refused, and the memory it needs; `Err`: why neither runs it.
+/// the kernels refused, and their KV cache; `Err`: why neither runs it.
 fn engine_path(content: &gguf_file::Content, architecture: &str) -> Result<EnginePath, String> {
     let rope_scale =
         weights::refused_by_either(content, architecture).map_err(|e| e.to_string())?;
@@ -178,34 +190,26 @@ fn engine_path(content: &gguf_file::Content, architecture: &str) -> Result<Engin
     } else {
         kernels_take(content, architecture, rope_scale)
     };
-    let weights_bytes = tensor_types(content).iter().map(|t| t.bytes).sum();
     match kernels {
-        Ok(kv) => Ok((
-            Some(Backend::Kernels),
-            None,
-            Some(MemoryNeed {
-                weights_bytes,
-                ..kv
-            }),
-        )),
+        Ok(kv) => Ok((Backend::Kernels, None, Some(kv))),
         Err(refused) if !CANDLE_ARCHITECTURES.contains(&architecture) => Err(refused),
         Err(refused) => match weights::candle_cannot_run(content, architecture, rope_scale) {
             Some(missing) => Err(format!(
                 "{} (the kernels: {refused})",
                 weights::only_the_kernels_run(&missing)
             )),
-            None => Ok((Some(Backend::Candle), Some(refused), None)),
+            None => Ok((Backend::Candle, Some(refused), None)),
         },
     }
 }
 
 /// Whether the kernels take the file's configuration and every tensor's storage type;
-/// `Ok`: its KV cache (weights left at zero).
+/// `Ok`: its KV cache's bytes per token and at the full context.
 fn kernels_take(
     content: &gguf_file::Content,
     architecture: &str,
     rope_scale: f32,
-) -> Result<MemoryNeed, String> {
+) -> Result<(u64, u64), String> {
     let config = kernel_config(content, architecture, rope_scale).map_err(|e| e.to_string())?;
     config.validate().map_err(|e| e.to_string())?;
     // The tensors loading reads (others, a `rope_freqs` table say, are F32 or unread).
@@ -225,11 +229,7 @@ fn kernels_take(
     let pool = config.kv_pool(0);
     let per_token = (pool.block_bytes() / BLOCK_POSITIONS) as u64;
     let at_context = (KvPool::blocks_for(config.context) * pool.block_bytes()) as u64;
-    Ok(MemoryNeed {
-        weights_bytes: 0,
-        kv_bytes_per_token: per_token,
-        kv_bytes_at_context: at_context,
-    })
+    Ok((per_token, at_context))
 }
 
 fn tensor_types(content: &gguf_file::Content) -> Vec<TensorTypeCount> {
