@@ -45,11 +45,12 @@ async fn kill_9_of_the_serving_provider_mid_stream_is_invisible_to_the_client() 
         let mut body = response.bytes_stream();
         while let Some(bytes) = body.next().await {
             buffer.push_str(&String::from_utf8_lossy(&bytes.unwrap()));
-            while let Some(end) = buffer.find("\n\n") {
-                let event = buffer[..end].to_owned();
-                buffer.drain(..end + 2);
-                events.push((Instant::now(), event));
-            }
+            let now = Instant::now();
+            events.extend(
+                common::drain_events(&mut buffer)
+                    .into_iter()
+                    .map(|e| (now, e)),
+            );
         }
         events
     };
@@ -96,10 +97,12 @@ async fn kill_9_of_the_serving_provider_mid_stream_is_invisible_to_the_client() 
     let mut killed_at = None;
     while let Some(bytes) = body.next().await {
         buffer.push_str(&String::from_utf8_lossy(&bytes.unwrap()));
-        while let Some(end) = buffer.find("\n\n") {
-            events.push((Instant::now(), buffer[..end].to_owned()));
-            buffer.drain(..end + 2);
-        }
+        let now = Instant::now();
+        events.extend(
+            common::drain_events(&mut buffer)
+                .into_iter()
+                .map(|e| (now, e)),
+        );
         if killed_at.is_none() && contents(&events).len() >= 10 {
             drop(providers.remove(&serving).unwrap()); // SIGKILL, reaped
             killed_at = Some(events.len());

@@ -11,30 +11,18 @@
 mod common;
 
 use serde_json::Value;
-use sharemesh_engine::{oneshot_generate, Device, LoadedModel};
-use sharemesh_protocol::{ChatMessage, Prompt, Role, Sampling};
 
 const QUESTION: &str = "Name a large river in Europe.";
 const MAX_TOKENS: u32 = 10;
 
 fn reference() -> String {
-    sharemesh_engine::set_threads(1);
-    let mut model = LoadedModel::load(
+    common::greedy_answer(
         &common::default_model_path(),
-        common::DEFAULT_MODEL_ID.parse().unwrap(),
         "smollm2-135m-instruct",
-        Device::Cpu,
+        QUESTION,
+        MAX_TOKENS,
     )
-    .unwrap();
-    let prompt = Prompt::Chat(vec![ChatMessage {
-        role: Role::User,
-        content: QUESTION.into(),
-    }]);
-    let sampling = Sampling {
-        max_tokens: MAX_TOKENS,
-        ..Sampling::default()
-    };
-    oneshot_generate(&mut model, prompt, sampling).unwrap().text
+    .text
 }
 
 fn ask(http: &str) -> Value {

@@ -146,6 +146,41 @@ pub fn chat(address: &str, body: &serde_json::Value) -> serde_json::Value {
         .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// Takes the whole server-sent events out of `buffer` (each ends with a blank line),
+/// leaving a partial one for the next read.
+pub fn drain_events(buffer: &mut String) -> Vec<String> {
+    let mut events = Vec::new();
+    while let Some(end) = buffer.find("\n\n") {
+        events.push(buffer[..end].to_owned());
+        buffer.drain(..end + 2);
+    }
+    events
+}
+
+/// The model at `path` answering one user message greedily here, without the network:
+/// what an answer through the mesh must equal.
+pub fn greedy_answer(
+    path: &Path,
+    name: &str,
+    question: &str,
+    max_tokens: u32,
+) -> sharemesh_engine::Generation {
+    use sharemesh_protocol::{ChatMessage, Prompt, Role, Sampling};
+    sharemesh_engine::set_threads(1);
+    let id = sharemesh_engine::catalog::model_id_of(path).unwrap();
+    let mut model =
+        sharemesh_engine::LoadedModel::load(path, id, name, sharemesh_engine::Device::Cpu).unwrap();
+    let prompt = Prompt::Chat(vec![ChatMessage {
+        role: Role::User,
+        content: question.into(),
+    }]);
+    let sampling = Sampling {
+        max_tokens,
+        ..Sampling::default()
+    };
+    sharemesh_engine::oneshot_generate(&mut model, prompt, sampling).unwrap()
+}
+
 /// Polls `condition` every 200 ms until it holds or `seconds` pass.
 pub fn wait_until(seconds: u64, what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);

@@ -1,0 +1,206 @@
+#![allow(clippy::unwrap_used)]
+//! The network carries the families GPU owners run (#42): real processes serve a
+//! random-weight Llama 3.1-family file and a Qwen 2-family file side by side, each with
+//! its real vocabulary and chat template. The gateway counts each prompt with the file's
+//! own tokenizer and template (the provider's claim must match it), a request fails over
+//! mid-answer between two providers of the Llama file (`kill -9`) with the exact
+//! uninterrupted text, and the gateway — holding both files — replays every job bit for
+//! bit.
+
+mod common;
+#[path = "families/random_file.rs"]
+mod random_file;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use common::Process;
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+const QUESTION: &str = "Write a short poem about the sea.";
+const MAX_TOKENS: u32 = 24;
+
+/// The file's own answer and prompt size, generated here without the network.
+struct Reference {
+    model_id: String,
+    text: String,
+    prompt_tokens: u32,
+}
+
+fn reference(path: &Path, name: &str) -> Reference {
+    let generation = common::greedy_answer(path, name, QUESTION, MAX_TOKENS);
+    Reference {
+        model_id: sharemesh_engine::catalog::model_id_of(path)
+            .unwrap()
+            .to_string(),
+        text: generation.text,
+        prompt_tokens: generation.prompt_tokens,
+    }
+}
+
+fn body(model: &str, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "temperature": 0,
+        "max_tokens": MAX_TOKENS,
+        "stream": stream,
+    })
+}
+
+/// The text of an OpenAI chat stream's events so far, and the `sharemesh` trailer.
+fn stream_contents(events: &[String]) -> (String, Option<Value>) {
+    let mut text = String::new();
+    let mut trailer = None;
+    for data in events.iter().filter_map(|e| e.strip_prefix("data: ")) {
+        let Ok(event) = serde_json::from_str::<Value>(data) else {
+            continue;
+        };
+        if let Some(delta) = event["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(delta);
+        }
+        if event.get("sharemesh").is_some() {
+            trailer = Some(event["sharemesh"].clone());
+        }
+    }
+    (text, trailer)
+}
+
+/// Streams `body`, killing the provider that serves it once `kill_after` pieces of text
+/// have arrived; returns the streamed text, the trailer and the provider killed.
+async fn stream_killing(
+    http: &str,
+    body: &Value,
+    providers: &mut HashMap<String, Process>,
+    kill_after: usize,
+) -> (String, Value, String) {
+    let response = reqwest::Client::new()
+        .post(format!("http://{http}/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let serving = response.headers()["x-sharemesh-provider"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let mut bytes = response.bytes_stream();
+    let (mut buffer, mut events, mut pieces, mut killed) = (String::new(), Vec::new(), 0, false);
+    while let Some(chunk) = bytes.next().await {
+        buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        for event in common::drain_events(&mut buffer) {
+            pieces += usize::from(event.contains("\"content\""));
+            events.push(event);
+        }
+        if !killed && pieces >= kill_after {
+            drop(
+                providers
+                    .remove(&serving)
+                    .expect("the serving provider is ours"),
+            ); // SIGKILL
+            killed = true;
+        }
+    }
+    assert!(
+        killed,
+        "the answer ended before {kill_after} pieces: {events:?}"
+    );
+    let (text, trailer) = stream_contents(&events);
+    (text, trailer.expect("a sharemesh trailer"), serving)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama3_and_qwen2_files_are_served_counted_failed_over_and_verified_side_by_side() {
+    let files = tempfile::tempdir().unwrap();
+    let llama = files.path().join("llama3-random.gguf");
+    let qwen = files.path().join("qwen2-random.gguf");
+    random_file::write(&random_file::LLAMA3, 3, &llama);
+    random_file::write(&random_file::QWEN2, 2, &qwen);
+    let llama_ref = reference(&llama, "llama3-random");
+    let qwen_ref = reference(&qwen, "qwen2-random");
+    eprintln!("llama: {:?}\nqwen: {:?}", llama_ref.text, qwen_ref.text);
+    assert!(
+        llama_ref.text.chars().count() > 20 && qwen_ref.text.chars().count() > 20,
+        "{:?} / {:?}",
+        llama_ref.text,
+        qwen_ref.text
+    );
+
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut providers: HashMap<String, Process> = HashMap::new();
+    let mut bootstrap = String::new();
+    for (dir, file) in dirs[..3].iter().zip([&llama, &llama, &qwen]) {
+        let join = (!bootstrap.is_empty()).then_some(bootstrap.as_str());
+        let (process, ready) = common::provider_of(file, dir.path(), join, &[]);
+        if bootstrap.is_empty() {
+            bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
+        }
+        providers.insert(ready["peer_id"].as_str().unwrap().to_owned(), process);
+    }
+    // The gateway holds both files (as after `sharemesh models add`), so it replays
+    // every job it verifies; started with no verification flag.
+    let gateway_dir = dirs[3].path();
+    for file in [&llama, &qwen] {
+        let added =
+            common::testnet::sharemesh(gateway_dir, &["models", "add", file.to_str().unwrap()]);
+        assert!(added.status.success(), "{added:?}");
+    }
+    let (_gateway, http) = common::gateway(&bootstrap, gateway_dir, 3, common::CHECKING_GATEWAY);
+    common::wait_until(60, "the gateway holds both files", || {
+        common::get_json(&http, "/v1/trust")["verification"] == "replay+outsourced"
+    });
+
+    // Each file's own tokenizer and template count its prompt: the same question is a
+    // different number of tokens in each, and the gateway's count is the file's.
+    assert_ne!(llama_ref.prompt_tokens, qwen_ref.prompt_tokens);
+    let mut answered = 0;
+    for expected in [&llama_ref, &qwen_ref] {
+        // Addressed by id: a name outside the catalog names nothing network-wide.
+        for model in [expected.model_id.as_str(); 2] {
+            let answer = common::chat(&http, &body(model, false));
+            assert_eq!(
+                answer["choices"][0]["message"]["content"], expected.text,
+                "{model}: {answer}"
+            );
+            assert_eq!(
+                answer["usage"]["prompt_tokens"], expected.prompt_tokens,
+                "{model}: {answer}"
+            );
+            answered += 1;
+        }
+    }
+
+    // Mid-answer failover between the two providers of the Llama file.
+    let (text, trailer, killed) =
+        stream_killing(&http, &body(&llama_ref.model_id, true), &mut providers, 6).await;
+    assert_eq!(text, llama_ref.text, "the failed-over answer differs");
+    let served_by: Vec<&str> = trailer["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(served_by.len(), 2, "{trailer}");
+    assert_eq!(served_by[0], killed, "{trailer}");
+
+    // Every segment was replayed bit for bit here: newcomers' jobs are all verified.
+    let segments = answered + 2;
+    common::wait_until(60, "the gateway to replay every job", || {
+        common::get_json(&http, "/v1/trust")["stats"]["verified_ok"]
+            .as_u64()
+            .unwrap_or(0)
+            >= segments
+    });
+    let trust = common::get_json(&http, "/v1/trust");
+    eprintln!("{}", trust["stats"]);
+    // Every token delivered was replayed: four whole answers and the two segments.
+    assert_eq!(
+        trust["stats"]["replayed_tokens"],
+        u64::from(MAX_TOKENS) * (answered + 1),
+        "{trust}"
+    );
+    for finding in ["frauds_found", "suspicious", "disputed"] {
+        assert_eq!(trust["stats"][finding], 0, "{finding}: {trust}");
+    }
+}
