@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """llama.cpp's tokenizer tests for the tokenizer crate (tokenizer/tests/llama_vocab.rs):
 the `models/ggml-vocab-*.gguf` vocabularies (no weights) with their `.inp`/`.out` cases,
-taken from the llama-cpp-python 0.3.16 sdist on PyPI (pinned by sha256).
+and llama.cpp's collection of real chat templates (`models/templates/*.jinja`, into
+`templates/`, for tokenizer/tests/chat_templates.rs), taken from the llama-cpp-python
+0.3.16 sdist on PyPI (pinned by sha256).
 
     python3 scripts/fetch-llama-vocab.py DEST_DIR
 """
@@ -23,6 +25,9 @@ NAMES = [
     "starcoder", "refact", "command-r", "falcon", "llama-spm", "phi-3",
 ]
 PREFIX = "llama_cpp_python-0.3.16/vendor/llama.cpp/models/ggml-vocab-"
+TEMPLATES = "llama_cpp_python-0.3.16/vendor/llama.cpp/models/templates/"
+# What scripts/test looks for (bumped when the set of files grows).
+MARKER = "COMPLETE-2"
 
 
 def main() -> None:
@@ -34,20 +39,27 @@ def main() -> None:
     if digest != SHA256:
         sys.exit(f"{URL}: sha256 {digest}, expected {SHA256}")
     wanted = {PREFIX + name + ".gguf" + ext for name in NAMES for ext in ("", ".inp", ".out")}
-    os.makedirs(dest, exist_ok=True)
-    found = 0
+    os.makedirs(os.path.join(dest, "templates"), exist_ok=True)
+    found = templates = 0
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as sdist:
         for member in sdist.getmembers():
-            if member.name in wanted and member.isfile():
+            if not member.isfile():
+                continue
+            if member.name.startswith(TEMPLATES) and member.name.endswith(".jinja"):
+                target = os.path.join(dest, "templates", os.path.basename(member.name))
+                templates += 1
+            elif member.name in wanted:
                 target = os.path.join(dest, os.path.basename(member.name))
-                with sdist.extractfile(member) as src, open(target + ".part", "wb") as out:
-                    out.write(src.read())
-                os.replace(target + ".part", target)
                 found += 1
-    if found != len(wanted):
-        sys.exit(f"the sdist held {found} of the {len(wanted)} files wanted")
-    # What scripts/test looks for: written last, so an interrupted fetch is redone.
-    open(os.path.join(dest, "COMPLETE"), "w").close()
+            else:
+                continue
+            with sdist.extractfile(member) as src, open(target + ".part", "wb") as out:
+                out.write(src.read())
+            os.replace(target + ".part", target)
+    if found != len(wanted) or templates == 0:
+        sys.exit(f"the sdist held {found} of the {len(wanted)} files wanted and {templates} templates")
+    # Written last, so an interrupted fetch is redone.
+    open(os.path.join(dest, MARKER), "w").close()
 
 
 if __name__ == "__main__":

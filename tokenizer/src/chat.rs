@@ -1,9 +1,12 @@
 //! Chat templates: the model's own Jinja template from GGUF metadata
-//! (`tokenizer.chat_template`), rendered with minijinja as llama.cpp and
-//! transformers do. A model without a template falls back to its family's format where
-//! the vocabulary names it (Gemma's turn tokens), else to ChatML.
+//! (`tokenizer.chat_template`), rendered with minijinja as transformers and
+//! llama-cpp-python render them (a sandbox with `trim_blocks` and `lstrip_blocks`,
+//! Python's string and dict methods, `tojson`, `break`/`continue`, `raise_exception`
+//! and `strftime_now`; checked on llama.cpp's own collection of real templates,
+//! `tests/chat_templates.rs`). A model without a template falls back to its family's
+//! format where the vocabulary names it (Gemma's turn tokens), else to ChatML.
 
-use minijinja::{context, Environment, Error, ErrorKind};
+use minijinja::{context, Environment, Error, ErrorKind, Value};
 use serde::Serialize;
 use sharemesh_protocol::{ChatMessage, Role};
 
@@ -68,6 +71,11 @@ impl ChatTemplate {
     ) -> Result<Self, TokenizerError> {
         let mut env = Environment::new();
         env.set_fuel(Some(TEMPLATE_FUEL));
+        // transformers' and llama.cpp's settings: a block tag's own line break and
+        // indentation are not output (templates are written on many lines for this).
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
             "raise_exception",
             |message: String| -> Result<String, Error> {
@@ -87,8 +95,25 @@ impl ChatTemplate {
         })
     }
 
-    /// Renders the conversation and opens the assistant's turn.
+    /// Renders the conversation and opens the assistant's turn, at the current time
+    /// (for templates that print today's date).
     pub fn render(&self, messages: &[ChatMessage]) -> Result<String, TokenizerError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.render_at(messages, true, now)
+    }
+
+    /// Renders the conversation as it stands at `unix_seconds` (UTC), opening the
+    /// assistant's turn if `add_generation_prompt`. The context is what
+    /// llama-cpp-python passes: `tools`, `tool_choice`, `functions` and `function_call`
+    /// are none (tools reach the model through the gateway's own presentation).
+    pub fn render_at(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        unix_seconds: i64,
+    ) -> Result<String, TokenizerError> {
         let messages: Vec<TemplateMessage<'_>> = messages
             .iter()
             .map(|m| TemplateMessage {
@@ -100,12 +125,21 @@ impl ChatTemplate {
             .env
             .get_template("chat")
             .map_err(|e| TokenizerError::BadModel(e.to_string()))?;
+        let strftime_now = Value::from_function(move |format: String| {
+            crate::strftime::strftime(unix_seconds, &format)
+                .map_err(|e| Error::new(ErrorKind::InvalidOperation, e))
+        });
         template
             .render(context! {
                 messages => messages,
-                add_generation_prompt => true,
+                add_generation_prompt => add_generation_prompt,
                 bos_token => self.bos_token,
                 eos_token => self.eos_token,
+                strftime_now => strftime_now,
+                tools => Value::from(()),
+                tool_choice => Value::from(()),
+                functions => Value::from(()),
+                function_call => Value::from(()),
             })
             .map_err(|e| {
                 TokenizerError::BadRequest(format!("chat template refused the messages: {e}"))

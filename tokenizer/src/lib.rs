@@ -9,6 +9,7 @@ pub mod gguf;
 mod gguf_tokenizer;
 pub mod pretokenize;
 pub mod spm;
+pub mod strftime;
 pub mod text;
 
 use std::io::Read;
