@@ -229,12 +229,14 @@ pub fn candidates(
     )
 }
 
-/// The most the request can cost: the prompt's token bound (`Prompt::token_bound`, the
-/// most a provider may bill for it), every completion token produced, at the highest
-/// price among `candidates`.
-pub fn worst_case(request: &RouteRequest, candidates: &[Candidate]) -> u64 {
+/// The most the request can cost: its prompt as `counted` with the model's vocabulary
+/// (else the prompt's token bound, `Prompt::token_bound`, the most a provider may bill
+/// for it without one), every completion token produced, at the highest price among
+/// `candidates`. A template's own text can make the count exceed the bound.
+pub fn worst_case(request: &RouteRequest, candidates: &[Candidate], counted: Option<u32>) -> u64 {
     let highest = candidates.iter().map(|c| c.price.0).max().unwrap_or(0);
-    highest.saturating_mul(request.prompt.token_bound() + u64::from(request.sampling.max_tokens))
+    let prompt = counted.map_or_else(|| request.prompt.token_bound(), u64::from);
+    highest.saturating_mul(prompt + u64::from(request.sampling.max_tokens))
 }
 
 /// Moves the best proven provider (`is_proven`) up so that at most `unproven_ahead`

@@ -204,3 +204,60 @@ async fn llama3_and_qwen2_files_are_served_counted_failed_over_and_verified_side
         assert_eq!(trust["stats"][finding], 0, "{finding}: {trust}");
     }
 }
+
+/// A template whose own text is longer than the prompt's token bound (Devstral's default
+/// system prompt, ~5.7 KB) on a gateway that does not have the model's vocabulary yet
+/// (its header comes 6 s late; the gateway waits 300 ms before counting without it):
+/// the provider's honest count exceeds the bound, so the gateway waits for the header,
+/// counts the prompt exactly and asks again (the provider is not marked down for it:
+/// `dispatch::job`'s unit test). Before, the honest count was refused as
+/// `TermsMismatch` (1,197 tokens against a bound of 113) and the request failed.
+#[test]
+fn a_template_longer_than_the_token_bound_is_counted_once_the_header_arrives() {
+    let files = tempfile::tempdir().unwrap();
+    let file = files.path().join("devstral-template.gguf");
+    let template = std::fs::read_to_string(
+        common::model_cache_dir()
+            .join("llama-vocab/templates/unsloth-mistral-Devstral-Small-2507.jinja"),
+    )
+    .unwrap();
+    random_file::write_with_template(&random_file::LLAMA3, 5, &file, Some(&template));
+    let expected = reference(&file, "devstral-template");
+    let prompt = sharemesh_protocol::Prompt::Chat(vec![sharemesh_protocol::ChatMessage {
+        role: sharemesh_protocol::Role::User,
+        content: QUESTION.into(),
+    }]);
+    assert!(
+        u64::from(expected.prompt_tokens) > prompt.token_bound(),
+        "{} tokens, bound {}",
+        expected.prompt_tokens,
+        prompt.token_bound()
+    );
+
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_provider, ready) = common::provider_of(
+        &file,
+        dirs[0].path(),
+        None,
+        &["--adversary", "slow-header:6"],
+    );
+    let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
+    let flags = [
+        "--warm-standby-every",
+        "0",
+        "--quote-k",
+        "0",
+        "--count-wait-ms",
+        "300",
+    ];
+    let (_gateway, http) = common::gateway(&bootstrap, dirs[1].path(), 1, &flags);
+    let answer = common::chat(&http, &body(&expected.model_id, false));
+    assert_eq!(
+        answer["choices"][0]["message"]["content"], expected.text,
+        "{answer}"
+    );
+    assert_eq!(
+        answer["usage"]["prompt_tokens"], expected.prompt_tokens,
+        "{answer}"
+    );
+}

@@ -9,46 +9,61 @@ pub(super) fn preview(text: &str) -> String {
     text.chars().take(40).collect()
 }
 
+/// Why an `Accept` was not taken.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum AcceptProblem {
+    /// Terms the buyer did not ask for (another key, job, price, profile or count).
+    Mismatch(String),
+    /// Without the model's vocabulary, a prompt count above the prompt's token bound:
+    /// perhaps honest (a template's own text — a long default system prompt — is not in
+    /// the bound), so not yet a finding: counted again once the vocabulary is here.
+    Uncounted { bound: u64, claim: u32 },
+}
+
 /// The terms a provider accepted on, checked against the request: signed by the
 /// provider the request was addressed to (whose key the stream's peer proved), the
 /// same job, a price within the ceiling, a closed execution profile, and the prompt
 /// count the buyer counted itself (without a vocabulary: within the prompt's token
-/// bound, which no tokenizer exceeds). An `Accept` under another key would have the
-/// chunks, receipts and any fraud proof bound to a throwaway identity while the real
-/// one kept its standing.
+/// bound). An `Accept` under another key would have the chunks, receipts and any fraud
+/// proof bound to a throwaway identity while the real one kept its standing.
 pub(super) fn check_accept(
     accept: &Accept,
     request: &JobRequest,
     counted: Option<u32>,
-) -> Result<(), String> {
+) -> Result<(), AcceptProblem> {
     if accept.provider != request.provider {
-        return Err(format!(
+        return Err(AcceptProblem::Mismatch(format!(
             "accepted by {} for a request addressed to {}",
             accept.provider, request.provider
-        ));
+        )));
     }
     if let Err(why) = accept.profile.validate() {
-        return Err(format!("execution profile {}: {why}", accept.profile));
+        return Err(AcceptProblem::Mismatch(format!(
+            "execution profile {}: {why}",
+            accept.profile
+        )));
     }
     if accept.job_id != request.job_id || accept.price_per_token > request.max_price_per_token {
-        return Err(format!(
+        return Err(AcceptProblem::Mismatch(format!(
             "job {} at {} nano-USD/token (asked: job {}, at most {})",
             accept.job_id, accept.price_per_token.0, request.job_id, request.max_price_per_token.0
-        ));
+        )));
     }
     if let Some(counted) = counted {
         if accept.prompt_tokens != counted {
             let claim = accept.prompt_tokens;
-            return Err(format!("a prompt of {counted} tokens billed as {claim}"));
+            return Err(AcceptProblem::Mismatch(format!(
+                "a prompt of {counted} tokens billed as {claim}"
+            )));
         }
         return Ok(());
     }
     let bound = request.prompt.token_bound();
     if u64::from(accept.prompt_tokens) > bound {
-        let claim = accept.prompt_tokens;
-        return Err(format!(
-            "a prompt of at most {bound} tokens billed as {claim}"
-        ));
+        return Err(AcceptProblem::Uncounted {
+            bound,
+            claim: accept.prompt_tokens,
+        });
     }
     Ok(())
 }
@@ -239,17 +254,49 @@ mod tests {
         }
     }
 
+    fn mismatch(problem: AcceptProblem) -> String {
+        match problem {
+            AcceptProblem::Mismatch(why) => why,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn an_accept_must_come_from_the_addressed_provider_with_a_known_profile() {
         let job = request(0, 4);
         assert!(check_accept(&accept(&job, job.provider), &job, Some(2)).is_ok());
         let alias = Keypair::from_secret([9; 32]).node_id();
-        let aliased = check_accept(&accept(&job, alias), &job, Some(2)).unwrap_err();
+        let aliased = mismatch(check_accept(&accept(&job, alias), &job, Some(2)).unwrap_err());
         assert!(aliased.contains("addressed to"), "{aliased}");
         let mut foreign = accept(&job, job.provider);
         foreign.profile.device = "cuda ".into();
-        let profile = check_accept(&foreign, &job, Some(2)).unwrap_err();
+        let profile = mismatch(check_accept(&foreign, &job, Some(2)).unwrap_err());
         assert!(profile.contains("profile.device"), "{profile}");
+    }
+
+    /// With the vocabulary the count is exact; without it a count above the token
+    /// bound is not yet a finding (a template's own text may be that long).
+    #[test]
+    fn a_count_is_exact_with_the_vocabulary_and_unsettled_above_the_bound_without() {
+        let job = request(0, 4);
+        let mut over = accept(&job, job.provider);
+        over.prompt_tokens = 3;
+        let wrong = mismatch(check_accept(&over, &job, Some(2)).unwrap_err());
+        assert!(
+            wrong.contains("a prompt of 2 tokens billed as 3"),
+            "{wrong}"
+        );
+        let bound = job.prompt.token_bound();
+        over.prompt_tokens = u32::try_from(bound).unwrap();
+        assert!(check_accept(&over, &job, None).is_ok());
+        over.prompt_tokens += 1;
+        assert_eq!(
+            check_accept(&over, &job, None),
+            Err(AcceptProblem::Uncounted {
+                bound,
+                claim: over.prompt_tokens
+            })
+        );
     }
 
     #[test]

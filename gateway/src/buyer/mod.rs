@@ -25,7 +25,7 @@ use sharemesh_tokenizer::{Step, TextStream};
 
 use crate::verify::transcript::Transcript;
 use crate::vocab::Counted;
-use checks::{check_accept, check_chunk, check_commitment, preview};
+use checks::{check_accept, check_chunk, check_commitment, preview, AcceptProblem};
 use sharemesh_mesh::clock::{now_ms, SeqCounter};
 use sharemesh_mesh::framing::{write_frame, FrameError, FrameReader};
 use sharemesh_mesh::{MeshHandle, INFER_PROTOCOL};
@@ -73,6 +73,10 @@ pub enum SegmentError {
     BadAnswer(String),
     #[error("the provider accepted on terms we did not ask for: {0}")]
     TermsMismatch(String),
+    /// Without the model's vocabulary, a count above the prompt's token bound: waited
+    /// on before it is held against the provider (`Dispatcher::serve`).
+    #[error("the provider counted the prompt as {claim} tokens, more than its bound of {bound} without the model's own template, which did not arrive")]
+    Uncounted { bound: u64, claim: u32 },
     #[error("the provider went silent for {0:?}")]
     Stalled(Duration),
     #[error("the provider's stream broke: {0}")]
@@ -122,7 +126,11 @@ impl SegmentError {
         match self {
             SegmentError::Stalled(_) => Some(Outcome::Stalled),
             SegmentError::Refused { .. } => Some(Outcome::Refused),
-            SegmentError::BadChunk(_) | SegmentError::TermsMismatch(_) => Some(Outcome::Misbehaved),
+            // An over-bound count is waited on (the vocabulary is fetched and the
+            // provider asked again) before it counts against the provider.
+            SegmentError::BadChunk(_)
+            | SegmentError::TermsMismatch(_)
+            | SegmentError::Uncounted { .. } => Some(Outcome::Misbehaved),
             SegmentError::Booking(_) => None,
             SegmentError::Unreachable(_)
             | SegmentError::SendFailed(_)
@@ -308,8 +316,14 @@ impl BuyerStream {
             (Err(err), _) => return self.fail(SegmentError::BadAnswer(err.to_string())),
         };
         let counted = self.terms.counted.as_ref().map(|c| c.prompt_tokens);
-        if let Err(why) = check_accept(&accept, &self.request, counted) {
-            return self.fail(SegmentError::TermsMismatch(why));
+        match check_accept(&accept, &self.request, counted) {
+            Ok(()) => {}
+            Err(AcceptProblem::Mismatch(why)) => {
+                return self.fail(SegmentError::TermsMismatch(why))
+            }
+            Err(AcceptProblem::Uncounted { bound, claim }) => {
+                return self.fail(SegmentError::Uncounted { bound, claim })
+            }
         }
         // Acknowledge at least twice per credit window so the provider never has to
         // pause. The first token waits for the prefill (and any resumed tokens' replay).

@@ -81,11 +81,10 @@ impl Dispatcher {
         model: ModelId,
         request: &RouteRequest,
         candidates: &[Candidate],
+        wait: std::time::Duration,
     ) -> Result<Option<Counted>, RouteError> {
         let sources: Vec<&BookEntry> = candidates.iter().map(|c| c.entry.as_ref()).collect();
-        let vocabulary = self
-            .vocabulary(model, &sources, self.defaults.count_wait)
-            .await;
+        let vocabulary = self.vocabulary(model, &sources, wait).await;
         let vocabulary = match vocabulary {
             Ok(vocabulary) => vocabulary,
             Err(err) => {

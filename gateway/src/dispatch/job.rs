@@ -39,6 +39,8 @@ pub(super) struct Job {
     audit_commitment: sharemesh_protocol::Digest,
     /// The median quoted price: what "cheap" is measured against.
     median_price: NanoUsd,
+    /// Whether the prompt was counted again after an `Uncounted` segment.
+    recounted: bool,
 }
 
 /// What a segment's end means for the request.
@@ -88,6 +90,7 @@ impl Job {
             terms,
             audit_secret,
             audit_commitment,
+            recounted: false,
         }
     }
 
@@ -107,6 +110,17 @@ impl Job {
             resume: self.response.delivered.clone(),
             audit_commitment: self.audit_commitment,
         }
+    }
+
+    /// Whether a provider's answer `err` calls for counting the prompt again: it
+    /// counted more than this node can bound without the model's vocabulary (a long
+    /// default system prompt in its template may be honest), so the request waits for
+    /// the vocabulary and, once it has it, asks the same provider again with an exact
+    /// count. Once per request; a claim still unconfirmed is `Misbehaved` as before.
+    fn recounts(&mut self, err: &SegmentError) -> bool {
+        matches!(err, SegmentError::Uncounted { .. })
+            && self.terms.counted.is_none()
+            && !std::mem::replace(&mut self.recounted, true)
     }
 
     /// A provider that could not be reached or refused before accepting.
@@ -191,6 +205,11 @@ impl Dispatcher {
             let opened = match opened {
                 Ok(opened) => opened,
                 Err(err) => {
+                    if job.recounts(&err) && self.recount(&mut job, request, &candidate).await? {
+                        tracing::info!(job = %job.plan.job_id, %provider, "asking again with the prompt counted by the model's vocabulary");
+                        job.queue.push_front(candidate);
+                        continue;
+                    }
                     job.not_opened(provider, &err);
                     self.record(provider, err.outcome());
                     self.count(|m| m.failovers.inc());
@@ -247,6 +266,22 @@ impl Dispatcher {
         Err(job.failure())
     }
 
+    /// Waits (at most [`RECOUNT_WAIT`]) for the model's vocabulary to count the prompt
+    /// exactly; whether it came.
+    async fn recount(
+        &self,
+        job: &mut Job,
+        request: &RouteRequest,
+        candidate: &Candidate,
+    ) -> Result<bool, RouteError> {
+        let mut sources = vec![candidate.clone()];
+        sources.extend(job.queue.iter().cloned());
+        job.terms.counted = self
+            .count_prompt(job.plan.model, request, &sources, RECOUNT_WAIT)
+            .await?;
+        Ok(job.terms.counted.is_some())
+    }
+
     /// Logs the response as complete, then tells the client.
     async fn done(
         &self,
@@ -266,6 +301,12 @@ impl Dispatcher {
         let _ = events.send(done).await;
     }
 }
+
+/// How long a request whose prompt count could not be bounded waits for the model's
+/// vocabulary: long enough for a multi-megabyte header, short enough that a provider
+/// holding its header back while overbilling delays a request little (once: after a
+/// failed fetch the model's header is not asked for again for 30 s).
+const RECOUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The median price among the quoted candidates: what "cheap" is measured against.
 fn median_price(candidates: &VecDeque<Candidate>) -> NanoUsd {
@@ -373,5 +414,19 @@ mod tests {
         assert!(matches!(broke, Next::FailOver { .. }));
         assert!(job.delivered_all(&request), "4 of max_tokens 4 delivered");
         assert!(matches!(job.failure(), RouteError::Upstream(ref why) if why.contains("eof")));
+    }
+
+    #[test]
+    fn a_count_above_the_bound_is_counted_again_once_per_request() {
+        let (mut job, _) = fresh();
+        let uncounted = SegmentError::Uncounted {
+            bound: 80,
+            claim: 900,
+        };
+        assert!(job.recounts(&uncounted));
+        // Still without a vocabulary after waiting for it: held to the bound.
+        assert!(!job.recounts(&uncounted));
+        assert_eq!(uncounted.outcome(), Some(Outcome::Misbehaved));
+        assert!(!job.recounts(&full()));
     }
 }

@@ -418,8 +418,14 @@ impl Dispatcher {
             });
         }
         candidates.truncate(self.defaults.max_attempts);
-        let counted = self.count_prompt(model, request, &candidates).await?;
-        let worst_case = plan::worst_case(request, &candidates);
+        let counted = self
+            .count_prompt(model, request, &candidates, self.defaults.count_wait)
+            .await?;
+        let worst_case = plan::worst_case(
+            request,
+            &candidates,
+            counted.as_ref().map(|c| c.prompt_tokens),
+        );
         Ok(Plan {
             job_id,
             model,

@@ -123,6 +123,11 @@ fn llama31_rope_freqs(base: f32) -> Vec<f32> {
 
 /// Writes `family`'s random-weight file (seeded by `seed`) to `out`.
 pub fn write(family: &Family, seed: u64, out: &Path) {
+    write_with_template(family, seed, out, None);
+}
+
+/// [`write`], with `template` as the file's chat template instead of the family's.
+pub fn write_with_template(family: &Family, seed: u64, out: &Path, template: Option<&str>) {
     let mut vocab_reader = std::fs::File::open(vocab_file(family.vocab)).unwrap();
     let vocab = gguf_file::Content::read(&mut vocab_reader).unwrap();
     let vocab_size = match &vocab.metadata["tokenizer.ggml.tokens"] {
@@ -136,13 +141,14 @@ pub fn write(family: &Family, seed: u64, out: &Path) {
         .filter(|(key, _)| key.starts_with("tokenizer."))
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect();
-    if !vocab.metadata.contains_key("tokenizer.chat_template") {
-        if let Some(template) = family.template {
-            metadata.push((
-                "tokenizer.chat_template".into(),
-                Value::String(template.into()),
-            ));
-        }
+    // A template given replaces the vocab file's; the family's fills in where it has none.
+    let has_own = vocab.metadata.contains_key("tokenizer.chat_template");
+    if let Some(template) = template.or(family.template.filter(|_| !has_own)) {
+        metadata.retain(|(key, _)| key != "tokenizer.chat_template");
+        metadata.push((
+            "tokenizer.chat_template".into(),
+            Value::String(template.into()),
+        ));
     }
     let u32_value = |v: usize| Value::U32(v as u32);
     metadata.extend([
