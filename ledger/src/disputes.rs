@@ -9,7 +9,7 @@ use sharemesh_protocol::{NodeId, Receipt, SignedEnvelope};
 use sled::transaction::TransactionError;
 use sled::transaction::{ConflictableTransactionError, Transactional};
 
-use crate::{key, move_amount, read_stored, spend, Ledger, LedgerError, Side};
+use crate::{key, move_amount, read_stored, spend, Ledger, LedgerError, Side, Stored};
 
 /// Where the trust layer's dealings live in the `frauds` tree (not a 32-byte id).
 const DEALINGS_KEY: &[u8] = b"\xffdealings";
@@ -82,24 +82,7 @@ impl Ledger {
             if &receipt.provider != provider || !pending {
                 continue;
             }
-            let trees = (&self.voided, &self.totals, &self.receipt_api_keys);
-            let done = trees.transaction(|(voids, totals, api_keys)| {
-                if voids.get(&receipt_key)?.is_some() {
-                    return Ok(false);
-                }
-                voids.insert(receipt_key.as_ref(), &now_ms.to_be_bytes())?;
-                let api_key = api_keys
-                    .get(&receipt_key)?
-                    .map(|id| String::from_utf8_lossy(&id).into_owned());
-                let buckets =
-                    spend::buckets(&receipt.buyer, api_key.as_deref(), stored.issued_at_ms);
-                move_amount(totals, &buckets, receipt.amount.0, false)?;
-                Ok::<_, ConflictableTransactionError<LedgerError>>(true)
-            });
-            let done = done.map_err(|e| match e {
-                TransactionError::Abort(e) => e,
-                TransactionError::Storage(e) => LedgerError::Storage(e),
-            })?;
+            let done = self.void_stored(&receipt_key, &stored, now_ms)?;
             if done {
                 voided.receipts += 1;
                 voided.amount_nano_usd += receipt.amount.0;
@@ -107,6 +90,34 @@ impl Ledger {
         }
         self.db.flush()?;
         Ok(voided)
+    }
+
+    /// Voids one stored receipt (at `receipt_key`), taking its amount out of the running
+    /// totals in the same transaction; `false` if it was void already.
+    pub(crate) fn void_stored(
+        &self,
+        receipt_key: &[u8],
+        stored: &Stored,
+        now_ms: u64,
+    ) -> Result<bool, LedgerError> {
+        let receipt = &stored.body;
+        let trees = (&self.voided, &self.totals, &self.receipt_api_keys);
+        let done = trees.transaction(|(voids, totals, api_keys)| {
+            if voids.get(receipt_key)?.is_some() {
+                return Ok(false);
+            }
+            voids.insert(receipt_key, &now_ms.to_be_bytes())?;
+            let api_key = api_keys
+                .get(receipt_key)?
+                .map(|id| String::from_utf8_lossy(&id).into_owned());
+            let buckets = spend::buckets(&receipt.buyer, api_key.as_deref(), stored.issued_at_ms);
+            move_amount(totals, &buckets, receipt.amount.0, false)?;
+            Ok::<_, ConflictableTransactionError<LedgerError>>(true)
+        });
+        done.map_err(|e| match e {
+            TransactionError::Abort(e) => e,
+            TransactionError::Storage(e) => LedgerError::Storage(e),
+        })
     }
 
     /// Providers with a confirmed fraud proof on record, and the proofs.
@@ -495,5 +506,34 @@ mod tests {
         let mut expected = vec![middle, newest];
         expected.sort();
         assert_eq!(left, expected, "{oldest} and the future-dated one went");
+    }
+
+    /// A conviction that lands between a booking's fraud check and its store: the void
+    /// pass has already gone by, so the booking voids its own receipt and refuses it
+    /// (the order a race between a gateway's bookings and its conviction can take).
+    #[test]
+    fn a_receipt_stored_after_the_void_pass_voids_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        let (buyer, cheat) = (Keypair::from_secret([1; 32]), Keypair::from_secret([2; 32]));
+        let now = 100 * 24 * HOUR;
+        let envelope = sealed(&buyer, &cheat, 4, now);
+        let opened = envelope.open_archived::<Receipt>().unwrap();
+        let receipt_key = key(&opened.body);
+        ledger.check_payable(&opened.body, &receipt_key).unwrap();
+        let voided = ledger
+            .record_fraud(&cheat.node_id(), &sealed(&buyer, &cheat, 9, now), now)
+            .unwrap();
+        assert_eq!(voided, Voided::default(), "nothing stored yet to void");
+        let stored = ledger
+            .store_receipt(&envelope, &opened, &receipt_key, None)
+            .unwrap();
+        let refused = ledger.void_if_convicted(&opened, &receipt_key, stored);
+        assert!(refused.is_err(), "{refused:?}");
+        assert!(ledger.is_voided(&receipt_key).unwrap());
+        let spent = ledger
+            .spent(SpendScope::Buyer(&buyer.node_id()), Period::Day(now))
+            .unwrap();
+        assert_eq!(spent, 0, "the voided amount left the totals");
     }
 }

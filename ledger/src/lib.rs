@@ -236,11 +236,15 @@ impl Ledger {
             .open_archived::<Receipt>()
             .map_err(|e| LedgerError::Invalid(e.to_string()))?;
         let key = key(&opened.body);
-        let bytes = envelope
-            .to_bytes()
-            .map_err(|e| LedgerError::Invalid(e.to_string()))?;
-        let receipt = &opened.body;
-        if self.is_voided(&key)? {
+        self.check_payable(&opened.body, &key)?;
+        let recorded = self.store_receipt(envelope, &opened, &key, api_key)?;
+        self.void_if_convicted(&opened, &key, recorded)
+    }
+
+    /// Whether `receipt` (stored at `key`) may still be paid: not voided, and its
+    /// provider has no fraud on record.
+    fn check_payable(&self, receipt: &Receipt, key: &[u8]) -> Result<(), LedgerError> {
+        if self.is_voided(key)? {
             return Err(LedgerError::Invalid(
                 "this job's receipts were voided by a fraud proof".into(),
             ));
@@ -252,6 +256,48 @@ impl Ledger {
                 "this provider was convicted of fraud: nothing more is paid to it".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// A conviction recorded while this receipt was being booked: its void pass may have
+    /// gone by before the receipt landed, so the receipt is voided here (the fraud record
+    /// is written before that pass begins, so one of the two sees the other). Flushes.
+    fn void_if_convicted(
+        &self,
+        opened: &sharemesh_protocol::Opened<Receipt>,
+        key: &[u8],
+        recorded: Recorded,
+    ) -> Result<Recorded, LedgerError> {
+        let convicted = self.frauds.contains_key(opened.body.provider.as_bytes())?;
+        if recorded == Recorded::New && convicted {
+            if let Some(stored) = self.receipts.get(key)? {
+                self.void_stored(key, &read_stored(&stored)?, opened.issued_at_ms)?;
+            }
+        }
+        if recorded == Recorded::New {
+            self.db.flush()?;
+        }
+        if convicted {
+            return Err(LedgerError::Invalid(
+                "this provider was convicted of fraud: nothing more is paid to it".into(),
+            ));
+        }
+        Ok(recorded)
+    }
+
+    /// Stores the receipt (the newest per job and provider) and moves the running
+    /// totals with it, in one transaction; not flushed.
+    fn store_receipt(
+        &self,
+        envelope: &SignedEnvelope,
+        opened: &sharemesh_protocol::Opened<Receipt>,
+        key: &[u8],
+        api_key: Option<&str>,
+    ) -> Result<Recorded, LedgerError> {
+        let bytes = envelope
+            .to_bytes()
+            .map_err(|e| LedgerError::Invalid(e.to_string()))?;
+        let receipt = &opened.body;
         let trees = (
             &self.receipts,
             &self.totals,
@@ -260,7 +306,7 @@ impl Ledger {
         );
         let recorded = trees.transaction(|(receipts, totals, api_keys, quarantine)| {
             let mut superseded = None;
-            if let Some(current) = receipts.get(&key)? {
+            if let Some(current) = receipts.get(key)? {
                 match read_stored(&current) {
                     Ok(stored) => {
                         if stored.seq >= envelope.seq {
@@ -279,20 +325,20 @@ impl Ledger {
                     // Its amount cannot be taken back out of the totals: they may count
                     // more than was spent, never less.
                     Err(_) => {
-                        quarantine.insert([b"receipts/".as_slice(), &key].concat(), current)?;
+                        quarantine.insert([b"receipts/".as_slice(), key].concat(), current)?;
                     }
                 }
             }
-            let api_key = match api_keys.get(&key)? {
+            let api_key = match api_keys.get(key)? {
                 Some(id) => Some(String::from_utf8_lossy(&id).into_owned()),
                 None => {
                     if let Some(id) = api_key {
-                        api_keys.insert(key.as_slice(), id.as_bytes())?;
+                        api_keys.insert(key, id.as_bytes())?;
                     }
                     api_key.map(str::to_owned)
                 }
             };
-            receipts.insert(key.as_slice(), bytes.as_slice())?;
+            receipts.insert(key, bytes.as_slice())?;
             if let Some(old) = superseded {
                 let old_keys =
                     spend::buckets(&old.body.buyer, api_key.as_deref(), old.issued_at_ms);
@@ -302,14 +348,10 @@ impl Ledger {
             move_amount(totals, &new_keys, receipt.amount.0, true)?;
             Ok(Recorded::New)
         });
-        let recorded = recorded.map_err(|e| match e {
+        recorded.map_err(|e| match e {
             TransactionError::Abort(e) => e,
             TransactionError::Storage(e) => LedgerError::Storage(e),
-        })?;
-        if recorded == Recorded::New {
-            self.db.flush()?;
-        }
-        Ok(recorded)
+        })
     }
 
     /// The newest stored receipt of `job_id` served by `provider`, if any (and readable).

@@ -390,14 +390,9 @@ async fn ring_beside_two_honest(
             .sum();
         to_ring.saturating_sub(settlement.voided_nano_usd)
     };
-    // A conviction bans first and then voids the receipts in the ledger: read the
-    // ledger once the voids have landed (or a few seconds on, to report what was kept).
-    let mut kept = kept_now();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while download.is_some() && kept * 100 > spent && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        kept = kept_now();
-    }
+    // A conviction voids the receipts before it bans: once both are banned, the ledger
+    // already says what the ring kept.
+    let kept = kept_now();
     (lab, ring, served, kept, spent)
 }
 

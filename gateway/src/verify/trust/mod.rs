@@ -398,20 +398,27 @@ impl Trust {
     /// A confirmed fraud: the provider leaves routing, its reputation takes the
     /// heaviest mark, and its pending receipts in this ledger are voided.
     fn convict(&self, provider: NodeId, proof: &SignedEnvelope) {
+        if self.auditor.is_banned(&provider) {
+            return;
+        }
+        // Void first, ban last: whoever sees the provider dropped sees its pending pay
+        // voided too (the ledger refuses bookings to it from the fraud record on, and
+        // voiding twice voids nothing more, so a conviction racing this one is safe).
+        if let Some(ledger) = &self.ledger {
+            match ledger.record_fraud(&provider, proof, now_ms()) {
+                Ok(voided) => tracing::warn!(
+                    %provider,
+                    receipts = voided.receipts,
+                    nano_usd = voided.amount_nano_usd,
+                    "provider convicted of fraud; its pending receipts are void"
+                ),
+                Err(err) => tracing::error!(%err, "could not void the provider's receipts"),
+            }
+        }
         if !self.auditor.ban(provider) {
             return;
         }
         self.auditor.verified_mismatch(provider);
         self.record(provider, Outcome::VerifiedMismatch);
-        let Some(ledger) = &self.ledger else { return };
-        match ledger.record_fraud(&provider, proof, now_ms()) {
-            Ok(voided) => tracing::warn!(
-                %provider,
-                receipts = voided.receipts,
-                nano_usd = voided.amount_nano_usd,
-                "provider dropped for fraud; its pending receipts are void"
-            ),
-            Err(err) => tracing::error!(%err, "could not void the provider's receipts"),
-        }
     }
 }
