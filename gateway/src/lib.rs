@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod api;
+pub mod background;
 pub mod budget;
 pub mod builder;
 pub mod buyer;

@@ -200,7 +200,9 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         if !args.no_verify {
             replay_locally(data_dir, &args, &dispatcher)?;
         }
-        let gateway = sharemesh_gateway::GatewayState { dispatcher };
+        let gateway = sharemesh_gateway::GatewayState {
+            dispatcher: dispatcher.clone(),
+        };
         let http = http::serve(
             address,
             AppState::new(mesh.clone(), Some(ledger)),
@@ -209,8 +211,10 @@ pub fn run(data_dir: &Path, args: GatewayArgs) -> Result<()> {
         )
         .await?;
         announce(&mesh, "gateway", Some(http)).await;
-        wait_for_shutdown().await;
-        Ok(())
+        tokio::select! {
+            () = wait_for_shutdown() => Ok(()),
+            ended = dispatcher.stopped() => Err(ended.into()),
+        }
     })
 }
 

@@ -219,6 +219,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             provider.settle_on_chain(payee, args.settle.chain.every()?)?;
         }
         let mut serving = provider.start_serving();
+        let mut own_gateway = None;
         let http = match args.mesh.http {
             Some(address) => {
                 let gateway = if args.openai {
@@ -237,6 +238,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
                         provider.clone(),
                     )));
                     dispatcher.trust().auditor.keep_gossip_off_the_replayer();
+                    own_gateway = Some(dispatcher.clone());
                     Some(sharemesh_gateway::GatewayState { dispatcher })
                 } else {
                     None
@@ -249,9 +251,16 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
             None => None,
         };
         announce(&mesh, "provider", http).await;
+        let gateway_stopped = async {
+            match &own_gateway {
+                Some(dispatcher) => dispatcher.stopped().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = wait_for_shutdown() => Ok(()),
             stopped = serving.stopped() => Err(stopped.into()),
+            ended = gateway_stopped => Err(ended.into()),
         }
     })
 }

@@ -93,16 +93,9 @@ pub struct Dispatcher {
     jobs: crate::jobs::JobLog,
     /// Requests waiting for a provider with capacity.
     waiting: Arc<crate::waiting::WaitingRoom>,
-    /// Tasks that run as long as this gateway does (settlement rounds), stopped with it.
-    background: std::sync::Mutex<tokio::task::JoinSet<()>>,
-}
-
-impl Drop for Dispatcher {
-    fn drop(&mut self) {
-        if let Ok(tasks) = self.background.get_mut() {
-            tasks.abort_all();
-        }
-    }
+    /// Tasks that run as long as this gateway does (settlement rounds, penalties for
+    /// signed faults), stopped with it; [`Dispatcher::stopped`] says if one ends.
+    background: crate::background::Background,
 }
 
 /// The response as it grows across segments.
@@ -193,7 +186,7 @@ impl Dispatcher {
     fn penalise_signed_faults(self: &Arc<Self>) {
         let mut events = self.mesh.subscribe();
         let this = Arc::downgrade(self);
-        tokio::spawn(async move {
+        self.background.spawn("penalties for signed faults", async move {
             loop {
                 match events.recv().await {
                     Ok(MeshEvent::AdvertRejected {
@@ -234,10 +227,17 @@ impl Dispatcher {
     ) {
         self.segments.set_payer(payer.clone());
         let rounds = crate::settle::run_authorisations(self.mesh.clone(), payer, every);
-        self.background
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .spawn(rounds);
+        self.background.spawn("settlement rounds", rounds);
+    }
+
+    /// Waits until one of the gateway's long-running tasks ends (its own, or its
+    /// trust's: reports, gossiped proofs), which none does while it serves: the node
+    /// stops with why rather than run on without settling or checking.
+    pub async fn stopped(&self) -> crate::background::TaskEnded {
+        tokio::select! {
+            end = self.background.stopped() => end,
+            end = self.trust.background.stopped() => end,
+        }
     }
 
     pub fn payer(&self) -> Option<&Arc<sharemesh_settlement::Payer>> {

@@ -26,7 +26,7 @@ impl Trust {
     pub(super) fn keep_standing(self: &Arc<Self>) {
         let this = Arc::downgrade(self);
         let mut interval = self.report_interval.subscribe();
-        tokio::spawn(async move {
+        self.background.spawn("reputation reports", async move {
             loop {
                 let wait = *interval.borrow_and_update();
                 tokio::select! {
@@ -150,34 +150,35 @@ impl Trust {
     pub(super) fn listen_for_proofs(self: &Arc<Self>) {
         let mut events = self.mesh.subscribe();
         let this = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                match events.recv().await {
-                    Ok(MeshEvent::ReputationReport { report, .. }) => {
-                        let Some(this) = this.upgrade() else { return };
-                        this.standing.on_report(&report, now_ms());
-                    }
-                    Ok(MeshEvent::Attestation { attestation, .. }) => {
-                        let Some(this) = this.upgrade() else { return };
-                        this.on_attestation(*attestation);
-                    }
-                    Ok(MeshEvent::FraudProof {
-                        envelope, accused, ..
-                    }) => {
-                        let Some(this) = this.upgrade() else { return };
-                        if this.auditor.is_banned(&accused) {
-                            continue;
+        self.background
+            .spawn("gossiped reports and proofs", async move {
+                loop {
+                    match events.recv().await {
+                        Ok(MeshEvent::ReputationReport { report, .. }) => {
+                            let Some(this) = this.upgrade() else { return };
+                            this.standing.on_report(&report, now_ms());
                         }
-                        // A replay can take a while: do not hold up other events.
-                        tokio::spawn(
-                            async move { this.on_gossiped_proof(*envelope, accused).await },
-                        );
+                        Ok(MeshEvent::Attestation { attestation, .. }) => {
+                            let Some(this) = this.upgrade() else { return };
+                            this.on_attestation(*attestation);
+                        }
+                        Ok(MeshEvent::FraudProof {
+                            envelope, accused, ..
+                        }) => {
+                            let Some(this) = this.upgrade() else { return };
+                            if this.auditor.is_banned(&accused) {
+                                continue;
+                            }
+                            // A replay can take a while: do not hold up other events.
+                            tokio::spawn(async move {
+                                this.on_gossiped_proof(*envelope, accused).await
+                            });
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
+                        _ => {}
                     }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                    _ => {}
                 }
-            }
-        });
+            });
     }
 
     /// Checks an attestation against the node's advert and others' attestations; a

@@ -89,6 +89,8 @@ pub struct Trust {
     /// The models held by `hold`, one replayer for them all; `holding` orders holds.
     held: Arc<HeldModels>,
     holding: Mutex<()>,
+    /// Its reports and the gossip it listens to, for as long as it lives.
+    pub(crate) background: crate::background::Background,
 }
 
 /// One segment to consider for verification.
@@ -124,6 +126,7 @@ impl Trust {
             escalation: OnceLock::new(),
             held: Arc::default(),
             holding: Mutex::default(),
+            background: Default::default(),
         });
         trust.restore_bans();
         trust.listen_for_proofs();
