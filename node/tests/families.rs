@@ -205,17 +205,11 @@ async fn llama3_and_qwen2_files_are_served_counted_failed_over_and_verified_side
     }
 }
 
-/// A template whose own text is longer than the prompt's token bound (Devstral's default
-/// system prompt, ~5.7 KB) on a gateway that does not have the model's vocabulary yet
-/// (its header comes 6 s late; the gateway waits 300 ms before counting without it):
-/// the provider's honest count exceeds the bound, so the gateway waits for the header,
-/// counts the prompt exactly and asks again (the provider is not marked down for it:
-/// `dispatch::job`'s unit test). Before, the honest count was refused as
-/// `TermsMismatch` (1,197 tokens against a bound of 113) and the request failed.
-#[test]
-fn a_template_longer_than_the_token_bound_is_counted_once_the_header_arrives() {
-    let files = tempfile::tempdir().unwrap();
-    let file = files.path().join("devstral-template.gguf");
+/// A random-weight Llama 3 file whose template is Devstral's: its default system prompt
+/// (~5.7 KB) makes a one-message chat 1,197 tokens, far above the prompt's token bound
+/// (113) that holds a count while the gateway lacks the model's vocabulary.
+fn long_template_file(dir: &Path) -> (std::path::PathBuf, Reference) {
+    let file = dir.join("devstral-template.gguf");
     let template = std::fs::read_to_string(
         common::model_cache_dir()
             .join("llama-vocab/templates/unsloth-mistral-Devstral-Small-2507.jinja"),
@@ -233,7 +227,19 @@ fn a_template_longer_than_the_token_bound_is_counted_once_the_header_arrives() {
         expected.prompt_tokens,
         prompt.token_bound()
     );
+    (file, expected)
+}
 
+/// The long template on a gateway that does not have the model's vocabulary yet (its
+/// header comes 6 s late; the gateway waits 300 ms before counting without it): the
+/// provider's honest count exceeds the bound, so the gateway waits for the header,
+/// counts the prompt exactly and asks again (the provider is not marked down for it:
+/// `dispatch::job`'s unit test). Before, the honest count was refused as
+/// `TermsMismatch` (1,197 tokens against a bound of 113) and the request failed.
+#[test]
+fn a_template_longer_than_the_token_bound_is_counted_once_the_header_arrives() {
+    let files = tempfile::tempdir().unwrap();
+    let (file, expected) = long_template_file(files.path());
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let (_provider, ready) = common::provider_of(
         &file,
@@ -260,4 +266,36 @@ fn a_template_longer_than_the_token_bound_is_counted_once_the_header_arrives() {
         answer["usage"]["prompt_tokens"], expected.prompt_tokens,
         "{answer}"
     );
+}
+
+/// The long template checked by a window bought from another provider (the gateway
+/// holds no model, so it verifies only by buying windows): the window starts at the
+/// first step, so its provider bills the whole prompt, and the gateway holds that count
+/// to its own exact one. Before, windows were held to the token bound: the honest
+/// verifier's count was refused and every such check failed unmade.
+#[test]
+fn a_bought_check_of_a_long_template_job_counts_its_prompt_exactly() {
+    let files = tempfile::tempdir().unwrap();
+    let (file, expected) = long_template_file(files.path());
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_first, ready) = common::provider_of(&file, dirs[0].path(), None, &[]);
+    let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
+    let (_second, _) = common::provider_of(&file, dirs[1].path(), Some(&bootstrap), &[]);
+    let (_gateway, http) = common::gateway(&bootstrap, dirs[2].path(), 2, common::CHECKING_GATEWAY);
+    let mut small = body(&expected.model_id, false);
+    small["max_tokens"] = json!(8);
+    let answer = common::chat(&http, &small);
+    assert_eq!(
+        answer["usage"]["prompt_tokens"], expected.prompt_tokens,
+        "{answer}"
+    );
+    common::wait_until(60, "a bought check of the job", || {
+        let trust = common::get_json(&http, "/v1/trust");
+        trust["outsourced"]["windows_run"].as_u64().unwrap_or(0)
+            + trust["outsourced"]["windows_failed"].as_u64().unwrap_or(0)
+            >= 1
+    });
+    let trust = common::get_json(&http, "/v1/trust");
+    assert_eq!(trust["outsourced"]["windows_failed"], 0, "{trust}");
+    assert!(trust["stats"]["verified_ok"].as_u64() >= Some(1), "{trust}");
 }

@@ -293,10 +293,10 @@ impl Dispatcher {
                 .as_ref()
                 .map(|m| m.verification_spent_nano_usd.clone()),
         };
-        self.trust
-            .outsource(crate::verify::outsource::Outsourcing::new(
-                segments, policy, spending,
-            ));
+        self.trust.outsource(
+            crate::verify::outsource::Outsourcing::new(segments, policy, spending)
+                .counting_with(self.vocabularies.clone()),
+        );
     }
 
     pub fn mesh(&self) -> &MeshHandle {

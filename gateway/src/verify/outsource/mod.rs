@@ -187,6 +187,9 @@ pub struct Outsourcing {
     profiles: Mutex<HashMap<NodeId, ExecutionProfile>>,
     known: Mutex<VecDeque<Known>>,
     stats: Mutex<OutsourceStats>,
+    /// The gateway's vocabularies: a window's prompt is counted exactly where the model's
+    /// is held (a template's own text can exceed the prompt's token bound).
+    vocabularies: Option<Arc<crate::vocab::Vocabularies>>,
 }
 
 impl Outsourcing {
@@ -199,7 +202,14 @@ impl Outsourcing {
             profiles: Mutex::default(),
             known: Mutex::default(),
             stats: Mutex::default(),
+            vocabularies: None,
         }
+    }
+
+    /// Counts windows' prompts with the vocabularies the gateway holds.
+    pub fn counting_with(mut self, vocabularies: Arc<crate::vocab::Vocabularies>) -> Self {
+        self.vocabularies = Some(vocabularies);
+        self
     }
 
     /// Hands `witness` every window a provider signed to the end (verifiers',
@@ -333,18 +343,22 @@ impl Outsourcing {
             resume: prefix.to_vec(),
             audit_commitment,
         };
-        let terms = SegmentTerms {
-            billing: Billing::Metered(Some(VERIFICATION_SPEND.into())),
-            counted: None,
-        };
+        let counted = self
+            .vocabularies
+            .as_ref()
+            .and_then(|held| held.get(&request.model))
+            .and_then(|vocabulary| crate::vocab::count(&vocabulary, &request.prompt).ok());
         // Held against the budgets before it is spent: the window's tokens, and the
         // prompt when it starts at the first step (a fresh job bills it).
-        let billed = (end - prefix.len()) as u64
-            + if prefix.is_empty() {
-                request.prompt.token_bound()
-            } else {
-                0
-            };
+        let prompt = counted.as_ref().map_or_else(
+            || request.prompt.token_bound(),
+            |c| u64::from(c.prompt_tokens),
+        );
+        let billed = (end - prefix.len()) as u64 + if prefix.is_empty() { prompt } else { 0 };
+        let terms = SegmentTerms {
+            billing: Billing::Metered(Some(VERIFICATION_SPEND.into())),
+            counted,
+        };
         let worst_case = price.0.saturating_mul(billed);
         let _reservation = match &self.spending.budgets {
             Some(budgets) => Some(
