@@ -15,8 +15,10 @@ package.
 into the test cache by `scripts/fetch-llama-vocab.py`) and measures them.
 
 Two departures from the published Q4_K_M files, both stated with the figures: every
-matrix is Q4_K (Q4_K_M keeps the output and half the V and FFN-down matrices in Q6_K,
-~5% more bytes), and Llama 3's `rope_freqs` (a 64-float table) is left out. The
+matrix is Q4_K unless `--mix q4_k_m` (then, as llama.cpp's Q4_K_M preset writes them,
+the output and the V and FFN-down matrices of the first and last eighth of the layers
+and every third one between are Q6_K, ~5% more bytes), and Llama 3's `rope_freqs` (a
+64-float table) is left out. The
 vocabulary is the vocab file's: 128,256 for Llama 3 (as published), 151,936 for Qwen
 (Qwen2.5-7B pads its embeddings to 152,064).
 """
@@ -33,7 +35,14 @@ SHAPES = {
     "qwen2.5-7b": ("qwen2", 3584, 28, 28, 4, 18944, False, 1000000.0, 1e-6),
 }
 Q4_K = gguf.GGMLQuantizationType.Q4_K
+Q6_K = gguf.GGMLQuantizationType.Q6_K
 BLOCK_BYTES, BLOCK_WEIGHTS = 144, 256
+Q6K_BLOCK_BYTES = 210
+
+
+def more_bits(layer, layers):
+    """llama.cpp's `use_more_bits`: which layers' V and FFN-down Q4_K_M keeps in Q6_K."""
+    return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
 
 
 def copy_tokenizer(src, out):
@@ -73,10 +82,28 @@ class RandomQ4K:
         return self.pool[:blocks].reshape(rows, cols // BLOCK_WEIGHTS * BLOCK_BYTES)
 
 
+class RandomQ6K:
+    """Q6_K matrices cut from one pool of random blocks (ql, qh, int8 sub-scales in
+    [-8, 8), d = 0.0004)."""
+
+    def __init__(self, largest_blocks, seed=2):
+        rng = np.random.default_rng(seed)
+        pool = rng.integers(0, 256, size=(largest_blocks, Q6K_BLOCK_BYTES), dtype=np.uint8)
+        pool[:, 192:208] = rng.integers(-8, 8, size=(largest_blocks, 16), dtype=np.int8).view(np.uint8)
+        pool[:, 208:210] = np.full(1, 0.0004, dtype=np.float16).view(np.uint8)
+        self.pool = pool
+
+    def matrix(self, rows, cols):
+        blocks = rows * cols // BLOCK_WEIGHTS
+        return self.pool[:blocks].reshape(rows, cols // BLOCK_WEIGHTS * Q6K_BLOCK_BYTES)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", choices=sorted(SHAPES), required=True)
     parser.add_argument("--vocab", required=True, help="a GGUF whose tokenizer.* keys are copied")
+    parser.add_argument("--mix", choices=["q4_k", "q4_k_m"], default="q4_k",
+                        help="every matrix Q4_K, or Q4_K_M's Q6_K output, V and FFN-down where it keeps them")
     parser.add_argument("out")
     args = parser.parse_args()
     arch, hidden, layers, heads, kv_heads, ffn, tied, rope_base, eps = SHAPES[args.shape]
@@ -84,7 +111,7 @@ def main():
     vocab = len(src.fields["tokenizer.ggml.tokens"].data)
     head_dim = hidden // heads
     out = gguf.GGUFWriter(args.out, arch)
-    out.add_name(f"random-weight {args.shape} (Q4_K)")
+    out.add_name(f"random-weight {args.shape} ({args.mix.upper()})")
     out.add_context_length(4096)
     out.add_embedding_length(hidden)
     out.add_block_count(layers)
@@ -94,23 +121,36 @@ def main():
     out.add_layer_norm_rms_eps(eps)
     out.add_rope_freq_base(rope_base)
     out.add_rope_dimension_count(head_dim)
-    out.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_S)  # every matrix Q4_K
+    mixed = args.mix == "q4_k_m"
+    out.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M if mixed else gguf.LlamaFileType.MOSTLY_Q4_K_S)
     copy_tokenizer(src, out)
     if "tokenizer.ggml.add_bos_token" not in src.fields:
         # Llama 3 begins every prompt with <|begin_of_text|>; Qwen with nothing.
         out.add_add_bos_token(arch == "llama")
     weights = RandomQ4K(max(vocab * hidden, ffn * hidden) // BLOCK_WEIGHTS)
+    six = RandomQ6K(max(vocab * hidden, ffn * hidden) // BLOCK_WEIGHTS) if mixed else None
+
+    def matrix(rows, cols, more):
+        """A Q4_K matrix, or Q6_K where the mix keeps more bits."""
+        if six is not None and more:
+            return six.matrix(rows, cols), Q6_K
+        return weights.matrix(rows, cols), Q4_K
+
     ones = lambda n: np.ones(n, dtype=np.float32)  # noqa: E731
-    out.add_tensor("token_embd.weight", weights.matrix(vocab, hidden), raw_dtype=Q4_K)
+    # Tied, the embedding is the output: Q4_K_M keeps it in the output's type.
+    data, kind = matrix(vocab, hidden, tied)
+    out.add_tensor("token_embd.weight", data, raw_dtype=kind)
     out.add_tensor("output_norm.weight", ones(hidden))
     if not tied:
-        out.add_tensor("output.weight", weights.matrix(vocab, hidden), raw_dtype=Q4_K)
+        data, kind = matrix(vocab, hidden, True)
+        out.add_tensor("output.weight", data, raw_dtype=kind)
     for i in range(layers):
         p = f"blk.{i}."
         out.add_tensor(p + "attn_norm.weight", ones(hidden))
         out.add_tensor(p + "attn_q.weight", weights.matrix(hidden, hidden), raw_dtype=Q4_K)
         out.add_tensor(p + "attn_k.weight", weights.matrix(head_dim * kv_heads, hidden), raw_dtype=Q4_K)
-        out.add_tensor(p + "attn_v.weight", weights.matrix(head_dim * kv_heads, hidden), raw_dtype=Q4_K)
+        data, kind = matrix(head_dim * kv_heads, hidden, more_bits(i, layers))
+        out.add_tensor(p + "attn_v.weight", data, raw_dtype=kind)
         if arch == "qwen2":
             out.add_tensor(p + "attn_q.bias", np.zeros(hidden, dtype=np.float32))
             out.add_tensor(p + "attn_k.bias", np.zeros(head_dim * kv_heads, dtype=np.float32))
@@ -119,7 +159,8 @@ def main():
         out.add_tensor(p + "ffn_norm.weight", ones(hidden))
         out.add_tensor(p + "ffn_gate.weight", weights.matrix(ffn, hidden), raw_dtype=Q4_K)
         out.add_tensor(p + "ffn_up.weight", weights.matrix(ffn, hidden), raw_dtype=Q4_K)
-        out.add_tensor(p + "ffn_down.weight", weights.matrix(hidden, ffn), raw_dtype=Q4_K)
+        data, kind = matrix(hidden, ffn, more_bits(i, layers))
+        out.add_tensor(p + "ffn_down.weight", data, raw_dtype=kind)
     out.write_header_to_file()
     out.write_kv_data_to_file()
     out.write_tensors_to_file()
