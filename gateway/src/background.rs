@@ -56,7 +56,13 @@ impl Background {
             };
             tracing::error!(%end, "a gateway task ended");
             // The first end is the one reported.
-            ended.send_if_modified(|first| first.is_none() && first.replace(end).is_none());
+            ended.send_if_modified(|first| {
+                if first.is_some() {
+                    return false;
+                }
+                *first = Some(end);
+                true
+            });
         };
         self.tasks
             .lock()
