@@ -103,3 +103,38 @@ fn a_file_that_is_not_gguf_is_an_error_naming_it() {
     let err = check_file(&path).unwrap_err().to_string();
     assert!(err.contains("notes.gguf"), "{err}");
 }
+
+/// A template that has no system role (Gemma 2's refuses one by name) still serves:
+/// the check names the refusal for requests that carry a system message rather than
+/// calling the file unservable; a template that renders nothing at all is a problem.
+#[test]
+fn a_template_without_a_system_role_serves_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_system = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for m in messages %}<turn>{{ m['role'] }}\n{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<turn>model\n{% endif %}";
+    let path = dir.path().join("no-system.gguf");
+    let template = Value::String(no_system.into());
+    support::with_metadata(
+        &support::default_model_path(),
+        &path,
+        &[("tokenizer.chat_template", template)],
+    );
+    let check = check_file(&path).unwrap();
+    assert!(check.will_serve(), "{:?}", check.problems);
+    let refused = check.tokenizer.unwrap().system_refused.unwrap();
+    assert!(refused.contains("System role not supported"), "{refused}");
+
+    let broken = dir.path().join("broken.gguf");
+    let template = Value::String("{{ raise_exception('no chats here') }}".into());
+    support::with_metadata(
+        &support::default_model_path(),
+        &broken,
+        &[("tokenizer.chat_template", template)],
+    );
+    let check = check_file(&broken).unwrap();
+    assert!(!check.will_serve());
+    assert!(
+        check.problems[0].contains("no chats here"),
+        "{:?}",
+        check.problems
+    );
+}

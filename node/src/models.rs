@@ -183,6 +183,9 @@ fn print_check(path: &std::path::Path, check: &FileCheck) {
                 "generic (the file has none)"
             }
         );
+        if let Some(why) = &t.system_refused {
+            println!("  note          requests with a system message are refused: {why}");
+        }
     }
     let types: Vec<String> = check
         .tensor_types
