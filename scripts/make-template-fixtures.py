@@ -3,7 +3,9 @@
 template rendered by llama-cpp-python 0.3.16 (`llama_chat_format.Jinja2ChatFormatter`,
 the renderer it applies to a GGUF's `tokenizer.chat_template`: a sandboxed jinja2 with
 trim_blocks and lstrip_blocks, as transformers renders them) on a fixed set of
-conversations, with and without the generation prompt. The Rust side
+conversations, with and without the generation prompt — and, for a template that shows
+no system message (llama.cpp's probe), on the conversation as llama.cpp's server passes
+it there: system messages merged into the next user turn (minja's polyfill). The Rust side
 (tokenizer/tests/chat_templates.rs) renders the same templates with minijinja and must
 give the same text, or fail where jinja2 fails.
 
@@ -67,11 +69,45 @@ class FixedClock(Jinja2ChatFormatter):
     def strftime_now(f):
         return datetime.datetime(2026, 12, 6, 9, 30, 0).strftime(f)
 
+# llama.cpp's probe (minja's supports_system_role).
+def shows_system(job):
+    try:
+        formatter = FixedClock(job["template"], job["eos"], job["bos"], add_generation_prompt=False)
+        probe = [{"role": "system", "content": "<System Needle>"},
+                 {"role": "user", "content": "<User Needle>"}]
+        return "<System Needle>" in formatter(messages=probe).prompt
+    except Exception:
+        return False
+
+
+# llama.cpp's system-role polyfill (minja's polyfill_system_role).
+def merge_system_turns(conversation):
+    merged, pending = [], ""
+    for message in conversation:
+        role, content = message["role"], message["content"]
+        if role == "system":
+            pending = pending + "\n" + content if pending else content
+        elif role == "user" and pending:
+            merged.append({"role": "user", "content": pending + ("\n" + content if content else "")})
+            pending = ""
+        else:
+            if pending:
+                merged.append({"role": "user", "content": pending})
+                pending = ""
+            merged.append(message)
+    if pending:
+        merged.append({"role": "user", "content": pending})
+    return merged
+
+
 jobs = json.load(sys.stdin)
 out = []
 for job in jobs:
     cases = []
+    system_role = shows_system(job)
     for conversation in job["conversations"]:
+        if not system_role:
+            conversation = merge_system_turns(conversation)
         for add in (True, False):
             try:
                 formatter = FixedClock(job["template"], job["eos"], job["bos"],
@@ -81,7 +117,7 @@ for job in jobs:
             except Exception as err:  # the template refused (raise_exception) or failed
                 cases.append({"add_generation_prompt": add, "rendered": None,
                               "error": f"{type(err).__name__}: {err}"})
-    out.append(cases)
+    out.append({"system_role": system_role, "cases": cases})
 print(json.dumps(out))
 """
 
@@ -119,12 +155,14 @@ def main():
     rendered = json.loads(result.stdout)
     fixture = {
         "renderer": "llama-cpp-python 0.3.16 Jinja2ChatFormatter (jinja2 sandbox, "
-                    "trim_blocks, lstrip_blocks), strftime_now at 2026-12-06 09:30",
+                    "trim_blocks, lstrip_blocks), strftime_now at 2026-12-06 09:30; without a "
+                    "system role, system messages merged into the next user turn as minja does",
         "conversations": CONVERSATIONS,
         "templates": [
             {"name": name, "sha256": hashlib.sha256(template.encode("utf-8")).hexdigest(),
-             "bos": job["bos"], "eos": job["eos"], "cases": cases}
-            for (name, template), job, cases in zip(sources, jobs, rendered)
+             "bos": job["bos"], "eos": job["eos"], "system_role": result["system_role"],
+             "cases": result["cases"]}
+            for (name, template), job, result in zip(sources, jobs, rendered)
         ],
     }
     out = os.path.join(ROOT, "tokenizer", "tests", "fixtures", "chat_templates.json")

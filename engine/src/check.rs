@@ -61,10 +61,9 @@ pub struct TokenizerSummary {
     /// Whether chat prompts render through the file's own template (else the generic
     /// presentation).
     pub template_from_file: bool,
-    /// Why the template refuses a system message, where it renders chats without one
-    /// (Gemma 2's "System role not supported"): a request with one is refused; the
-    /// file still serves.
-    pub system_refused: Option<String>,
+    /// Whether the template shows system messages (Gemma 2's refuses one, Phi-3's drops
+    /// it): where it does not, they are merged into the next user turn, as llama.cpp does.
+    pub system_role: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -167,19 +166,15 @@ fn summarise(
         message(Role::Assistant, "Hello! How can I help?"),
         message(Role::User, "Name a colour."),
     ];
-    let mut system_refused = None;
     if let Err(err) = vocabulary.chat.render(&conversation) {
-        match vocabulary.chat.render(&conversation[1..]) {
-            Ok(_) => system_refused = Some(err.to_string()),
-            Err(_) => problems.push(format!("chat template: {err}")),
-        }
+        problems.push(format!("chat template: {err}"));
     }
     TokenizerSummary {
         model: text("tokenizer.ggml.model").unwrap_or_default(),
         pre: text("tokenizer.ggml.pre"),
         tokens: vocabulary.tokenizer.vocab_size(),
         template_from_file: content.metadata.contains_key("tokenizer.chat_template"),
-        system_refused,
+        system_role: vocabulary.chat.has_system_role(),
     }
 }
 

@@ -183,8 +183,11 @@ fn print_check(path: &std::path::Path, check: &FileCheck) {
                 "generic (the file has none)"
             }
         );
-        if let Some(why) = &t.system_refused {
-            println!("  note          requests with a system message are refused: {why}");
+        if !t.system_role {
+            println!(
+                "  note          the template shows no system message: system messages are \
+                 merged into the next user turn (as llama.cpp does)"
+            );
         }
     }
     let types: Vec<String> = check

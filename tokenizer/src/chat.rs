@@ -40,12 +40,62 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// Whether the template shows a system message (Gemma 2's refuses one; some drop
+    /// it): where it does not, system messages are merged into the next user turn.
+    system_role: bool,
 }
 
 #[derive(Serialize)]
 struct TemplateMessage<'a> {
     role: &'static str,
-    content: &'a str,
+    content: std::borrow::Cow<'a, str>,
+}
+
+/// llama.cpp's system-role polyfill (minja's `polyfill_system_role`), for templates
+/// without a system role: system messages, joined by a line break, open the next user
+/// message (a line break between), or become a user message of their own before an
+/// assistant turn or at the end.
+fn merge_system_turns(messages: &[ChatMessage]) -> Vec<TemplateMessage<'_>> {
+    let mut merged = Vec::with_capacity(messages.len());
+    let mut pending = String::new();
+    let flush = |pending: &mut String, merged: &mut Vec<TemplateMessage<'_>>| {
+        if !pending.is_empty() {
+            merged.push(TemplateMessage {
+                role: "user",
+                content: std::mem::take(pending).into(),
+            });
+        }
+    };
+    for message in messages {
+        match message.role {
+            Role::System => {
+                if !pending.is_empty() {
+                    pending.push('\n');
+                }
+                pending.push_str(&message.content);
+            }
+            Role::User if !pending.is_empty() => {
+                let mut content = std::mem::take(&mut pending);
+                if !message.content.is_empty() {
+                    content.push('\n');
+                    content.push_str(&message.content);
+                }
+                merged.push(TemplateMessage {
+                    role: "user",
+                    content: content.into(),
+                });
+            }
+            role => {
+                flush(&mut pending, &mut merged);
+                merged.push(TemplateMessage {
+                    role: role_name(role),
+                    content: message.content.as_str().into(),
+                });
+            }
+        }
+    }
+    flush(&mut pending, &mut merged);
+    merged
 }
 
 fn role_name(role: Role) -> &'static str {
@@ -88,11 +138,38 @@ impl ChatTemplate {
         };
         env.add_template_owned("chat", source.unwrap_or_else(|| builtin.to_owned()))
             .map_err(|e| TokenizerError::BadModel(format!("chat template does not parse: {e}")))?;
-        Ok(Self {
+        let mut template = Self {
             env,
             bos_token,
             eos_token,
-        })
+            system_role: true,
+        };
+        template.system_role = template.shows_a_system_message();
+        Ok(template)
+    }
+
+    /// llama.cpp's probe (minja's `supports_system_role`): a system message and a user
+    /// message rendered, and the system message's text found in the result.
+    fn shows_a_system_message(&self) -> bool {
+        const NEEDLE: &str = "<System Needle>";
+        let probe = [
+            TemplateMessage {
+                role: "system",
+                content: NEEDLE.into(),
+            },
+            TemplateMessage {
+                role: "user",
+                content: "<User Needle>".into(),
+            },
+        ];
+        self.render_messages(&probe, false, 0)
+            .is_ok_and(|text| text.contains(NEEDLE))
+    }
+
+    /// Whether the template shows system messages itself; where it does not, they are
+    /// merged into the next user turn, as llama.cpp's server does.
+    pub fn has_system_role(&self) -> bool {
+        self.system_role
     }
 
     /// Renders the conversation and opens the assistant's turn, at the current time
@@ -114,13 +191,26 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         unix_seconds: i64,
     ) -> Result<String, TokenizerError> {
-        let messages: Vec<TemplateMessage<'_>> = messages
-            .iter()
-            .map(|m| TemplateMessage {
-                role: role_name(m.role),
-                content: &m.content,
-            })
-            .collect();
+        let messages: Vec<TemplateMessage<'_>> = if self.system_role {
+            messages
+                .iter()
+                .map(|m| TemplateMessage {
+                    role: role_name(m.role),
+                    content: m.content.as_str().into(),
+                })
+                .collect()
+        } else {
+            merge_system_turns(messages)
+        };
+        self.render_messages(&messages, add_generation_prompt, unix_seconds)
+    }
+
+    fn render_messages(
+        &self,
+        messages: &[TemplateMessage<'_>],
+        add_generation_prompt: bool,
+        unix_seconds: i64,
+    ) -> Result<String, TokenizerError> {
         let template = self
             .env
             .get_template("chat")
@@ -211,6 +301,46 @@ mod tests {
         .unwrap();
         let err = t.render(&[]).unwrap_err().to_string();
         assert!(err.contains("roles must alternate"), "{err}");
+    }
+
+    /// llama.cpp's polyfill for a template without a system role: system messages open
+    /// the next user turn (line breaks between), or stand as a user turn of their own
+    /// before an assistant turn and at the end.
+    #[test]
+    fn system_messages_merge_into_the_next_user_turn_without_a_system_role() {
+        let no_system = "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}[{{ m['role'] }}:{{ m['content'] }}]{% endfor %}";
+        let t = ChatTemplate::new(
+            Some(no_system.into()),
+            Fallback::ChatMl,
+            String::new(),
+            String::new(),
+        )
+        .unwrap();
+        assert!(!t.has_system_role());
+        let message = |role, content: &str| ChatMessage {
+            role,
+            content: content.into(),
+        };
+        let text = t
+            .render_at(
+                &[
+                    message(Role::System, "Be brief."),
+                    message(Role::System, "Use French."),
+                    message(Role::User, "Hi"),
+                    message(Role::System, "Now English."),
+                    message(Role::Assistant, "Bonjour."),
+                    message(Role::System, "Last."),
+                ],
+                false,
+                0,
+            )
+            .unwrap();
+        assert_eq!(
+            text,
+            "[user:Be brief.\nUse French.\nHi][user:Now English.][assistant:Bonjour.][user:Last.]"
+        );
+        let chatml = ChatTemplate::new(None, Fallback::ChatMl, String::new(), String::new());
+        assert!(chatml.unwrap().has_system_role());
     }
 
     #[test]

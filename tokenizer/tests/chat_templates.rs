@@ -7,9 +7,12 @@
 //! with braces and non-ASCII text), with and without the generation prompt. The
 //! expected text is `tests/fixtures/chat_templates.json`, written by
 //! `scripts/make-template-fixtures.py` with llama-cpp-python's `Jinja2ChatFormatter`
-//! (jinja2, trim_blocks, lstrip_blocks; its clock fixed at 2026-12-06 09:30 UTC).
-//! Where it refuses a conversation (Gemma 2 has no system role, FireFunction adds none
-//! to a string), this renderer must refuse it too, never render something else — with
+//! (jinja2, trim_blocks, lstrip_blocks; its clock fixed at 2026-12-06 09:30 UTC) on the
+//! conversation as llama.cpp's server passes it: for a template that shows no system
+//! message (Gemma 2 refuses one, Phi-3's drops it), system messages merged into the next
+//! user turn (minja's polyfill).
+//! Where it refuses a conversation (FireFunction adds none to a string), this renderer
+//! must refuse it too, never render something else — with
 //! one stated exception: minijinja iterates `none` as an empty list where jinja2 raises
 //! `TypeError`, so the three templates written only for tool use (Command R+, Hermes 2
 //! Pro and 3) render with an empty tool list instead of failing without tools.
@@ -117,6 +120,15 @@ fn real_templates_render_as_llama_cpp_python_renders_them() {
             template["eos"].as_str().unwrap().to_owned(),
         )
         .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // The same probe as llama.cpp's (a system message's text shown or not), where
+        // the reference renders the template at all.
+        if cases.iter().any(|c| c["rendered"].is_string()) {
+            assert_eq!(
+                chat.has_system_role(),
+                template["system_role"].as_bool().unwrap(),
+                "{name}: system role"
+            );
+        }
         for (case, messages) in cases.chunks(2).zip(&conversations) {
             for case in case {
                 let add = case["add_generation_prompt"].as_bool().unwrap();
