@@ -71,9 +71,35 @@ pub struct Vocabularies {
     in_flight: Mutex<HashMap<ModelId, tokio::sync::watch::Receiver<bool>>>,
     /// Format engines of held vocabularies, built on first use (forgotten with them).
     formats: Mutex<HashMap<ModelId, Arc<sharemesh_constrain::FormatEnv>>>,
+    /// When a request last waited for a model's header in vain (to count a prompt a
+    /// provider claimed above its bound): for `RETRY_AFTER` no request waits again, so a
+    /// provider that holds its header back costs requests one wait, not one each.
+    waited_in_vain: Mutex<HashMap<ModelId, Instant>>,
 }
 
 impl Vocabularies {
+    /// The model's vocabulary, fetched from `providers` if need be, waiting at most
+    /// `wait` — unless a wait for it came to nothing in the last `RETRY_AFTER`; a
+    /// fruitless wait is remembered.
+    pub async fn wait_once_for(
+        self: &Arc<Self>,
+        mesh: &MeshHandle,
+        model: ModelId,
+        providers: &[(PeerId, Vec<String>)],
+        wait: Duration,
+    ) -> Result<Arc<Vocabulary>, FetchError> {
+        let waited_lately = within_retry(&self.waited_in_vain, &model);
+        let wait = if waited_lately { Duration::ZERO } else { wait };
+        let fetched = self.get_or_fetch(mesh, model, providers, wait).await;
+        if fetched.is_err() && !waited_lately {
+            if let Ok(mut waited) = self.waited_in_vain.lock() {
+                waited.retain(|_, at| at.elapsed() < RETRY_AFTER);
+                waited.insert(model, Instant::now());
+            }
+        }
+        fetched
+    }
+
     pub fn get(&self, model: &ModelId) -> Option<Arc<Vocabulary>> {
         let mut known = self.known.lock().ok()?;
         let (held, clock) = &mut *known;
@@ -137,12 +163,7 @@ impl Vocabularies {
         if let Some(known) = self.get(&model) {
             return Ok(known);
         }
-        let recently_failed = self
-            .failed
-            .lock()
-            .ok()
-            .and_then(|failed| failed.get(&model).copied())
-            .is_some_and(|at| at.elapsed() < RETRY_AFTER);
+        let recently_failed = within_retry(&self.failed, &model);
         if recently_failed {
             return Err(FetchError::Backoff);
         }
@@ -193,6 +214,15 @@ impl Vocabularies {
             failed.insert(model, Instant::now());
         }
     }
+}
+
+/// Whether `model` is marked in `marks` less than `RETRY_AFTER` ago.
+fn within_retry(marks: &Mutex<HashMap<ModelId, Instant>>, model: &ModelId) -> bool {
+    marks
+        .lock()
+        .ok()
+        .and_then(|marks| marks.get(model).copied())
+        .is_some_and(|at| at.elapsed() < RETRY_AFTER)
 }
 
 /// Counts `prompt` with `vocabulary` (the engine's own function).

@@ -478,6 +478,53 @@ async fn a_slow_model_header_delays_no_request_beyond_the_count_wait() {
     );
 }
 
+/// Attack (`overbill-hold-header:K`): a cheap provider claims a thousand times the
+/// prompt's size and holds every header request, so the gateway cannot count the prompt
+/// itself. An over-bound count is waited on before it is judged (an honest long
+/// template exceeds the bound too): the request waits for the header at most the
+/// recount wait (10 s) once, then holds the claim to the bound — the cheat is marked
+/// misbehaving, paid nothing, and the honest provider serves; the next request, with
+/// the cheat ranked down, waits for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overbiller_holding_its_header_delays_a_request_at_most_once_and_gets_nothing() {
+    let gateway = GatewaySpec {
+        defaults: sharemesh_gateway::plan::RoutingDefaults {
+            count_wait: Duration::from_millis(300),
+            ..Default::default()
+        },
+        ..GatewaySpec::default()
+    };
+    let lab = Lab::start(
+        vec![
+            adversary(50, Adversary::OverbillHoldingHeader(1000)),
+            provider(100),
+        ],
+        gateway,
+    )
+    .await
+    .unwrap();
+    let (cheat, honest) = (lab.providers[0].node_id, lab.providers[1].node_id);
+    for (round, limit) in [(0, Duration::from_secs(15)), (1, Duration::from_secs(5))] {
+        let started = std::time::Instant::now();
+        let request = Lab::request(
+            &format!("what does this cost {round}"),
+            4,
+            RoutingOptions::default(),
+        );
+        let done = lab.complete(request).await.unwrap();
+        assert_eq!(done.providers, vec![honest], "round {round}");
+        assert!(
+            started.elapsed() < limit,
+            "round {round} took {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(
+        lab.gateway.reputation(&cheat) < -7.9,
+        "marked as misbehaving"
+    );
+}
+
 /// Attack (`falsely-full`): a cheap provider claims to be full to every quote and job
 /// (`OverCapacity`) while its adverts offer the lowest price, to make requests wait in
 /// the gateway's waiting room or fail. A refusal for capacity makes a request wait only

@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use common::Process;
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 const QUESTION: &str = "Write a short poem about the sea.";
@@ -47,67 +46,6 @@ fn body(model: &str, stream: bool) -> Value {
         "max_tokens": MAX_TOKENS,
         "stream": stream,
     })
-}
-
-/// The text of an OpenAI chat stream's events so far, and the `sharemesh` trailer.
-fn stream_contents(events: &[String]) -> (String, Option<Value>) {
-    let mut text = String::new();
-    let mut trailer = None;
-    for data in events.iter().filter_map(|e| e.strip_prefix("data: ")) {
-        let Ok(event) = serde_json::from_str::<Value>(data) else {
-            continue;
-        };
-        if let Some(delta) = event["choices"][0]["delta"]["content"].as_str() {
-            text.push_str(delta);
-        }
-        if event.get("sharemesh").is_some() {
-            trailer = Some(event["sharemesh"].clone());
-        }
-    }
-    (text, trailer)
-}
-
-/// Streams `body`, killing the provider that serves it once `kill_after` pieces of text
-/// have arrived; returns the streamed text, the trailer and the provider killed.
-async fn stream_killing(
-    http: &str,
-    body: &Value,
-    providers: &mut HashMap<String, Process>,
-    kill_after: usize,
-) -> (String, Value, String) {
-    let response = reqwest::Client::new()
-        .post(format!("http://{http}/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let serving = response.headers()["x-sharemesh-provider"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let mut bytes = response.bytes_stream();
-    let (mut buffer, mut events, mut pieces, mut killed) = (String::new(), Vec::new(), 0, false);
-    while let Some(chunk) = bytes.next().await {
-        buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-        for event in common::drain_events(&mut buffer) {
-            pieces += usize::from(event.contains("\"content\""));
-            events.push(event);
-        }
-        if !killed && pieces >= kill_after {
-            drop(
-                providers
-                    .remove(&serving)
-                    .expect("the serving provider is ours"),
-            ); // SIGKILL
-            killed = true;
-        }
-    }
-    assert!(
-        killed,
-        "the answer ended before {kill_after} pieces: {events:?}"
-    );
-    let (text, trailer) = stream_contents(&events);
-    (text, trailer.expect("a sharemesh trailer"), serving)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,9 +110,23 @@ async fn llama3_and_qwen2_files_are_served_counted_failed_over_and_verified_side
     }
 
     // Mid-answer failover between the two providers of the Llama file.
-    let (text, trailer, killed) =
-        stream_killing(&http, &body(&llama_ref.model_id, true), &mut providers, 6).await;
-    assert_eq!(text, llama_ref.text, "the failed-over answer differs");
+    let streamed = common::stream_chat(
+        &http,
+        body(&llama_ref.model_id, true).to_string(),
+        Some((&mut providers, 6)),
+    )
+    .await;
+    assert!(
+        streamed.killed_at.is_some(),
+        "the answer ended before 6 pieces"
+    );
+    let (pieces, trailer) = streamed.pieces();
+    assert_eq!(
+        pieces.concat(),
+        llama_ref.text,
+        "the failed-over answer differs"
+    );
+    let trailer = trailer.expect("a sharemesh trailer");
     let served_by: Vec<&str> = trailer["providers"]
         .as_array()
         .unwrap()
@@ -182,7 +134,7 @@ async fn llama3_and_qwen2_files_are_served_counted_failed_over_and_verified_side
         .map(|p| p.as_str().unwrap())
         .collect();
     assert_eq!(served_by.len(), 2, "{trailer}");
-    assert_eq!(served_by[0], killed, "{trailer}");
+    assert_eq!(served_by[0], streamed.serving, "{trailer}");
 
     // Every segment was replayed bit for bit here: newcomers' jobs are all verified.
     let segments = answered + 2;

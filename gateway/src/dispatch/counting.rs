@@ -4,6 +4,17 @@
 use super::*;
 use std::sync::Arc;
 
+/// How long counting a prompt waits for the model's header.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum HeaderWait {
+    /// At most this long.
+    UpTo(std::time::Duration),
+    /// At most this long, unless a wait like it for the model came to nothing lately
+    /// (a recount after an over-bound claim: a provider holding its header back costs
+    /// requests one wait, not one each).
+    OnceLately(std::time::Duration),
+}
+
 impl Dispatcher {
     /// Counts the prompt with the model's vocabulary (fetched from the candidates the
     /// first time, checked against the model id), and refuses a prompt that does not
@@ -15,7 +26,7 @@ impl Dispatcher {
         &self,
         model: ModelId,
         sources: &[&BookEntry],
-        wait: std::time::Duration,
+        wait: HeaderWait,
     ) -> Result<Arc<sharemesh_tokenizer::Vocabulary>, crate::vocab::FetchError> {
         if let Some(vocabulary) = self.vocabularies.get(&model) {
             return Ok(vocabulary);
@@ -31,9 +42,18 @@ impl Dispatcher {
                 ))
             })
             .collect();
-        self.vocabularies
-            .get_or_fetch(&self.mesh, model, &remote, wait)
-            .await
+        match wait {
+            HeaderWait::UpTo(wait) => {
+                self.vocabularies
+                    .get_or_fetch(&self.mesh, model, &remote, wait)
+                    .await
+            }
+            HeaderWait::OnceLately(wait) => {
+                self.vocabularies
+                    .wait_once_for(&self.mesh, model, &remote, wait)
+                    .await
+            }
+        }
     }
 
     /// How many tokens `prompt` runs as on the model `name` names (Anthropic's
@@ -54,6 +74,7 @@ impl Dispatcher {
             .defaults
             .count_wait
             .max(std::time::Duration::from_secs(10));
+        let wait = HeaderWait::UpTo(wait);
         let vocabulary = self.vocabulary(model, &sources, wait).await.map_err(|e| {
             RouteError::NoProvider(format!("cannot count tokens for `{name}`: {e}"))
         })?;
@@ -81,7 +102,7 @@ impl Dispatcher {
         model: ModelId,
         request: &RouteRequest,
         candidates: &[Candidate],
-        wait: std::time::Duration,
+        wait: HeaderWait,
     ) -> Result<Option<Counted>, RouteError> {
         let sources: Vec<&BookEntry> = candidates.iter().map(|c| c.entry.as_ref()).collect();
         let vocabulary = self.vocabulary(model, &sources, wait).await;

@@ -266,7 +266,8 @@ impl Dispatcher {
         Err(job.failure())
     }
 
-    /// Waits (at most [`RECOUNT_WAIT`]) for the model's vocabulary to count the prompt
+    /// Waits (at most [`RECOUNT_WAIT`], and not again for a while once such a wait for
+    /// the model came to nothing) for the model's vocabulary to count the prompt
     /// exactly; whether it came.
     async fn recount(
         &self,
@@ -277,7 +278,12 @@ impl Dispatcher {
         let mut sources = vec![candidate.clone()];
         sources.extend(job.queue.iter().cloned());
         job.terms.counted = self
-            .count_prompt(job.plan.model, request, &sources, RECOUNT_WAIT)
+            .count_prompt(
+                job.plan.model,
+                request,
+                &sources,
+                super::counting::HeaderWait::OnceLately(RECOUNT_WAIT),
+            )
             .await?;
         Ok(job.terms.counted.is_some())
     }
@@ -304,8 +310,8 @@ impl Dispatcher {
 
 /// How long a request whose prompt count could not be bounded waits for the model's
 /// vocabulary: long enough for a multi-megabyte header, short enough that a provider
-/// holding its header back while overbilling delays a request little (once: after a
-/// failed fetch the model's header is not asked for again for 30 s).
+/// holding its header back while overbilling delays a request little (and only one: a
+/// fruitless wait is not repeated for the model for 30 s).
 const RECOUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The median price among the quoted candidates: what "cheap" is measured against.

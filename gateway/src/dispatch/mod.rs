@@ -419,7 +419,12 @@ impl Dispatcher {
         }
         candidates.truncate(self.defaults.max_attempts);
         let counted = self
-            .count_prompt(model, request, &candidates, self.defaults.count_wait)
+            .count_prompt(
+                model,
+                request,
+                &candidates,
+                counting::HeaderWait::UpTo(self.defaults.count_wait),
+            )
             .await?;
         let worst_case = plan::worst_case(
             request,

@@ -157,6 +157,81 @@ pub fn drain_events(buffer: &mut String) -> Vec<String> {
     events
 }
 
+/// A streamed chat completion: its server-sent events with when each arrived, the
+/// provider the gateway named, and where the serving provider was killed (the index of
+/// the first event after the kill), if it was.
+pub struct Streamed {
+    pub events: Vec<(std::time::Instant, String)>,
+    pub serving: String,
+    pub killed_at: Option<usize>,
+}
+
+impl Streamed {
+    /// The text pieces (`delta.content`) in order, and the last `sharemesh` trailer.
+    pub fn pieces(&self) -> (Vec<String>, Option<serde_json::Value>) {
+        let (mut pieces, mut trailer) = (Vec::new(), None);
+        for (_, event) in &self.events {
+            let Some(data) = event.strip_prefix("data: ") else {
+                continue;
+            };
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(data) else {
+                continue;
+            };
+            if let Some(delta) = event["choices"][0]["delta"]["content"].as_str() {
+                pieces.push(delta.to_owned());
+            }
+            if event.get("sharemesh").is_some() {
+                trailer = Some(event["sharemesh"].clone());
+            }
+        }
+        (pieces, trailer)
+    }
+}
+
+/// POSTs `body` to the gateway's chat completions and reads the stream to its end; with
+/// `kill`, the provider serving it is killed (SIGKILL) once that many text pieces came.
+pub async fn stream_chat(
+    http: &str,
+    body: String,
+    kill: Option<(&mut std::collections::HashMap<String, Process>, usize)>,
+) -> Streamed {
+    use futures::StreamExt;
+    let response = reqwest::Client::new()
+        .post(format!("http://{http}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let serving = response.headers()["x-sharemesh-provider"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let mut streamed = Streamed {
+        events: Vec::new(),
+        serving,
+        killed_at: None,
+    };
+    let mut kill = kill;
+    let (mut bytes, mut buffer) = (response.bytes_stream(), String::new());
+    while let Some(chunk) = bytes.next().await {
+        buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        let now = std::time::Instant::now();
+        streamed
+            .events
+            .extend(drain_events(&mut buffer).into_iter().map(|e| (now, e)));
+        if let Some((providers, after)) = kill.as_mut() {
+            if streamed.pieces().0.len() >= *after {
+                let serving = providers.remove(&streamed.serving);
+                drop(serving.expect("the serving provider is the test's")); // SIGKILL, reaped
+                streamed.killed_at = Some(streamed.events.len());
+                kill = None;
+            }
+        }
+    }
+    streamed
+}
+
 /// The model at `path` answering one user message greedily here, without the network:
 /// what an answer through the mesh must equal.
 pub fn greedy_answer(

@@ -28,6 +28,10 @@ pub enum Adversary {
     StallAfter(u64),
     /// Claims this many times the prompt's real size in its `Accept`.
     Overbill(u32),
+    /// `overbill:K` while holding every header request (for an hour), so a buyer cannot
+    /// count the prompt itself: what waiting for the header before judging an
+    /// over-bound count costs a request.
+    OverbillHoldingHeader(u32),
     /// After this many tokens, numbers its chunks one further than it sent (claims a
     /// token it never delivered).
     SkipIndex(u64),
@@ -108,6 +112,10 @@ impl std::str::FromStr for Adversary {
                 let factor = u32::try_from(number()?).map_err(|_| "overbill factor too large")?;
                 Ok(Adversary::Overbill(factor))
             }
+            "overbill-hold-header" => {
+                let factor = u32::try_from(number()?).map_err(|_| "overbill factor too large")?;
+                Ok(Adversary::OverbillHoldingHeader(factor))
+            }
             "skip-index" => Ok(Adversary::SkipIndex(number()?)),
             "hijack-name" => Ok(Adversary::HijackName),
             "forge-header" => Ok(Adversary::ForgeHeader),
@@ -139,7 +147,7 @@ impl std::str::FromStr for Adversary {
                 Ok(Adversary::FloodAdverts(count))
             }
             _ => Err(format!(
-                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB, lie-logprobs, falsely-full, alias-key, choose-tokens, never-stop, foreign-profile, nan-logits, drip:MS, uuid-copy:UUID)"
+                "unknown adversary mode `{mode}` (known: stall-after:N, overbill:K, overbill-hold-header:K, skip-index:N, lie-text:N, hijack-name, flood-adverts:N, forge-header, slow-header:SECS, garbage, truncate-layers:N, camouflage:N, substitute:PATH, lazy-verifier, claim-gpu:MIB, lie-logprobs, falsely-full, alias-key, choose-tokens, never-stop, foreign-profile, nan-logits, drip:MS, uuid-copy:UUID)"
             )),
         }
     }
@@ -254,6 +262,10 @@ pub(crate) async fn tamper_header(
             tokio::time::sleep(Duration::from_secs(*seconds)).await;
             header
         }
+        Some(Adversary::OverbillHoldingHeader(_)) => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            header
+        }
         _ => header,
     }
 }
@@ -271,7 +283,9 @@ pub(crate) fn claims_full(adversary: Option<&Adversary>) -> bool {
 /// `overbill:K`: the prompt size the `Accept` claims.
 pub(crate) fn claimed_prompt_tokens(adversary: Option<&Adversary>, counted: u32) -> u32 {
     match adversary {
-        Some(Adversary::Overbill(factor)) => counted.saturating_mul(*factor),
+        Some(Adversary::Overbill(factor) | Adversary::OverbillHoldingHeader(factor)) => {
+            counted.saturating_mul(*factor)
+        }
         _ => counted,
     }
 }
@@ -412,6 +426,10 @@ mod tests {
     fn adversary_modes_parse_and_name_the_problem() {
         assert_eq!("stall-after:5".parse(), Ok(Adversary::StallAfter(5)));
         assert_eq!("overbill:1000".parse(), Ok(Adversary::Overbill(1000)));
+        assert_eq!(
+            "overbill-hold-header:50".parse(),
+            Ok(Adversary::OverbillHoldingHeader(50))
+        );
         assert_eq!("skip-index:3".parse(), Ok(Adversary::SkipIndex(3)));
         assert_eq!("hijack-name".parse(), Ok(Adversary::HijackName));
         assert_eq!("lie-text:2".parse(), Ok(Adversary::LieText(2)));
