@@ -29,6 +29,7 @@ use sharemesh_kernels::KernelError;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
 use crate::generate::{Decoder, Step};
+use crate::paged::PagedLlama;
 use crate::prefix::{extend_chain, parent_of, BlockHash, PrefixIndex, PrefixMatch};
 use crate::{EngineError, EngineEvent, GenerateRequest, LoadedModel};
 
@@ -40,6 +41,43 @@ pub const DEFAULT_KV_MEMORY_BYTES: usize = 1 << 30;
 /// step's time, so prompts arriving together or a long one do not stall the tokens of
 /// jobs already decoding, and the first job's prompt is not held up by the later ones'.
 const PREFILL_BUDGET: usize = 128;
+
+/// A model the batch drives: the kernels' (each sequence's solo bits), or the paged
+/// candle graph (any device; solo within a float tolerance, `crate::paged`).
+#[derive(Clone, Copy)]
+pub(crate) enum BatchModel<'a> {
+    Kernels(&'a Llama),
+    Paged(&'a PagedLlama),
+}
+
+impl BatchModel<'_> {
+    /// A pool of at most `blocks` KV blocks for this model's sequences.
+    fn kv_pool(self, blocks: usize) -> KvPool {
+        match self {
+            BatchModel::Kernels(llama) => llama.kv_pool(blocks),
+            BatchModel::Paged(paged) => paged.kv_pool(blocks),
+        }
+    }
+
+    /// Whether a sequence's bits are the same however its positions are split into
+    /// steps (the kernels). The paged graph's attention products are not (a prompt
+    /// prefilled in two chunks, or a token prefilled rather than decoded, rounds
+    /// otherwise), so its jobs are fed as the single-job path feeds them: the prompt in
+    /// one piece, every later position one token at a time, and no prefix reused from
+    /// another job — which keeps each job's bits its solo run's on the CPU, and a
+    /// resumed or preempted job exact.
+    fn invariant(self) -> bool {
+        matches!(self, BatchModel::Kernels(_))
+    }
+
+    /// One step of the entries together; each one's logits after its last token.
+    fn forward_batch(self, entries: &mut [BatchEntry<'_>]) -> Result<Vec<Vec<f32>>, String> {
+        match self {
+            BatchModel::Kernels(llama) => llama.forward_batch(entries).map_err(|e| e.to_string()),
+            BatchModel::Paged(paged) => paged.forward_batch(entries).map_err(|e| e.to_string()),
+        }
+    }
+}
 
 /// A job of the batch: its generation state, cache, and client.
 struct Running {
@@ -215,7 +253,7 @@ impl Batch {
         self.len() == 0
     }
 
-    fn model_kv(&mut self, model: usize, llama: &Llama) -> &mut ModelKv {
+    fn model_kv(&mut self, model: usize, llama: BatchModel<'_>) -> &mut ModelKv {
         if self.kv.len() <= model {
             self.kv.resize_with(model + 1, || None);
         }
@@ -235,7 +273,7 @@ impl Batch {
     /// adverts carry them before the first job.
     pub(crate) fn prepare(&mut self, models: &[LoadedModel]) {
         for (index, model) in models.iter().enumerate() {
-            if let Some(llama) = model.kernel_llama() {
+            if let Some(llama) = model.batch_model() {
                 self.model_kv(index, llama);
             }
         }
@@ -256,8 +294,8 @@ impl Batch {
     ) {
         let (interruptible, prefix_salt) = (request.interruptible, request.prefix_salt);
         let started = Decoder::new(&mut models[model], request).and_then(|decoder| {
-            let llama = models[model].kernel_llama().ok_or_else(|| {
-                EngineError::Unsupported("batching needs the sharemesh kernels".into())
+            let llama = models[model].batch_model().ok_or_else(|| {
+                EngineError::Unsupported("this model's graph does not batch".into())
             })?;
             let pool = &self.model_kv(model, llama).pool;
             let blocks = KvPool::blocks_for(decoder.final_positions());
@@ -311,9 +349,9 @@ impl Batch {
             let Some(mut job) = self.waiting.pop_front() else {
                 return;
             };
-            let Some(llama) = models[job.model].kernel_llama() else {
+            let Some(llama) = models[job.model].batch_model() else {
                 job.fail(EngineError::Unsupported(
-                    "batching needs the sharemesh kernels".into(),
+                    "this model's graph does not batch".into(),
                 ));
                 self.running.push(job);
                 continue;
@@ -356,7 +394,7 @@ impl Batch {
     /// client does not keep up sits out, and so does a job not fed yet whose next block
     /// an earlier job completes in this step: it starts from that block next step
     /// ([`Self::catch_up_prefixes`]) instead of computing it again.
-    fn plan(&mut self, model: usize) -> Vec<(usize, usize)> {
+    fn plan(&mut self, model: usize, invariant: bool) -> Vec<(usize, usize)> {
         let mut budget = PREFILL_BUDGET;
         let mut plan = Vec::new();
         let mut completing: HashSet<BlockHash> = HashSet::new();
@@ -367,6 +405,19 @@ impl Batch {
             let feed = match r.pending.len() {
                 0 => continue,
                 1 if !r.prefilling => 1,
+                _ if !invariant => {
+                    match r.decoder.prompt().len().checked_sub(r.cache.positions()) {
+                        // The whole prompt in one piece, within the budget or alone.
+                        Some(prompt) if prompt > 0 => {
+                            if prompt > budget && budget < PREFILL_BUDGET {
+                                continue;
+                            }
+                            budget = budget.saturating_sub(prompt);
+                            prompt
+                        }
+                        _ => 1,
+                    }
+                }
                 pending => {
                     let next = r.cache.positions() / BLOCK_POSITIONS;
                     let chain = &r.history_chain;
@@ -388,11 +439,14 @@ impl Batch {
     }
 
     fn step_model(&mut self, models: &[LoadedModel], model: usize) -> bool {
-        let Some(llama) = models[model].kernel_llama() else {
+        let Some(llama) = models[model].batch_model() else {
             return false;
         };
-        self.catch_up_prefixes(model);
-        let mut plan = self.plan(model);
+        let invariant = llama.invariant();
+        if invariant {
+            self.catch_up_prefixes(model);
+        }
+        let mut plan = self.plan(model, invariant);
         if plan.is_empty() || !self.make_room(model, llama, &mut plan) {
             return false;
         }
@@ -415,7 +469,7 @@ impl Batch {
             Ok(logits) => logits,
             Err(err) => {
                 for &(i, _) in &plan {
-                    self.running[i].fail(EngineError::Inference(err.to_string()));
+                    self.running[i].fail(EngineError::Inference(err.clone()));
                 }
                 return true;
             }
@@ -427,7 +481,9 @@ impl Batch {
             let r = &mut self.running[i];
             r.fresh = false;
             r.pending.drain(..fed);
-            r.index_blocks(&mut kv.prefixes);
+            if invariant {
+                r.index_blocks(&mut kv.prefixes);
+            }
             if !r.pending.is_empty() {
                 continue; // More of the prompt (or of a recomputation) first.
             }
@@ -466,7 +522,12 @@ impl Batch {
     /// Frees blocks until the planned feeds fit: indexed blocks nobody holds first,
     /// then the jobs that joined last are preempted (and dropped from `plan`). `false`
     /// when nothing is left to run.
-    fn make_room(&mut self, model: usize, llama: &Llama, plan: &mut Vec<(usize, usize)>) -> bool {
+    fn make_room(
+        &mut self,
+        model: usize,
+        llama: BatchModel<'_>,
+        plan: &mut Vec<(usize, usize)>,
+    ) -> bool {
         loop {
             let needed: usize = plan
                 .iter()

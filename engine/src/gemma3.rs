@@ -28,7 +28,7 @@
 //! speed (~7–10 tok/s on one core: decoding streams ~0.6 GB per token), which the
 //! kernels' Gemma removes.
 
-use candle_core::quantized::{ggml_file, gguf_file, GgmlDType, QTensor};
+use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{DType, Device, IndexOp, Module, Result, Tensor};
 use candle_nn::kv_cache::KvCache;
 use candle_transformers::quantized_nn::RmsNorm;
@@ -36,7 +36,8 @@ use std::io::{Read, Seek};
 
 use sharemesh_kernels::dense;
 use sharemesh_kernels::llama::Gemma;
-use std::sync::Arc;
+
+use crate::embedding::EmbeddingRows;
 
 /// An f32 weight matrix (out × in, row-major) applied to activation rows.
 struct Dense(Tensor);
@@ -108,8 +109,7 @@ struct Layer {
 
 pub struct Gemma3 {
     /// Kept on the CPU: one row is dequantized per prompt token.
-    embedding: Arc<QTensor>,
-    embedding_row_bytes: usize,
+    embedding: EmbeddingRows,
     hidden: usize,
     heads: usize,
     kv_heads: usize,
@@ -158,18 +158,15 @@ impl Gemma3 {
         let matmul = |reader: &mut R, name: &str| -> Result<Dense> {
             Ok(Dense(ct.tensor(reader, name, device)?.dequantize(device)?))
         };
-        let embedding = Arc::new(ct.tensor(reader, "token_embd.weight", &Device::Cpu)?);
-        let dtype = embedding.dtype();
-        if !hidden.is_multiple_of(dtype.block_size()) {
-            candle_core::bail!(
-                "token_embd.weight: rows of {hidden} do not split into {dtype:?} blocks"
-            );
-        }
-        let embedding_row_bytes = hidden / dtype.block_size() * dtype.type_size();
+        let embedding = EmbeddingRows::new(
+            ct.tensor(reader, "token_embd.weight", &Device::Cpu)?,
+            hidden,
+        )?;
+        let dtype = embedding.table().dtype();
         let head = match ct.tensor_infos.contains_key("output.weight") {
             true => Head::Dense(matmul(reader, "output.weight")?),
             false if device.is_cpu() && dtype == GgmlDType::Q8_0 => Head::TiedQ8_0,
-            false => Head::Dense(Dense(embedding.dequantize(device)?)),
+            false => Head::Dense(Dense(embedding.table().dequantize(device)?)),
         };
 
         let mut layers = Vec::with_capacity(layer_count);
@@ -201,7 +198,6 @@ impl Gemma3 {
         }
         Ok(Self {
             embedding,
-            embedding_row_bytes,
             hidden,
             heads,
             kv_heads,
@@ -221,21 +217,7 @@ impl Gemma3 {
 
     /// Embeddings of `tokens`, scaled by √hidden: (1, tokens, hidden).
     fn embed(&self, tokens: &[u32]) -> Result<Tensor> {
-        let data = self.embedding.data()?;
-        let dtype: GgmlDType = self.embedding.dtype();
-        let mut rows = Vec::with_capacity(tokens.len() * self.hidden);
-        for &token in tokens {
-            let start = token as usize * self.embedding_row_bytes;
-            let bytes = data
-                .get(start..start + self.embedding_row_bytes)
-                .ok_or_else(|| {
-                    candle_core::Error::Msg(format!("token id {token} has no embedding row"))
-                })?;
-            let row = ggml_file::qtensor_from_ggml(dtype, bytes, vec![self.hidden], &Device::Cpu)?
-                .dequantize(&Device::Cpu)?
-                .to_vec1::<f32>()?;
-            rows.extend(row);
-        }
+        let rows = self.embedding.rows(tokens)?;
         let scale = (self.hidden as f64).sqrt();
         Tensor::from_vec(rows, (1, tokens.len(), self.hidden), &self.device)? * scale
     }
@@ -319,9 +301,9 @@ impl Gemma3 {
                 .squeeze(1)?
                 .to_dtype(DType::F32),
             Head::TiedQ8_0 => {
-                let data = self.embedding.data()?;
+                let data = self.embedding.table().data()?;
                 let x = last.flatten_all()?.to_vec1::<f32>()?;
-                let vocab = data.len() / (self.embedding_row_bytes.max(1));
+                let vocab = data.len() / (self.embedding.row_bytes().max(1));
                 let mut logits = vec![0f32; vocab];
                 dense::q8_0_matrix_vector(&data, &x, &mut logits);
                 Tensor::from_vec(logits, (1, vocab), &self.device)

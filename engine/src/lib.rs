@@ -13,10 +13,12 @@ pub mod catalog;
 #[cfg(feature = "adversary")]
 pub mod cheat;
 pub mod check;
+mod embedding;
 mod fair;
 mod gemma3;
 mod generate;
 mod kernel_file;
+mod paged;
 mod prefix;
 pub mod progress;
 mod redraw;
@@ -93,6 +95,11 @@ pub enum EngineError {
     #[error("over capacity: {0}")]
     OverCapacity(String),
 }
+
+/// The candle profile's arithmetic version: candle's release (0.11), then the revision
+/// of sharemesh's own candle graphs (1: the paged llama graph, `paged.rs`, replaced
+/// candle-transformers' llama/qwen2/qwen3, whose bits were not these).
+pub const CANDLE_ARITHMETIC_VERSION: &str = "0.11.1";
 
 /// Logit rows a replay computes per forward pass (bounds its memory: rows × vocab f32).
 const REPLAY_ROWS: usize = 64;
@@ -247,7 +254,7 @@ impl LoadedModel {
                 sharemesh_kernels::dot::Isa::detect().name(),
             )
         } else {
-            ("candle", "0.11", std::env::consts::ARCH)
+            ("candle", CANDLE_ARITHMETIC_VERSION, std::env::consts::ARCH)
         };
         ExecutionProfile {
             engine: engine.into(),
@@ -416,6 +423,17 @@ impl LoadedModel {
     /// (`Llama::forward_batch`); `None` on candle's backends.
     pub fn kernel_llama(&self) -> Option<&sharemesh_kernels::llama::Llama> {
         self.weights.kernel_llama()
+    }
+
+    /// The model as the engine's continuous batching drives it: the kernels', or the
+    /// paged candle graph (llama, qwen2, qwen3 on any device); `None`: one job at a time.
+    pub(crate) fn batch_model(&self) -> Option<batch::BatchModel<'_>> {
+        self.weights.batch_model()
+    }
+
+    /// Whether jobs on it run in the engine's continuous batch.
+    pub fn batches(&self) -> bool {
+        self.batch_model().is_some()
     }
 
     /// Where and on what it runs, for reports: `cpu/sharemesh-kernels`, `cpu/candle`,

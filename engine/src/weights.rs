@@ -7,13 +7,12 @@ use std::path::Path;
 
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
-use candle_transformers::models::{
-    quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3,
-};
+use candle_transformers::models::quantized_phi3;
 use sharemesh_kernels::llama;
 
 use super::gemma3::Gemma3;
-use super::kernel_file::load_kernels;
+use super::kernel_file::{kernel_config, load_kernels};
+use super::paged::PagedLlama;
 use super::EngineError;
 
 /// Loaded weights for one architecture, with the KV cache of the job in progress.
@@ -21,10 +20,10 @@ pub enum Weights {
     /// sharemesh's own batch-invariant kernels (llama, qwen2, qwen3, phi3 and gemma3 on
     /// CPU; see `sharemesh-kernels`).
     Kernels(Box<KernelModel>),
-    Llama(quantized_llama::ModelWeights),
-    Qwen2(quantized_qwen2::ModelWeights),
-    Qwen3(quantized_qwen3::ModelWeights),
-    Phi3(quantized_phi3::ModelWeights),
+    /// llama, qwen2 and qwen3 on candle's tensors with a paged KV cache (the engine
+    /// batches it as it batches the kernels): CUDA, `SHAREMESH_KERNELS=candle`.
+    Paged(Box<PagedLlama>),
+    Phi3(Box<quantized_phi3::ModelWeights>),
     /// Our own Gemma 3 graph on candle's tensors (candle's has the wrong activation),
     /// where the kernels do not run (CUDA, `SHAREMESH_KERNELS=candle`).
     Gemma3(Box<Gemma3>),
@@ -166,17 +165,19 @@ impl Weights {
             return Err(EngineError::Unsupported(only_the_kernels_run(&missing)));
         }
         match architecture {
-            "llama" => quantized_llama::ModelWeights::from_gguf(ct, reader, device)
-                .map(Weights::Llama)
-                .map_err(corrupt),
-            "qwen2" => quantized_qwen2::ModelWeights::from_gguf(ct, reader, device)
-                .map(Weights::Qwen2)
-                .map_err(corrupt),
-            "qwen3" => quantized_qwen3::ModelWeights::from_gguf(ct, reader, device)
-                .map(Weights::Qwen3)
-                .map_err(corrupt),
+            "llama" | "qwen2" | "qwen3" => {
+                let config = kernel_config(&ct, architecture, rope_scale)?;
+                if !PagedLlama::runs(&config) {
+                    return Err(EngineError::Unsupported(only_the_kernels_run(
+                        "rope on part of each head",
+                    )));
+                }
+                PagedLlama::from_gguf(&ct, reader, config, device)
+                    .map(|m| Weights::Paged(Box::new(m)))
+                    .map_err(corrupt)
+            }
             "phi3" => quantized_phi3::ModelWeights::from_gguf(false, ct, reader, device)
-                .map(Weights::Phi3)
+                .map(|m| Weights::Phi3(Box::new(m)))
                 .map_err(corrupt),
             "gemma3" => Gemma3::from_gguf(&ct, reader, device)
                 .map(|m| Weights::Gemma3(Box::new(m)))
@@ -196,6 +197,17 @@ impl Weights {
     pub fn kernel_llama(&self) -> Option<&llama::Llama> {
         match self {
             Weights::Kernels(m) => Some(&m.model),
+            _ => None,
+        }
+    }
+
+    /// The model as the engine's continuous batching drives it (`None`: one job at a
+    /// time).
+    pub(crate) fn batch_model(&self) -> Option<crate::batch::BatchModel<'_>> {
+        use crate::batch::BatchModel;
+        match self {
+            Weights::Kernels(m) => Some(BatchModel::Kernels(&m.model)),
+            Weights::Paged(m) => Some(BatchModel::Paged(m)),
             _ => None,
         }
     }
@@ -239,9 +251,14 @@ impl Weights {
         position: usize,
         rows: usize,
     ) -> Result<Vec<f32>, EngineError> {
+        if let Weights::Paged(m) = self {
+            return m
+                .forward(tokens, position, rows)
+                .map_err(|e| EngineError::Inference(e.to_string()));
+        }
         let Weights::Kernels(m) = self else {
             return Err(EngineError::Unsupported(
-                "logits of many positions need the sharemesh kernels".into(),
+                "logits of many positions need the sharemesh kernels or the paged graph".into(),
             ));
         };
         let logits = m.model.forward_rows(tokens, position, rows).map_err(|e| {
@@ -260,9 +277,7 @@ impl Weights {
                 m.model.reset();
                 m.cached.clear();
             }
-            Weights::Llama(m) => m.clear_kv_cache(),
-            Weights::Qwen2(m) => m.clear_kv_cache(),
-            Weights::Qwen3(m) => m.clear_kv_cache(),
+            Weights::Paged(m) => m.reset(),
             // Its cache starts over at every run from position 0 (all a reset is for).
             Weights::Phi3(_) => {}
             Weights::Gemma3(m) => m.clear_kv_cache(),
@@ -286,15 +301,17 @@ impl Weights {
             m.cached.extend_from_slice(tokens);
             return Ok(logits);
         }
+        if let Weights::Paged(m) = self {
+            return m
+                .forward(tokens, position, 1)
+                .map_err(|e| EngineError::Inference(e.to_string()));
+        }
         let mut run = || -> candle_core::Result<Vec<f32>> {
             let input = Tensor::new(tokens, device)?.unsqueeze(0)?;
             let logits = match self {
-                Weights::Llama(m) => m.forward(&input, position)?,
-                Weights::Qwen2(m) => m.forward(&input, position)?,
-                Weights::Qwen3(m) => m.forward(&input, position)?,
                 Weights::Phi3(m) => m.forward(&input, position)?,
                 Weights::Gemma3(m) => m.forward(tokens, position)?,
-                Weights::Kernels(_) => unreachable!("answered above"),
+                Weights::Kernels(_) | Weights::Paged(_) => unreachable!("answered above"),
             };
             logits
                 .squeeze(0)?
@@ -400,6 +417,10 @@ pub(crate) fn candle_cannot_run(
     architecture: &str,
     rope_scale: f32,
 ) -> Option<String> {
+    // The paged graph reads both rope scalings (`crate::paged`).
+    if matches!(architecture, "llama" | "qwen2" | "qwen3") {
+        return None;
+    }
     if rope_scale != 1.0 {
         return Some("linear rope scaling".into());
     }

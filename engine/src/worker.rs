@@ -327,9 +327,9 @@ fn work_loop(
             match work {
                 Submission::Generate { request, events } => {
                     let committed = committed_tokens_of(&request);
-                    let batchable = models.iter().position(|m| {
-                        m.descriptor.id == request.model && m.kernel_llama().is_some()
-                    });
+                    let batchable = models
+                        .iter()
+                        .position(|m| m.descriptor.id == request.model && m.batches());
                     if let Some(model) = batchable {
                         batch.admit(&mut models, model, request, events, committed, counters);
                         continue;

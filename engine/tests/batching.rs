@@ -203,8 +203,18 @@ fn assert_solo(model: &mut LoadedModel, sequences: &[Sequence]) {
 /// text, end and logprobs it gets served alone.
 #[test]
 fn jobs_served_together_by_the_engine_match_their_solo_runs() {
-    let path = support::default_model_path();
-    let mut model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    served_together_match_solo(Backend::Kernels);
+}
+
+/// The same jobs on the paged candle graph (the CUDA backend's, here on candle's CPU
+/// device): batched steps give each job its solo run's tokens, text, end and logprobs.
+#[test]
+fn candle_jobs_served_together_match_their_solo_runs() {
+    served_together_match_solo(Backend::Candle);
+}
+
+fn served_together_match_solo(backend: Backend) {
+    let mut model = smollm2(backend);
     let id = model.descriptor.id;
     let job = |text: &str, sampling: Sampling, resume: Vec<u32>| GenerateRequest {
         model: id,
@@ -365,9 +375,44 @@ fn greedy_request(model: &LoadedModel, prompt: Prompt, max_tokens: u32) -> Gener
 }
 
 /// Bytes of KV cache for `blocks` blocks of the default model (30 layers, 3 KV heads of
-/// 64: keys and values of 16 positions).
+/// 64: keys and values of 16 positions) on the kernels.
 fn kv_blocks(blocks: usize) -> usize {
-    blocks * KvPool::new(30, 3, 64, 0).block_bytes()
+    Backend::Kernels.kv_blocks(blocks)
+}
+
+/// Which graph serves: the kernels (the CPU default) or the paged candle graph
+/// (`SHAREMESH_KERNELS=candle`; nextest runs each test in its own process).
+#[derive(Clone, Copy)]
+enum Backend {
+    Kernels,
+    Candle,
+}
+
+impl Backend {
+    /// Bytes of `blocks` KV blocks of the default model (the kernels keep f16 values,
+    /// candle's arena f32).
+    fn kv_blocks(self, blocks: usize) -> usize {
+        let pool = match self {
+            Backend::Kernels => KvPool::new(30, 3, 64, 0),
+            Backend::Candle => KvPool::elsewhere(30, 3, 64, 4, 0),
+        };
+        blocks * pool.block_bytes()
+    }
+}
+
+/// SmolLM2 on `backend`.
+fn smollm2(backend: Backend) -> LoadedModel {
+    if let Backend::Candle = backend {
+        std::env::set_var("SHAREMESH_KERNELS", "candle");
+    }
+    let path = support::default_model_path();
+    let model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    let expected = match backend {
+        Backend::Kernels => "cpu/sharemesh-kernels",
+        Backend::Candle => "cpu/candle",
+    };
+    assert_eq!(model.backend(), expected);
+    model
 }
 
 /// A KV budget too small for every job at once: decoding runs out of blocks, the
@@ -375,8 +420,18 @@ fn kv_blocks(blocks: usize) -> usize {
 /// exactly its solo tokens.
 #[test]
 fn jobs_preempted_for_kv_memory_resume_with_their_solo_tokens() {
-    let path = support::default_model_path();
-    let mut model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    preempted_jobs_keep_their_solo_tokens(Backend::Kernels);
+}
+
+/// Preemption on the paged candle graph: its blocks' values live in the graph's arena,
+/// the pool keeps the books, and a recomputed job continues with its solo tokens.
+#[test]
+fn candle_jobs_preempted_for_kv_memory_resume_with_their_solo_tokens() {
+    preempted_jobs_keep_their_solo_tokens(Backend::Candle);
+}
+
+fn preempted_jobs_keep_their_solo_tokens(backend: Backend) {
+    let mut model = smollm2(backend);
     let jobs: Vec<GenerateRequest> = [
         "Write a short poem about the sea.",
         "Tell me a story about a dragon.",
@@ -390,7 +445,7 @@ fn jobs_preempted_for_kv_memory_resume_with_their_solo_tokens() {
     // Each job reaches ~80 positions (6 blocks); 4 × 6 do not fit in 12.
     let settings = BatchSettings {
         max_batch: 4,
-        kv_memory_bytes: kv_blocks(12),
+        kv_memory_bytes: backend.kv_blocks(12),
     };
     let engine = Engine::spawn_with(vec![model], 8, settings);
     let (together, most_active) = serve_together(&engine, &jobs);
@@ -424,8 +479,19 @@ fn jobs_preempted_for_kv_memory_resume_with_their_solo_tokens() {
 /// another buyer does not.
 #[test]
 fn a_shared_prefix_is_reused_from_indexed_blocks() {
-    let path = support::default_model_path();
-    let mut model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-135m-instruct");
+    shared_prefix_is_reused(Backend::Kernels);
+}
+
+/// The paged candle graph reuses no prefix across jobs: its bits depend on how positions
+/// are split into steps, so a prefix another job computed would not be this job's solo
+/// (and a verifier's replay) bits. Each job computes its own and gets its solo tokens.
+#[test]
+fn candle_reuses_no_prefix_and_keeps_its_solo_tokens() {
+    shared_prefix_is_reused(Backend::Candle);
+}
+
+fn shared_prefix_is_reused(backend: Backend) {
+    let mut model = smollm2(backend);
     let system = "You are a careful assistant for a lighthouse museum. Answer in one short \
                   sentence, use plain words, and never invent dates, names or numbers.";
     let chat = |question: &str| system_chat(system, question);
@@ -444,9 +510,13 @@ fn a_shared_prefix_is_reused_from_indexed_blocks() {
         |request: &GenerateRequest| runtime.block_on(engine.complete(request.clone())).unwrap();
     let (a, b) = (run(&first), run(&second));
     assert_eq!(a.reused_tokens, 0);
+    let reusable = match backend {
+        Backend::Kernels => shared,
+        Backend::Candle => 0,
+    };
     assert_eq!(
-        b.reused_tokens as usize, shared,
-        "every common token is reused"
+        b.reused_tokens as usize, reusable,
+        "every common token is reused (on the kernels)"
     );
     assert_eq!((&a.token_ids, &b.token_ids), (&solo[0].0, &solo[1].0));
     // Another buyer (another salt) shares nothing, however alike the prompts.

@@ -608,15 +608,21 @@ fn a_header_bounds_the_memory_a_model_needs() {
     }
 }
 
-/// On the single-job path (candle: `SHAREMESH_KERNELS=candle`), a job whose consumer
-/// stops reading cannot hold the engine thread: after `CONSUMER_WAIT` with its channel
-/// full the job is given up (its stream ends), and the job queued behind it runs.
+/// On the single-job path (Gemma 3 on candle: `SHAREMESH_KERNELS=candle`; the llama
+/// family batches there too), a job whose consumer stops reading cannot hold the
+/// engine thread: after `CONSUMER_WAIT` with its channel full the job is given up (its
+/// stream ends), and the job queued behind it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_that_stops_reading_cannot_hold_the_single_job_engine() {
     use sharemesh_engine::{Engine, EngineEvent, TokenEngine, CONSUMER_WAIT};
     std::env::set_var("SHAREMESH_KERNELS", "candle");
-    let model = load();
+    let model = support::load(
+        &support::gemma3_model_path(),
+        support::GEMMA3_MODEL_ID,
+        "gemma3-270m",
+    );
     assert_eq!(model.backend(), "cpu/candle");
+    assert!(!model.batches(), "the single-job path");
     let id = model.descriptor.id;
     let engine = Engine::spawn(vec![model], 8);
     let request = |max_tokens| GenerateRequest {

@@ -58,35 +58,3 @@ fn qwen2_on_smollm2_weights_answers_like_the_llama_path() {
         assert_eq!(resumed.token_ids, full.token_ids, "resume at {cut}");
     }
 }
-
-/// candle's graphs read neither linear rope scaling nor `rope_freqs.weight`: a file that
-/// needs either is refused there by name rather than answered wrongly (the kernels run
-/// it: `tests/rope_scaling.rs`).
-#[test]
-fn candle_refuses_a_file_whose_rope_scaling_it_would_ignore() {
-    sharemesh_engine::set_threads(1);
-    std::env::set_var("SHAREMESH_KERNELS", "candle");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("smollm2-linear-2.gguf");
-    support::with_metadata(
-        &support::default_model_path(),
-        &path,
-        &[
-            (
-                "llama.rope.scaling.type",
-                candle_core::quantized::gguf_file::Value::String("linear".into()),
-            ),
-            (
-                "llama.rope.scaling.factor",
-                candle_core::quantized::gguf_file::Value::F32(2.0),
-            ),
-        ],
-    );
-    let id: ModelId = support::DEFAULT_MODEL_ID.parse().unwrap();
-    let err = LoadedModel::load(&path, id, "linear", Device::Cpu)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(err.contains("linear rope scaling"), "{err}");
-    assert!(err.contains("only the sharemesh kernels run"), "{err}");
-}

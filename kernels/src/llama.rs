@@ -263,7 +263,7 @@ mod kv;
 mod load;
 
 pub use batch::BatchEntry;
-pub use kv::{KvBlock, KvPool, SequenceCache, BLOCK_POSITIONS};
+pub use kv::{BlockCopy, KvBlock, KvPool, SequenceCache, BLOCK_POSITIONS};
 pub use load::Fetched;
 
 pub struct Llama {

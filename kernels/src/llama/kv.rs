@@ -6,9 +6,15 @@
 //!
 //! A block is never written while shared: a sequence that goes on writing into a
 //! shared, partly filled block (it continued a prefix ending mid-block) gets its own copy.
+//!
+//! The blocks' values live here (f16, for these kernels), or elsewhere: a pool made with
+//! [`KvPool::elsewhere`] only keeps the books — which blocks are live, which sequences
+//! hold them, sharing and copy-on-write — and numbers each block with a slot in
+//! `0..capacity`, so another backend (candle's graph, on a GPU) keeps the values in an
+//! arena of its own at that slot and the engine's batching runs unchanged on it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use half::f16;
 
@@ -26,9 +32,28 @@ struct PoolState {
     live: AtomicUsize,
     /// Values per block: layers × (keys, values) × KV heads × positions × head width.
     block_values: usize,
+    /// Bytes of one value where the blocks are kept.
+    value_bytes: usize,
     layers: usize,
     heads: usize,
     dim: usize,
+    /// For a pool whose values live elsewhere: the slots of dropped blocks, for reuse.
+    slots: Option<Mutex<Slots>>,
+}
+
+/// Slot numbers of a pool whose values live elsewhere: never two live blocks on one.
+#[derive(Default)]
+struct Slots {
+    free: Vec<u32>,
+    next: u32,
+}
+
+/// A block the backend must copy before the sequence writes into it: the values at
+/// slot `from` to slot `to` (a pool whose values live elsewhere; [`SequenceCache::reserve`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockCopy {
+    pub from: u32,
+    pub to: u32,
 }
 
 /// Where a model's KV blocks come from: at most `capacity` live at once.
@@ -41,16 +66,59 @@ impl KvPool {
     /// A pool for a model with `layers` layers of `heads` KV heads `dim` floats wide,
     /// holding at most `capacity` blocks.
     pub fn new(layers: usize, heads: usize, dim: usize, capacity: usize) -> Self {
+        Self::with_state(layers, heads, dim, capacity, VALUE_BYTES, None)
+    }
+
+    /// A pool that keeps only the books for blocks whose values another backend stores,
+    /// `value_bytes` each, at each block's [`KvBlock::slot`] (below `capacity`, which
+    /// must fit a `u32`).
+    pub fn elsewhere(
+        layers: usize,
+        heads: usize,
+        dim: usize,
+        value_bytes: usize,
+        capacity: usize,
+    ) -> Self {
+        let slots = Some(Mutex::new(Slots::default()));
+        Self::with_state(layers, heads, dim, capacity, value_bytes, slots)
+    }
+
+    fn with_state(
+        layers: usize,
+        heads: usize,
+        dim: usize,
+        capacity: usize,
+        value_bytes: usize,
+        slots: Option<Mutex<Slots>>,
+    ) -> Self {
         Self {
             state: Arc::new(PoolState {
                 capacity,
                 live: AtomicUsize::new(0),
                 block_values: layers * 2 * heads * BLOCK_POSITIONS * dim,
+                value_bytes,
                 layers,
                 heads,
                 dim,
+                slots,
             }),
         }
+    }
+
+    /// Whether anything besides this handle holds the pool (another handle, a
+    /// sequence, a block): a backend's arena for a pool nobody else holds can go.
+    pub fn held_elsewhere(&self) -> bool {
+        Arc::strong_count(&self.state) > 1
+    }
+
+    /// Whether the blocks' values live elsewhere ([`Self::elsewhere`]).
+    pub fn is_elsewhere(&self) -> bool {
+        self.state.slots.is_some()
+    }
+
+    /// (layers, KV heads, head width) of the model this pool is shaped for.
+    pub fn shape(&self) -> (usize, usize, usize) {
+        (self.state.layers, self.state.heads, self.state.dim)
     }
 
     /// Blocks this pool may hold.
@@ -70,7 +138,7 @@ impl KvPool {
 
     /// Bytes of one block.
     pub fn block_bytes(&self) -> usize {
-        self.state.block_values * VALUE_BYTES
+        self.state.block_values * self.state.value_bytes
     }
 
     /// Blocks a sequence of `positions` positions holds.
@@ -102,8 +170,20 @@ impl KvPool {
                 capacity: state.capacity,
             });
         }
+        let (data, slot) = match &state.slots {
+            None => (vec![f16::ZERO; state.block_values].into_boxed_slice(), None),
+            Some(slots) => {
+                let mut slots = slots.lock().unwrap_or_else(|e| e.into_inner());
+                let slot = slots.free.pop().unwrap_or_else(|| {
+                    slots.next += 1;
+                    slots.next - 1
+                });
+                (Box::default(), Some(slot))
+            }
+        };
         Ok(KvBlock {
-            data: vec![f16::ZERO; state.block_values].into_boxed_slice(),
+            data,
+            slot,
             state: Arc::clone(state),
         })
     }
@@ -124,12 +204,26 @@ impl KvPool {
 /// memory traffic that bounds long contexts and batched decoding — and the positions a
 /// KV budget holds. Every reader widens them exactly, so all builds see the same values.
 pub struct KvBlock {
+    /// Empty where the values live elsewhere.
     data: Box<[f16]>,
+    /// Where another backend keeps this block's values ([`KvPool::elsewhere`]).
+    slot: Option<u32>,
     state: Arc<PoolState>,
+}
+
+impl KvBlock {
+    /// The slot of a block whose values live elsewhere (`None` in a pool of its own).
+    pub fn slot(&self) -> Option<u32> {
+        self.slot
+    }
 }
 
 impl Drop for KvBlock {
     fn drop(&mut self) {
+        if let (Some(slot), Some(slots)) = (self.slot, &self.state.slots) {
+            let mut slots = slots.lock().unwrap_or_else(|e| e.into_inner());
+            slots.free.push(slot);
+        }
         self.state.live.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -248,23 +342,35 @@ impl SequenceCache {
                 .is_some_and(|b| Arc::strong_count(b) > 1)
     }
 
-    pub(super) fn pool(&self) -> &KvPool {
+    /// The pool its blocks come from.
+    pub fn pool(&self) -> &KvPool {
         &self.pool
     }
 
     /// Makes room for `tokens` more positions: copies a shared tail block, takes new
-    /// blocks. The caller checked the pool has [`Self::blocks_needed`] free.
-    pub(super) fn reserve(&mut self, tokens: usize) -> Result<(), KernelError> {
+    /// blocks. The caller checked the pool has [`Self::blocks_needed`] free. Where the
+    /// values live elsewhere, the copy is the caller's to make: it is returned.
+    pub fn reserve(&mut self, tokens: usize) -> Result<Option<BlockCopy>, KernelError> {
+        let mut moved = None;
         if tokens > 0 && self.shared_tail() {
             let tail = self.positions / BLOCK_POSITIONS;
             let mut copy = self.pool.take_block()?;
             copy.data.copy_from_slice(&self.blocks[tail].data);
+            if let (Some(from), Some(to)) = (self.blocks[tail].slot, copy.slot) {
+                moved = Some(BlockCopy { from, to });
+            }
             self.blocks[tail] = Arc::new(copy);
         }
         while self.blocks.len() < KvPool::blocks_for(self.positions + tokens) {
             self.blocks.push(Arc::new(self.pool.take_block()?));
         }
-        Ok(())
+        Ok(moved)
+    }
+
+    /// The slot of each block held, in position order (a pool whose values live
+    /// elsewhere; empty otherwise).
+    pub fn slots(&self) -> Vec<u32> {
+        self.blocks.iter().filter_map(|b| b.slot).collect()
     }
 
     /// Stores the key and value of `position` (reserved, not shared) in `layer`.
@@ -292,14 +398,20 @@ impl SequenceCache {
         self.blocks[position / BLOCK_POSITIONS].row(layer, VALUES, head, slot)
     }
 
-    pub(super) fn advance(&mut self, tokens: usize) {
+    /// Counts `tokens` more positions as cached (reserved, and written by the
+    /// backend that keeps the values).
+    pub fn advance(&mut self, tokens: usize) {
         self.positions += tokens;
+        debug_assert!(self.positions <= self.blocks.len() * BLOCK_POSITIONS);
     }
 
     /// Whether this cache has the shape of `config`'s pools.
     pub(super) fn fits(&self, config: &LlamaConfig) -> bool {
         let state = &self.pool.state;
-        (state.layers, state.heads, state.dim) == (config.layers, config.kv_heads, config.head_dim)
+        // Blocks whose values live elsewhere hold none here for the kernels to read.
+        !self.pool.is_elsewhere()
+            && (state.layers, state.heads, state.dim)
+                == (config.layers, config.kv_heads, config.head_dim)
     }
 }
 
@@ -382,6 +494,53 @@ mod tests {
                 .map(|(x, _)| x.to_bits())
         });
         assert_eq!(mismatch, None, "f32 bits {mismatch:x?} round differently");
+    }
+
+    #[test]
+    fn blocks_kept_elsewhere_get_distinct_slots_reused_once_dropped() {
+        let pool = KvPool::elsewhere(2, 2, 3, 4, 4);
+        assert_eq!(pool.block_bytes(), 2 * 2 * 2 * BLOCK_POSITIONS * 3 * 4);
+        let mut first = pool.new_sequence();
+        assert_eq!(first.reserve(40).unwrap(), None);
+        first.advance(40);
+        assert_eq!(first.slots(), [0, 1, 2]);
+        // Continuing 18 positions (mid-block) shares two blocks and copies the second
+        // before writing: the copy is the backend's to make.
+        let mut second = SequenceCache::from_prefix(&pool, first.blocks.clone(), 18).unwrap();
+        assert_eq!(
+            second.reserve(1).unwrap(),
+            Some(BlockCopy { from: 1, to: 3 })
+        );
+        second.advance(1);
+        assert_eq!(second.slots(), [0, 3]);
+        assert_eq!(pool.free(), 0);
+        drop(first);
+        assert_eq!(pool.in_use(), 2, "the shared first block is still held");
+        let mut third = pool.new_sequence();
+        assert_eq!(third.reserve(32).unwrap(), None);
+        let mut reused = third.slots();
+        reused.sort_unstable();
+        assert_eq!(reused, [1, 2], "dropped slots are reused");
+        third.advance(32);
+        assert!(third.reserve(1).is_err(), "the pool is full");
+        let config = LlamaConfig {
+            neox_rope: false,
+            hidden: 6,
+            feed_forward: 6,
+            layers: 2,
+            heads: 2,
+            kv_heads: 2,
+            head_dim: 3,
+            rope_dimensions: 3,
+            rope_base: 10_000.0,
+            rope_scale: 1.0,
+            norm_eps: 1e-5,
+            context: 64,
+            head_norms: false,
+            gemma: None,
+        };
+        assert!(!third.fits(&config), "the kernels hold no values for it");
+        assert!(KvPool::new(2, 2, 3, 1).new_sequence().fits(&config));
     }
 
     #[test]
