@@ -52,7 +52,7 @@ pub(crate) enum BatchModel<'a> {
 
 impl BatchModel<'_> {
     /// A pool of at most `blocks` KV blocks for this model's sequences.
-    fn kv_pool(self, blocks: usize) -> KvPool {
+    pub(crate) fn kv_pool(self, blocks: usize) -> KvPool {
         match self {
             BatchModel::Kernels(llama) => llama.kv_pool(blocks),
             BatchModel::Paged(paged) => paged.kv_pool(blocks),
@@ -71,7 +71,10 @@ impl BatchModel<'_> {
     }
 
     /// One step of the entries together; each one's logits after its last token.
-    fn forward_batch(self, entries: &mut [BatchEntry<'_>]) -> Result<Vec<Vec<f32>>, String> {
+    pub(crate) fn forward_batch(
+        self,
+        entries: &mut [BatchEntry<'_>],
+    ) -> Result<Vec<Vec<f32>>, String> {
         match self {
             BatchModel::Kernels(llama) => llama.forward_batch(entries).map_err(|e| e.to_string()),
             BatchModel::Paged(paged) => paged.forward_batch(entries).map_err(|e| e.to_string()),

@@ -370,24 +370,24 @@ impl LoadedModel {
         Ok(logits)
     }
 
-    /// Aggregate tokens per second of `streams` sequences decoding together on the
-    /// kernels (each first prefilled with `prompt`), over `steps` batched decode steps:
-    /// what a provider serving that many jobs at once makes. `None` off the kernels.
+    /// Aggregate tokens per second of `streams` sequences decoding together (each first
+    /// prefilled with `prompt`), over `steps` batched decode steps: what a provider
+    /// serving that many jobs at once makes. `None` for a model that does not batch.
     pub fn measure_batch(
         &self,
         prompt: &[u32],
         streams: usize,
         steps: usize,
     ) -> Result<Option<f64>, EngineError> {
-        let Some(llama) = self.kernel_llama() else {
+        let Some(model) = self.batch_model() else {
             return Ok(None);
         };
         if prompt.is_empty() || streams == 0 || steps == 0 {
             return Err(EngineError::BadRequest("nothing to measure".into()));
         }
-        let inference =
-            |err: sharemesh_kernels::KernelError| EngineError::Inference(err.to_string());
-        let pool = llama.kv_pool(usize::MAX);
+        self.bind_device_to_thread()?;
+        let blocks = streams.saturating_mul(KvPool::blocks_for(prompt.len() + steps));
+        let pool = model.kv_pool(blocks);
         let mut caches: Vec<SequenceCache> = (0..streams).map(|_| pool.new_sequence()).collect();
         for cache in &mut caches {
             let entry = BatchEntry {
@@ -395,7 +395,9 @@ impl LoadedModel {
                 cache,
                 tokens: prompt,
             };
-            llama.forward_batch(&mut [entry]).map_err(inference)?;
+            model
+                .forward_batch(&mut [entry])
+                .map_err(EngineError::Inference)?;
         }
         let started = std::time::Instant::now();
         for step in 0..steps {
@@ -408,7 +410,9 @@ impl LoadedModel {
                     tokens: &token,
                 })
                 .collect();
-            llama.forward_batch(&mut entries).map_err(inference)?;
+            model
+                .forward_batch(&mut entries)
+                .map_err(EngineError::Inference)?;
         }
         let seconds = started.elapsed().as_secs_f64().max(1e-9);
         Ok(Some((steps * streams) as f64 / seconds))

@@ -76,6 +76,11 @@ pub struct BenchArgs {
     pub tokens: u32,
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
+    /// Also measure the aggregate decode speed of this many streams decoding together,
+    /// each count in turn (`1,8,32`; models that batch: the kernels', candle's llama
+    /// family)
+    #[arg(long, value_delimiter = ',')]
+    pub streams: Vec<usize>,
     #[arg(long)]
     pub json: bool,
 }
@@ -242,6 +247,16 @@ pub struct BenchResult {
     pub generated_tokens: u32,
     pub prefill_tokens_per_second: f64,
     pub generation_tokens_per_second: f64,
+    /// `--streams`: aggregate decode speed per stream count.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub batched: Vec<BatchedSpeed>,
+}
+
+/// Tokens per second of `streams` sequences decoding together, all of them counted.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BatchedSpeed {
+    pub streams: usize,
+    pub tokens_per_second: f64,
 }
 
 /// Runs the benchmark prompt `runs` times with `tokens` greedy tokens (min_tokens:
@@ -303,12 +318,27 @@ pub fn measure_with(
         generated_tokens: last.generated_tokens,
         prefill_tokens_per_second: median(&mut prefill),
         generation_tokens_per_second: median(&mut decode),
+        batched: Vec::new(),
     })
 }
 
 pub fn bench(data_dir: &Path, args: BenchArgs) -> Result<()> {
     let mut model = load_model(data_dir, &args.model)?;
-    let result = measure(&mut model, args.tokens, args.runs)?;
+    let mut result = measure(&mut model, args.tokens, args.runs)?;
+    if !args.streams.is_empty() {
+        let prompt = model.prompt_tokens(&Prompt::Text(BENCH_PROMPT.into()))?;
+        for &streams in &args.streams {
+            let Some(tokens_per_second) =
+                model.measure_batch(&prompt, streams, args.tokens as usize)?
+            else {
+                anyhow::bail!("{} does not batch on {}", result.model, result.backend);
+            };
+            result.batched.push(BatchedSpeed {
+                streams,
+                tokens_per_second,
+            });
+        }
+    }
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
     } else {
@@ -322,6 +352,12 @@ pub fn bench(data_dir: &Path, args: BenchArgs) -> Result<()> {
             result.generated_tokens,
             args.runs
         );
+        for figure in &result.batched {
+            println!(
+                "  {} streams together: {:.1} tok/s in all",
+                figure.streams, figure.tokens_per_second
+            );
+        }
     }
     Ok(())
 }

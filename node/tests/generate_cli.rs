@@ -103,3 +103,58 @@ fn cli_resume_at_two_threads_is_exact() {
         assert_eq!(run(&full[..cut]), full, "resume at {cut}");
     }
 }
+
+/// `bench --streams` measures the aggregate decode speed of several streams decoding
+/// together (what `scripts/check-cuda` reports per GPU), one figure per count, on the
+/// kernels and on candle's paged graph; a count of zero is a clear error.
+#[test]
+fn bench_measures_streams_decoding_together() {
+    let path = common::default_model_path();
+    let data = tempfile::tempdir().unwrap();
+    let run = |backend: &str, streams: &str| {
+        Command::new(common::sharemesh_bin())
+            .env("SHAREMESH_KERNELS", backend)
+            .arg("--data-dir")
+            .arg(data.path())
+            .args([
+                "bench",
+                "--tokens",
+                "4",
+                "--runs",
+                "1",
+                "--json",
+                "--threads",
+                "2",
+            ])
+            .args(["--streams", streams, "--model"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    for (backend, shown) in [
+        ("kernels", "cpu/sharemesh-kernels"),
+        ("candle", "cpu/candle"),
+    ] {
+        let out = run(backend, "1,3");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(result["backend"], shown);
+        let batched = result["batched"].as_array().unwrap();
+        let counts: Vec<u64> = batched
+            .iter()
+            .map(|b| b["streams"].as_u64().unwrap())
+            .collect();
+        assert_eq!(counts, [1, 3]);
+        assert!(batched
+            .iter()
+            .all(|b| b["tokens_per_second"].as_f64().unwrap() > 0.0));
+    }
+    let out = run("kernels", "0");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing to measure"), "{err}");
+}
