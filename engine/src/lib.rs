@@ -51,9 +51,7 @@ pub use seam::{BatchCapacity, EngineEvent, ReplayAnswer, TokenEngine, EVENT_BUFF
 pub use sharemesh_kernels::llama::{BatchEntry, KvPool, SequenceCache, BLOCK_POSITIONS};
 use sharemesh_tokenizer::{TokenizerError, Vocabulary};
 use weights::Weights;
-pub use worker::{
-    BatchSettings, Engine, CONSUMER_WAIT, DEFAULT_KV_MEMORY_BYTES, DEFAULT_MAX_BATCH,
-};
+pub use worker::{BatchSettings, Engine, DEFAULT_KV_MEMORY_BYTES, DEFAULT_MAX_BATCH};
 
 impl From<TokenizerError> for EngineError {
     fn from(err: TokenizerError) -> Self {

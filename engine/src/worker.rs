@@ -360,31 +360,62 @@ fn committed_tokens_of(request: &GenerateRequest) -> usize {
     (request.sampling.max_tokens as usize).saturating_sub(request.resume.len())
 }
 
-/// How long the single-job path waits for a job's consumer to take an event before it
-/// gives the job up: the engine thread runs that one job at a time, so a consumer that
-/// stops reading (a provider waiting on a buyer that does not pay) would otherwise hold
-/// every other job behind it.
-pub const CONSUMER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// A single-job run's events on their way to its consumer: sent at once where the
+/// channel has room and queued here where it has not, so the engine thread never waits
+/// on a consumer (one that stops reading — a provider waiting on a buyer that does not
+/// pay — would otherwise hold every job behind it). What is left when the job ends is
+/// delivered by a thread of its own as the consumer reads, ending when the consumer
+/// does; a job's queue is bounded by its tokens.
+struct Outbox<'a> {
+    events: &'a mpsc::Sender<EngineEvent>,
+    queued: std::collections::VecDeque<EngineEvent>,
+}
 
-/// Hands `event` to the job's consumer, waiting at most `limit` for room; `false` when
-/// the consumer is gone or did not make room in time.
-fn send_within(
-    events: &mpsc::Sender<EngineEvent>,
-    mut event: EngineEvent,
-    limit: std::time::Duration,
-) -> bool {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        match events.try_send(event) {
-            Ok(()) => return true,
-            Err(mpsc::error::TrySendError::Closed(_)) => return false,
-            Err(mpsc::error::TrySendError::Full(back)) => {
-                if std::time::Instant::now() >= deadline {
+impl<'a> Outbox<'a> {
+    fn new(events: &'a mpsc::Sender<EngineEvent>) -> Self {
+        Self {
+            events,
+            queued: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Queues `event` and sends what the channel takes; `false` when the consumer is
+    /// gone.
+    fn send(&mut self, event: EngineEvent) -> bool {
+        self.queued.push_back(event);
+        while let Some(event) = self.queued.pop_front() {
+            match self.events.try_send(event) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(event)) => {
+                    self.queued.push_front(event);
+                    return true;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    self.queued.clear();
                     return false;
                 }
-                event = back;
-                std::thread::sleep(std::time::Duration::from_millis(1));
             }
+        }
+        true
+    }
+
+    /// Hands what the consumer has not taken yet to a delivering thread.
+    fn finish(self) {
+        if self.queued.is_empty() {
+            return;
+        }
+        let (events, queued) = (self.events.clone(), self.queued);
+        let spawned = std::thread::Builder::new()
+            .name("engine-outbox".into())
+            .spawn(move || {
+                for event in queued {
+                    if events.blocking_send(event).is_err() {
+                        return; // The consumer is gone.
+                    }
+                }
+            });
+        if let Err(err) = spawned {
+            tracing::warn!(%err, "could not start a thread to deliver a finished job's events");
         }
     }
 }
@@ -394,38 +425,33 @@ fn run_job(
     request: GenerateRequest,
     events: &mpsc::Sender<EngineEvent>,
 ) {
-    let send = |event| send_within(events, event, CONSUMER_WAIT);
+    let mut outbox = Outbox::new(events);
     let Some(model) = models.iter_mut().find(|m| m.descriptor.id == request.model) else {
-        send(EngineEvent::Failed(EngineError::UnknownModel(
+        outbox.send(EngineEvent::Failed(EngineError::UnknownModel(
             request.model,
         )));
-        return;
+        return outbox.finish();
     };
     // Announce the job (with its prompt size) before the prefill, so the buyer hears
     // back at once; a prompt that does not tokenise fails here with the reason.
     let prompt_tokens = match model.prompt_tokens(&request.prompt) {
         Ok(tokens) => tokens.len() as u32,
         Err(err) => {
-            send(EngineEvent::Failed(err));
-            return;
+            outbox.send(EngineEvent::Failed(err));
+            return outbox.finish();
         }
     };
-    if !send(EngineEvent::Started { prompt_tokens }) {
+    if !outbox.send(EngineEvent::Started { prompt_tokens }) {
         return;
     }
-    let mut abandoned = false;
+    // A consumer that went away cancels the job; one that is slow never holds it.
     let result = model.generate(&request, |event| {
-        abandoned = !send(EngineEvent::Token(event.clone()));
-        !abandoned
+        outbox.send(EngineEvent::Token(event.clone()))
     });
-    if abandoned {
-        // Dropping the sender ends the consumer's stream; the engine moves on.
-        tracing::warn!(model = %request.model, "a job's consumer stopped reading; job given up");
-        return;
-    }
     let last = match result {
         Ok(generation) => EngineEvent::Finished(generation),
         Err(err) => EngineEvent::Failed(err),
     };
-    send(last);
+    outbox.send(last);
+    outbox.finish();
 }

@@ -609,12 +609,13 @@ fn a_header_bounds_the_memory_a_model_needs() {
 }
 
 /// On the single-job path (Gemma 3 on candle: `SHAREMESH_KERNELS=candle`; the llama
-/// family batches there too), a job whose consumer stops reading cannot hold the
-/// engine thread: after `CONSUMER_WAIT` with its channel full the job is given up (its
-/// stream ends), and the job queued behind it runs.
+/// family batches there too), a job whose consumer stops reading never holds the
+/// engine thread: its events queue beside the channel, the job runs to its end, and
+/// the job queued behind it runs and finishes while the first one's consumer has
+/// still read nothing. The first one's events all arrive, in order, once it reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_that_stops_reading_cannot_hold_the_single_job_engine() {
-    use sharemesh_engine::{Engine, EngineEvent, TokenEngine, CONSUMER_WAIT};
+    use sharemesh_engine::{Engine, EngineEvent, TokenEngine, EVENT_BUFFER};
     std::env::set_var("SHAREMESH_KERNELS", "candle");
     let model = support::load(
         &support::gemma3_model_path(),
@@ -637,9 +638,10 @@ async fn a_consumer_that_stops_reading_cannot_hold_the_single_job_engine() {
         interruptible: false,
         prefix_salt: [0; 32],
     };
-    // Never read: its channel fills after EVENT_BUFFER events.
-    let mut stuck = engine.submit(request(200)).unwrap();
-    let started = std::time::Instant::now();
+    // Not read until the job behind it finished: its channel fills after EVENT_BUFFER
+    // events.
+    let stuck_tokens = 2 * EVENT_BUFFER as u32;
+    let mut stuck = engine.submit(request(stuck_tokens)).unwrap();
     let mut behind = engine.submit(request(4)).unwrap();
     let finished = loop {
         match behind.recv().await {
@@ -650,16 +652,23 @@ async fn a_consumer_that_stops_reading_cannot_hold_the_single_job_engine() {
         }
     };
     assert_eq!(finished.token_ids.len(), 4);
-    let waited = started.elapsed();
-    assert!(waited < CONSUMER_WAIT * 4, "{waited:?}");
-    // The stuck job's stream holds what fitted, then ends without a finish.
-    let mut got = 0;
+    assert_eq!(
+        stuck.len(),
+        EVENT_BUFFER,
+        "nothing of the first job was read yet"
+    );
+    let (mut tokens, mut ended) = (Vec::new(), None);
     while let Some(event) = stuck.recv().await {
-        assert!(
-            !matches!(event, EngineEvent::Finished(_)),
-            "it was given up"
-        );
-        got += 1;
+        match event {
+            EngineEvent::Token(token) => tokens.push(token.index),
+            EngineEvent::Finished(generation) => ended = Some(generation),
+            EngineEvent::Failed(err) => panic!("{err}"),
+            EngineEvent::Started { .. } => {}
+        }
     }
-    assert!(got <= sharemesh_engine::EVENT_BUFFER, "{got}");
+    assert_eq!(tokens, (0..stuck_tokens).collect::<Vec<_>>());
+    assert_eq!(
+        ended.expect("finished").token_ids.len(),
+        stuck_tokens as usize
+    );
 }
