@@ -34,10 +34,6 @@ impl EmbeddingRows {
         &self.table
     }
 
-    pub(crate) fn row_bytes(&self) -> usize {
-        self.row_bytes
-    }
-
     /// Rows in the table.
     pub(crate) fn vocab(&self) -> usize {
         self.table.shape().dims().first().copied().unwrap_or(0)

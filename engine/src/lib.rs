@@ -15,7 +15,6 @@ pub mod cheat;
 pub mod check;
 mod embedding;
 mod fair;
-mod gemma3;
 mod generate;
 mod kernel_file;
 mod paged;
@@ -95,8 +94,8 @@ pub enum EngineError {
 }
 
 /// The candle profile's arithmetic version: candle's release (0.11), then the revision
-/// of sharemesh's own candle graphs (1: the paged llama graph, `paged.rs`, replaced
-/// candle-transformers' llama/qwen2/qwen3, whose bits were not these).
+/// of sharemesh's own candle graphs (1: the paged graph, `paged/`, replaced
+/// candle-transformers' llama/qwen2/qwen3 and the single-job Gemma 3 graph).
 pub const CANDLE_ARITHMETIC_VERSION: &str = "0.11.1";
 
 /// Logit rows a replay computes per forward pass (bounds its memory: rows × vocab f32).

@@ -10,7 +10,6 @@ use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_phi3;
 use sharemesh_kernels::llama;
 
-use super::gemma3::Gemma3;
 use super::kernel_file::{kernel_config, load_kernels};
 use super::paged::PagedLlama;
 use super::EngineError;
@@ -20,13 +19,10 @@ pub enum Weights {
     /// sharemesh's own batch-invariant kernels (llama, qwen2, qwen3, phi3 and gemma3 on
     /// CPU; see `sharemesh-kernels`).
     Kernels(Box<KernelModel>),
-    /// llama, qwen2 and qwen3 on candle's tensors with a paged KV cache (the engine
-    /// batches it as it batches the kernels): CUDA, `SHAREMESH_KERNELS=candle`.
+    /// llama, qwen2, qwen3, gemma2 and gemma3 on candle's tensors with a paged KV cache
+    /// (the engine batches it as it batches the kernels): CUDA, `SHAREMESH_KERNELS=candle`.
     Paged(Box<PagedLlama>),
     Phi3(Box<quantized_phi3::ModelWeights>),
-    /// Our own Gemma 3 graph on candle's tensors (candle's has the wrong activation),
-    /// where the kernels do not run (CUDA, `SHAREMESH_KERNELS=candle`).
-    Gemma3(Box<Gemma3>),
 }
 
 /// The kernels' model and the tokens its KV cache holds, so the next job can reuse a
@@ -165,7 +161,7 @@ impl Weights {
             return Err(EngineError::Unsupported(only_the_kernels_run(&missing)));
         }
         match architecture {
-            "llama" | "qwen2" | "qwen3" => {
+            "llama" | "qwen2" | "qwen3" | "gemma2" | "gemma3" => {
                 let config = kernel_config(&ct, architecture, rope_scale)?;
                 if !PagedLlama::runs(&config) {
                     return Err(EngineError::Unsupported(only_the_kernels_run(
@@ -178,9 +174,6 @@ impl Weights {
             }
             "phi3" => quantized_phi3::ModelWeights::from_gguf(false, ct, reader, device)
                 .map(|m| Weights::Phi3(Box::new(m)))
-                .map_err(corrupt),
-            "gemma3" => Gemma3::from_gguf(&ct, reader, device)
-                .map(|m| Weights::Gemma3(Box::new(m)))
                 .map_err(corrupt),
             other => Err(EngineError::Unsupported(unsupported_architecture(other))),
         }
@@ -280,7 +273,6 @@ impl Weights {
             Weights::Paged(m) => m.reset(),
             // Its cache starts over at every run from position 0 (all a reset is for).
             Weights::Phi3(_) => {}
-            Weights::Gemma3(m) => m.clear_kv_cache(),
         }
     }
 
@@ -310,7 +302,6 @@ impl Weights {
             let input = Tensor::new(tokens, device)?.unsqueeze(0)?;
             let logits = match self {
                 Weights::Phi3(m) => m.forward(&input, position)?,
-                Weights::Gemma3(m) => m.forward(tokens, position)?,
                 Weights::Kernels(_) | Weights::Paged(_) => unreachable!("answered above"),
             };
             logits
@@ -328,13 +319,11 @@ pub(crate) const KERNEL_ARCHITECTURES: [&str; 6] =
     ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"];
 /// Architectures with a candle graph here (`Weights::load`'s arms), for CUDA or
 /// `SHAREMESH_KERNELS=candle`.
-pub(crate) const CANDLE_ARCHITECTURES: [&str; 5] = ["llama", "qwen2", "qwen3", "phi3", "gemma3"];
+pub(crate) const CANDLE_ARCHITECTURES: [&str; 6] =
+    ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"];
 
 pub(crate) fn unsupported_architecture(architecture: &str) -> String {
-    format!(
-        "architecture `{architecture}` (supported: llama, qwen2, qwen3, phi3, gemma2 on the \
-         sharemesh kernels, gemma3)"
-    )
+    format!("architecture `{architecture}` (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)")
 }
 
 pub(crate) fn only_the_kernels_run(missing: &str) -> String {
@@ -417,15 +406,15 @@ pub(crate) fn candle_cannot_run(
     architecture: &str,
     rope_scale: f32,
 ) -> Option<String> {
-    // The paged graph reads both rope scalings (`crate::paged`).
-    if matches!(architecture, "llama" | "qwen2" | "qwen3") {
+    // The paged graph reads both rope scalings and Gemma 2's soft caps (`crate::paged`).
+    if matches!(
+        architecture,
+        "llama" | "qwen2" | "qwen3" | "gemma2" | "gemma3"
+    ) {
         return None;
     }
     if rope_scale != 1.0 {
         return Some("linear rope scaling".into());
-    }
-    if architecture == "gemma2" {
-        return Some("Gemma 2's soft-capped attention (no candle graph here)".into());
     }
     if architecture == "phi3" {
         let number = |key: &str| {

@@ -374,6 +374,46 @@ fn greedy_request(model: &LoadedModel, prompt: Prompt, max_tokens: u32) -> Gener
     }
 }
 
+/// Gemma 3 on the paged candle graph (q/k norms, GELU, post-norms, sliding-window
+/// layers with their own rotary base, dense f32 weights; the graph a GPU provider
+/// serves the catalog's Gemma with): jobs served together — prefilling beside others'
+/// decoding, one of them resumed — equal their solo runs.
+#[test]
+fn candle_gemma_jobs_served_together_match_their_solo_runs() {
+    std::env::set_var("SHAREMESH_KERNELS", "candle");
+    let path = support::gemma3_model_path();
+    let mut model = support::load(&path, support::GEMMA3_MODEL_ID, "gemma3-270m");
+    assert_eq!(model.backend(), "cpu/candle");
+    let id = model.descriptor.id;
+    let job = |text: &str, max_tokens: u32, resume: Vec<u32>| GenerateRequest {
+        resume,
+        ..GenerateRequest::greedy(id, user(text), max_tokens)
+    };
+    let story = model
+        .generate(&job("Tell me a story about a dragon.", 10, vec![]), |_| {
+            true
+        })
+        .unwrap();
+    let jobs = vec![
+        job("Tell me a story about a dragon.", 10, vec![]),
+        job("What is 2 + 2?", 6, vec![]),
+        job(
+            "Tell me a story about a dragon.",
+            10,
+            story.token_ids[..4].to_vec(),
+        ),
+        job("Name three colours.", 8, vec![]),
+    ];
+    let solo = solo_runs(&mut model, &jobs);
+    assert_eq!(solo[2].0, solo[0].0, "the resumed story is the story");
+    let engine = Engine::spawn(vec![model], 8);
+    let (together, most_active) = serve_together(&engine, &jobs);
+    assert!(most_active > 1, "the jobs never ran together");
+    for (i, (alone, batched)) in solo.iter().zip(&together).enumerate() {
+        assert_eq!(alone, batched, "job {i}");
+    }
+}
+
 /// Bytes of KV cache for `blocks` blocks of the default model (30 layers, 3 KV heads of
 /// 64: keys and values of 16 positions) on the kernels.
 fn kv_blocks(blocks: usize) -> usize {

@@ -608,8 +608,8 @@ fn a_header_bounds_the_memory_a_model_needs() {
     }
 }
 
-/// On the single-job path (Gemma 3 on candle: `SHAREMESH_KERNELS=candle`; the llama
-/// family batches there too), a job whose consumer stops reading never holds the
+/// On the single-job path (phi3 on candle: `SHAREMESH_KERNELS=candle`; every other
+/// architecture batches there too), a job whose consumer stops reading never holds the
 /// engine thread: its events queue beside the channel, the job runs to its end, and
 /// the job queued behind it runs and finishes while the first one's consumer has
 /// still read nothing. The first one's events all arrive, in order, once it reads.
@@ -617,11 +617,10 @@ fn a_header_bounds_the_memory_a_model_needs() {
 async fn a_consumer_that_stops_reading_cannot_hold_the_single_job_engine() {
     use sharemesh_engine::{Engine, EngineEvent, TokenEngine, EVENT_BUFFER};
     std::env::set_var("SHAREMESH_KERNELS", "candle");
-    let model = support::load(
-        &support::gemma3_model_path(),
-        support::GEMMA3_MODEL_ID,
-        "gemma3-270m",
-    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("smollm2-as-phi3.gguf");
+    support::qwen2::write_phi3_from_llama(&support::default_model_path(), &path);
+    let model = support::load(&path, support::DEFAULT_MODEL_ID, "smollm2-as-phi3");
     assert_eq!(model.backend(), "cpu/candle");
     assert!(!model.batches(), "the single-job path");
     let id = model.descriptor.id;

@@ -80,3 +80,28 @@ fn gemma2_soft_caps_bound_the_logits_and_shape_attention() {
         "the attention cap is applied"
     );
 }
+
+/// Gemma 2 on the paged candle graph (soft-capped attention scores and output logits,
+/// every other layer sliding, no q/k norms; refused on candle before this graph): the
+/// same file gives llama.cpp's greedy ids wherever llama.cpp's own margin is not a
+/// near-tie (`greedy_against_llama_cpp` checks each parting), and its first step's
+/// logits stay near the kernels'.
+#[test]
+fn gemma2_on_candle_answers_like_llama_cpp() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = gemma2_file(dir.path());
+    let mut kernels = load(&path);
+    std::env::set_var("SHAREMESH_KERNELS", "candle");
+    let mut candle = load(&path);
+    assert_eq!(candle.backend(), "cpu/candle");
+    let agreed = support::greedy_against_llama_cpp(&mut candle, "gemma2");
+    println!("gemma2 on candle: tokens agreeing with llama.cpp per prompt {agreed:?}");
+    let prompt = sharemesh_protocol::Prompt::Text("The capital of France is".into());
+    let tokens = candle.prompt_tokens(&prompt).unwrap();
+    let theirs = kernels.logits_after(&tokens, tokens.len()).unwrap();
+    let ours = candle.logits_after(&tokens, tokens.len()).unwrap();
+    let (distance, agree) = support::compare_logits(&[ours], &[theirs]);
+    println!("gemma2: candle vs kernels, first step {distance:.4} relative L2");
+    assert_eq!(agree, 1, "the same first token");
+    assert!(distance < 0.05, "{distance}");
+}

@@ -1,55 +1,72 @@
-//! The llama family (llama, qwen2, qwen3) on candle's tensors, with a paged KV cache, so
-//! the engine's continuous batching (`crate::batch`) drives it as it drives the
-//! kernels: one graph generic over the device — the backend a CUDA provider serves
-//! with, and `SHAREMESH_KERNELS=candle` on the CPU.
+//! The llama family (llama, qwen2, qwen3) and Gemma (2 and 3) on candle's tensors,
+//! with a paged KV cache, so the engine's continuous batching (`crate::batch`) drives it
+//! as it drives the kernels: one graph generic over the device — the backend a CUDA
+//! provider serves with, and `SHAREMESH_KERNELS=candle` on the CPU.
 //!
-//! A step takes several sequences of different lengths: the matmuls run on all their
-//! rows together (candle's quantized matmuls for the GGUF types, on the device: the
-//! weights are read once per step, whatever the batch), attention per sequence over its
-//! own cached positions. The keys and values live in one arena per layer on the device,
-//! addressed by the slots of a books-only [`KvPool::elsewhere`]: the engine's block
-//! budget, prefix sharing, copy-on-write and preemption work unchanged.
+//! A step takes several sequences of different lengths: each matrix multiplies all
+//! their rows together (the weights are read once per step, whatever the batch),
+//! attention runs per sequence over its own cached positions. The keys and values live
+//! in one arena per layer on the device, addressed by the slots of a books-only
+//! [`KvPool::elsewhere`]: the engine's block budget, copy-on-write and preemption work
+//! unchanged.
 //!
 //! It reads what candle-transformers' `quantized_llama`/`qwen2`/`qwen3` skipped:
 //! `rope_freqs` (Llama 3.1+) and linear rope scaling (`LlamaConfig::rope_scale`).
-//! Rotary pairs are GGUF llama's interleaved ones, or NEOX halves for qwen2/qwen3.
+//! Rotary pairs are GGUF llama's interleaved ones, or NEOX halves for the others. Gemma
+//! is llama.cpp's graph, as the kernels run it (`LlamaConfig::gemma`): embeddings
+//! × √hidden, q/k norms (3), GELU, post-norms, sliding-window layers with their own
+//! rotary base, soft caps (2); candle 0.11's own `quantized_gemma3` gates with SiLU and
+//! masks the window wrongly.
 //!
-//! Each row's arithmetic does not depend on the rows beside it on the CPU (candle's
-//! quantized matmul quantizes and multiplies row by row, attention is per sequence), so
-//! a job's tokens match its solo run within a float tolerance (tested); on a GPU,
-//! cuBLAS may pick other kernels for other batch sizes, which is why candle's profile
-//! promises an exact replay only on the same device (`ExecutionProfile`).
+//! A row's arithmetic does not depend on the other sequences' rows on the CPU (candle's
+//! quantized matmul quantizes and multiplies row by row, attention is per sequence), but
+//! it does on how a sequence's own positions are split into steps (attention's
+//! products round otherwise for other row counts): the engine feeds these jobs as the
+//! single-job path does (`crate::batch::BatchModel::invariant`). On a GPU, cuBLAS picks
+//! other kernels for other batch sizes, which is why candle's profile promises an exact
+//! replay only on the CPU (`ExecutionProfile::replays_exactly`).
 
 use std::io::{Read, Seek};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use candle_core::quantized::{gguf_file, QMatMul, QTensor};
-use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::{Device, Module, Result, Tensor};
 use candle_transformers::quantized_nn::RmsNorm;
 use sharemesh_kernels::llama::{BatchEntry, KvPool, LlamaConfig, SequenceCache, BLOCK_POSITIONS};
 
 use crate::embedding::EmbeddingRows;
 
 mod arena;
+mod matrix;
+mod positions;
 use arena::{reserve, write_rows, Arena};
+use matrix::{Head, Matrix};
+use positions::{attention_mask, rope_thetas};
 
 /// Bytes of one cached key or value: the arenas hold f32, as the graph computes.
 const VALUE_BYTES: usize = 4;
 
 struct Layer {
     attention_norm: RmsNorm,
-    q: QMatMul,
-    k: QMatMul,
-    v: QMatMul,
+    q: Matrix,
+    k: Matrix,
+    v: Matrix,
     /// qwen2's q/k/v biases.
     biases: Option<[Tensor; 3]>,
-    /// qwen3's per-head RMS norms of queries and keys, before the rotation.
+    /// qwen3's and Gemma 3's per-head RMS norms of queries and keys, before the rotation.
     head_norms: Option<[RmsNorm; 2]>,
-    output: QMatMul,
+    output: Matrix,
     ffn_norm: RmsNorm,
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+    gate: Matrix,
+    up: Matrix,
+    down: Matrix,
+    /// Gemma's norms of the attention's and the feed-forward's outputs, before each
+    /// residual add.
+    post_norms: Option<[RmsNorm; 2]>,
+    /// Gemma's sliding layers: the last positions each query sees.
+    window: Option<usize>,
+    /// Which rotary table: 0 (the file's base), 1 (Gemma's local layers').
+    rope_table: usize,
 }
 
 pub struct PagedLlama {
@@ -57,10 +74,10 @@ pub struct PagedLlama {
     embedding: EmbeddingRows,
     layers: Vec<Layer>,
     norm: RmsNorm,
-    output: QMatMul,
-    /// Each rotary pair's angle per position (the kernels' formula: base, factors,
-    /// scale).
-    thetas: Vec<f32>,
+    output: Head,
+    /// Per rotary table (the file's, and Gemma's local layers'), each pair's angle per
+    /// position (the kernels' formula: base, factors, scale).
+    thetas: Vec<Vec<f32>>,
     device: Device,
     vocab: usize,
     arenas: Mutex<Vec<Arena>>,
@@ -76,10 +93,9 @@ struct Span {
 }
 
 impl PagedLlama {
-    /// Whether this graph runs `config` (the llama family without Gemma's parts, every
-    /// head rotated whole).
+    /// Whether this graph runs `config`: every head rotated whole.
     pub fn runs(config: &LlamaConfig) -> bool {
-        config.gemma.is_none() && config.rope_dimensions == config.head_dim
+        config.rope_dimensions == config.head_dim
     }
 
     /// Loads the tensors of a file whose configuration [`Self::runs`] accepts.
@@ -94,15 +110,25 @@ impl PagedLlama {
         }
         let eps = f64::from(config.norm_eps);
         let norm = |t: QTensor| RmsNorm::from_qtensor(t, eps);
-        let matmul = |t: QTensor| QMatMul::from_arc(Arc::new(t));
+        // Gemma's weights dequantized (`matrix.rs`), the llama family's as stored.
+        let dense = config.gemma.is_some();
+        let matmul = |t: QTensor| Matrix::new(t, dense, device);
         let table = ct.tensor(reader, "token_embd.weight", &Device::Cpu)?;
+        let tied_q8_0 = dense && device.is_cpu() && table.dtype() == GgmlDType::Q8_0;
         let embedding = EmbeddingRows::new(table, config.hidden)?;
         let vocab = embedding.vocab();
         let output = match ct.tensor_infos.contains_key("output.weight") {
-            true => matmul(ct.tensor(reader, "output.weight", device)?)?,
-            false => matmul(ct.tensor(reader, "token_embd.weight", device)?)?,
+            true => Head::Matrix(matmul(ct.tensor(reader, "output.weight", device)?)?),
+            false if tied_q8_0 => Head::TiedQ8_0,
+            false => Head::Matrix(matmul(ct.tensor(reader, "token_embd.weight", device)?)?),
         };
-        let thetas = rope_thetas(&config, optional_vector(ct, reader, "rope_freqs.weight")?)?;
+        let factors = optional_vector(ct, reader, "rope_freqs.weight")?;
+        let base = config.rope_base;
+        let mut thetas = vec![rope_thetas(&config, base, factors, config.rope_scale)?];
+        if let Some(gemma) = &config.gemma {
+            // Gemma's local layers: their own base, unscaled (as llama.cpp).
+            thetas.push(rope_thetas(&config, gemma.local_rope_base, None, 1.0)?);
+        }
         let mut layers = Vec::with_capacity(config.layers);
         for index in 0..config.layers {
             let name = |part: &str| format!("blk.{index}.{part}");
@@ -120,7 +146,20 @@ impl PagedLlama {
                 true => Some([norm(tensor("attn_q_norm")?)?, norm(tensor("attn_k_norm")?)?]),
                 false => None,
             };
+            let post_norms = match dense {
+                true => Some([
+                    norm(tensor("post_attention_norm")?)?,
+                    norm(tensor("post_ffw_norm")?)?,
+                ]),
+                false => None,
+            };
+            let global = config
+                .gemma
+                .is_none_or(|g| (index + 1).is_multiple_of(g.global_every));
             layers.push(Layer {
+                post_norms,
+                window: config.gemma.filter(|_| !global).map(|g| g.sliding_window),
+                rope_table: usize::from(!global),
                 attention_norm: norm(tensor("attn_norm")?)?,
                 q: matmul(tensor("attn_q")?)?,
                 k: matmul(tensor("attn_k")?)?,
@@ -316,7 +355,11 @@ impl PagedLlama {
             tokens.extend_from_slice(entry.tokens);
             positions.extend(entry.position..entry.position + entry.tokens.len());
         }
-        let (cos, sin) = self.rope_tables(&positions)?;
+        let tables = self
+            .thetas
+            .iter()
+            .map(|thetas| self.rope_tables(thetas, &positions))
+            .collect::<Result<Vec<_>>>()?;
         // Per entry: the arena rows of all its positions (cached and new), in order.
         let gathers = batch
             .iter()
@@ -332,15 +375,17 @@ impl PagedLlama {
                 Tensor::from_vec(rows, count, &self.device)
             })
             .collect::<Result<Vec<_>>>()?;
-        let count = tokens.len();
-        let mut x = Tensor::from_vec(
-            self.embedding.rows(&tokens)?,
-            (1, count, self.config.hidden),
-            &self.device,
-        )?;
+        let mut embedded = self.embedding.rows(&tokens)?;
+        if self.config.gemma.is_some() {
+            let scale = (self.config.hidden as f32).sqrt();
+            embedded.iter_mut().for_each(|v| *v *= scale);
+        }
+        let shape = (1, tokens.len(), self.config.hidden);
+        let mut x = Tensor::from_vec(embedded, shape, &self.device)?;
         for (index, layer) in self.layers.iter().enumerate() {
+            let (cos, sin) = &tables[layer.rope_table];
             let h = layer.attention_norm.forward(&x)?;
-            let (q, k, v) = self.attend_inputs(layer, &h, &cos, &sin)?;
+            let (q, k, v) = self.attend_inputs(layer, &h, cos, sin)?;
             let (keys, values) = (&arena.keys[index], &arena.values[index]);
             let mut attended = Vec::with_capacity(batch.len());
             for ((span, entry), gather) in spans.iter().zip(batch).zip(&gathers) {
@@ -349,15 +394,36 @@ impl PagedLlama {
                 write_rows(keys, &k_new, entry.cache, span.position)?;
                 write_rows(values, &v_new, entry.cache, span.position)?;
                 let q_span = q.narrow(2, span.first_row, span.tokens)?.contiguous()?;
-                attended.push(self.attend(&q_span, keys, values, gather, span)?);
+                let seen = Seen {
+                    keys,
+                    values,
+                    gather,
+                    window: layer.window,
+                };
+                attended.push(self.attend(&q_span, &seen, span)?);
             }
             let attended = Tensor::cat(&attended, 0)?.unsqueeze(0)?;
-            x = (x + layer.output.forward(&attended)?)?;
-            let h = layer.ffn_norm.forward(&x)?;
-            let gated =
-                (candle_nn::ops::silu(&layer.gate.forward(&h)?)? * layer.up.forward(&h)?)?;
-            x = (x + layer.down.forward(&gated)?)?;
+            x = (x + post_normed(layer, 0, layer.output.forward(&attended)?)?)?;
+            let ffn = post_normed(layer, 1, self.feed_forward(layer, &x)?)?;
+            x = (x + ffn)?;
         }
+        self.logits(&x, &spans, rows)
+    }
+
+    /// The feed-forward block's output for the residual stream `x` (SiLU-gated, or
+    /// GELU-gated for Gemma).
+    fn feed_forward(&self, layer: &Layer, x: &Tensor) -> Result<Tensor> {
+        let h = layer.ffn_norm.forward(x)?;
+        let gate = layer.gate.forward(&h)?;
+        let gate = match self.config.gemma {
+            Some(_) => gate.gelu()?,
+            None => candle_nn::ops::silu(&gate)?,
+        };
+        layer.down.forward(&(gate * layer.up.forward(&h)?)?)
+    }
+
+    /// The logits of each span's last `rows` rows of `x`, per span.
+    fn logits(&self, x: &Tensor, spans: &[Span], rows: usize) -> Result<Vec<Vec<f32>>> {
         let last: Vec<u32> = spans
             .iter()
             .flat_map(|s| (s.first_row + s.tokens - rows..s.first_row + s.tokens).map(|r| r as u32))
@@ -365,12 +431,12 @@ impl PagedLlama {
         let picked = last.len();
         let last = Tensor::from_vec(last, picked, &self.device)?;
         let x = x.squeeze(0)?.index_select(&last, 0)?;
-        let logits = self.output.forward(&self.norm.forward(&x)?.unsqueeze(0)?)?;
-        let logits = logits
-            .squeeze(0)?
-            .to_dtype(DType::F32)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
+        let mut logits = self
+            .output
+            .logits(&self.norm.forward(&x)?, &self.embedding)?;
+        if let Some(cap) = self.config.gemma.and_then(|g| g.final_softcap) {
+            logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+        }
         Ok(logits
             .chunks(rows * self.vocab)
             .map(<[f32]>::to_vec)
@@ -419,39 +485,36 @@ impl PagedLlama {
         Ok((q, k, v))
     }
 
-    /// Attention of one sequence's new rows over all its positions: (rows, q width).
-    fn attend(
-        &self,
-        q: &Tensor,
-        keys: &Tensor,
-        values: &Tensor,
-        gather: &Tensor,
-        span: &Span,
-    ) -> Result<Tensor> {
+    /// Attention of one sequence's new rows over all its positions (or, on a sliding
+    /// layer, the last `window` of them): (rows, q width).
+    fn attend(&self, q: &Tensor, seen: &Seen<'_>, span: &Span) -> Result<Tensor> {
         let c = &self.config;
-        let (count, seen) = (span.tokens, span.position + span.tokens);
+        let (count, keys) = (span.tokens, span.position + span.tokens);
         let per_head = |t: &Tensor| -> Result<Tensor> {
-            t.index_select(gather, 0)?
-                .reshape((seen, c.kv_heads, c.head_dim))?
+            t.index_select(seen.gather, 0)?
+                .reshape((keys, c.kv_heads, c.head_dim))?
                 .transpose(0, 1)?
                 .contiguous()?
                 .unsqueeze(0)
         };
-        let (k, v) = (per_head(keys)?, per_head(values)?);
+        let (k, v) = (per_head(seen.keys)?, per_head(seen.values)?);
         // Grouped-query attention without copying keys per head: the query heads of
         // one KV head stand as extra rows of that head's product.
         let group = c.heads / c.kv_heads;
         let q = q.reshape((1, c.kv_heads, group * count, c.head_dim))?;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let mut scores = (q.matmul(&k.t()?)? * scale)?.reshape((1, c.heads, count, seen))?;
-        if count > 1 {
-            scores = scores.broadcast_add(&causal_mask(span.position, count, &self.device)?)?;
+        let mut scores = (q.matmul(&k.t()?)? * scale)?.reshape((1, c.heads, count, keys))?;
+        if let Some(cap) = c.gemma.and_then(|g| g.attn_softcap) {
+            scores = ((scores / f64::from(cap))?.tanh()? * f64::from(cap))?;
+        }
+        if let Some(mask) = attention_mask(span.position, count, seen.window, &self.device)? {
+            scores = scores.broadcast_add(&mask)?;
         }
         let weights = candle_nn::ops::softmax_last_dim(&scores)?.reshape((
             1,
             c.kv_heads,
             group * count,
-            seen,
+            keys,
         ))?;
         weights
             .matmul(&v)?
@@ -461,12 +524,12 @@ impl PagedLlama {
     }
 
     /// cos and sin of every rotary pair's angle at each row's position: (rows, head / 2).
-    fn rope_tables(&self, positions: &[usize]) -> Result<(Tensor, Tensor)> {
-        let half = self.thetas.len();
+    fn rope_tables(&self, thetas: &[f32], positions: &[usize]) -> Result<(Tensor, Tensor)> {
+        let half = thetas.len();
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
         for &p in positions {
-            for theta in &self.thetas {
+            for theta in thetas {
                 let angle = p as f32 * theta;
                 cos.push(angle.cos());
                 sin.push(angle.sin());
@@ -479,43 +542,22 @@ impl PagedLlama {
     }
 }
 
-/// Additive causal mask (1, 1, count, start + count): the query at `start + i` sees the
-/// keys up to its own position.
-fn causal_mask(start: usize, count: usize, device: &Device) -> Result<Tensor> {
-    let keys = start + count;
-    let mask: Vec<f32> = (0..count)
-        .flat_map(|i| {
-            (0..keys).map(move |k| {
-                if k <= start + i {
-                    0.0
-                } else {
-                    f32::NEG_INFINITY
-                }
-            })
-        })
-        .collect();
-    Tensor::from_vec(mask, (1, 1, count, keys), device)
+/// What one sequence's attention reads on one layer: the arena's keys and values, the
+/// arena rows of its positions, and the layer's window.
+struct Seen<'a> {
+    keys: &'a Tensor,
+    values: &'a Tensor,
+    gather: &'a Tensor,
+    window: Option<usize>,
 }
 
-/// Each rotary pair's angle per position: `base^(−2i/d)`, divided by the pair's
-/// `rope_freqs` factor where the file has them, times the linear scale.
-fn rope_thetas(config: &LlamaConfig, factors: Option<Vec<f32>>) -> Result<Vec<f32>> {
-    let dims = config.rope_dimensions;
-    if let Some(f) = &factors {
-        if f.len() != dims / 2 {
-            candle_core::bail!(
-                "rope_freqs.weight has {} factors for {} pairs",
-                f.len(),
-                dims / 2
-            );
-        }
+/// `out` through the layer's Gemma norm `which` (0: the attention's, 1: the
+/// feed-forward's) where it has them.
+fn post_normed(layer: &Layer, which: usize, out: Tensor) -> Result<Tensor> {
+    match &layer.post_norms {
+        Some(norms) => norms[which].forward(&out),
+        None => Ok(out),
     }
-    Ok((0..dims / 2)
-        .map(|pair| {
-            let theta = 1f32 / config.rope_base.powf(2.0 * pair as f32 / dims as f32);
-            factors.as_ref().map_or(theta, |f| theta / f[pair]) * config.rope_scale
-        })
-        .collect())
 }
 
 fn optional_vector<R: Read + Seek>(
@@ -530,29 +572,4 @@ fn optional_vector<R: Read + Seek>(
         .tensor(reader, name, &Device::Cpu)?
         .dequantize(&Device::Cpu)?;
     tensor.flatten_all()?.to_vec1::<f32>().map(Some)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_causal_mask_lets_each_row_see_up_to_its_own_position() {
-        let mask = causal_mask(2, 2, &Device::Cpu).unwrap();
-        let rows = mask
-            .squeeze(0)
-            .unwrap()
-            .squeeze(0)
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap();
-        let visible: Vec<Vec<bool>> = rows
-            .iter()
-            .map(|r| r.iter().map(|v| *v == 0.0).collect())
-            .collect();
-        assert_eq!(
-            visible,
-            [[true, true, true, false], [true, true, true, true]]
-        );
-    }
 }
