@@ -134,6 +134,39 @@ pub fn default_device() -> Device {
     Device::Cpu
 }
 
+/// Where an operator asks a model to run (`--device`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// The first CUDA GPU when the build has CUDA and one is present, else the CPU.
+    #[default]
+    Auto,
+    /// The CPU, even where a GPU is present (a CPU provider beside a GPU one).
+    Cpu,
+    /// The first CUDA GPU, or an error saying why there is none.
+    Cuda,
+}
+
+/// Why the device asked for cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("this build has no CUDA (build with `--features cuda`)")]
+    NoCudaInBuild,
+    #[error("no usable CUDA GPU: {0}")]
+    NoGpu(String),
+}
+
+/// The device `choice` names.
+pub fn device(choice: DeviceChoice) -> Result<Device, DeviceError> {
+    match choice {
+        DeviceChoice::Auto => Ok(default_device()),
+        DeviceChoice::Cpu => Ok(Device::Cpu),
+        #[cfg(feature = "cuda")]
+        DeviceChoice::Cuda => Device::new_cuda(0).map_err(|e| DeviceError::NoGpu(e.to_string())),
+        #[cfg(not(feature = "cuda"))]
+        DeviceChoice::Cuda => Err(DeviceError::NoCudaInBuild),
+    }
+}
+
 impl LoadedModel {
     /// Loads a GGUF file. `id` is its sha256 (the catalog computes and caches it);
     /// `name` its catalog name.

@@ -229,6 +229,7 @@ fn replay_locally(data_dir: &Path, args: &GatewayArgs, dispatcher: &Dispatcher) 
         let model_args = crate::local_engine::ModelArgs {
             model: model.clone(),
             threads: args.verify_threads,
+            device: crate::local_engine::Device::Auto,
         };
         let loaded = crate::local_engine::load_model(data_dir, &model_args)
             .with_context(|| format!("loading --verify {model}"))?;

@@ -18,6 +18,29 @@ pub struct ModelArgs {
     /// CPU threads for inference (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Where the model runs: `auto` (the first CUDA GPU in a CUDA build that finds one,
+    /// else the CPU), `cpu`, or `cuda` (an error without one).
+    #[arg(long, value_enum, default_value_t = Device::Auto, env = "SHAREMESH_DEVICE")]
+    pub device: Device,
+}
+
+/// `--device`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Device {
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl From<Device> for engine::DeviceChoice {
+    fn from(device: Device) -> Self {
+        match device {
+            Device::Auto => engine::DeviceChoice::Auto,
+            Device::Cpu => engine::DeviceChoice::Cpu,
+            Device::Cuda => engine::DeviceChoice::Cuda,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -109,15 +132,10 @@ pub fn load_model(data_dir: &Path, args: &ModelArgs) -> Result<LoadedModel> {
         engine::set_threads(threads);
     }
     let entry = Catalog::open(data_dir)?.resolve(&args.model)?;
+    let device = engine::device(args.device.into()).context("--device")?;
     let bar = engine::progress::bytes(0, &format!("loading {}", entry.name));
-    let model = LoadedModel::load_showing(
-        &entry.path,
-        entry.id,
-        &entry.name,
-        engine::default_device(),
-        bar,
-    )
-    .with_context(|| format!("loading {}", entry.path.display()))?;
+    let model = LoadedModel::load_showing(&entry.path, entry.id, &entry.name, device, bar)
+        .with_context(|| format!("loading {}", entry.path.display()))?;
     tracing::info!(model = %entry.name, seconds = model.load_seconds, backend = %model.backend(), "model loaded");
     Ok(model)
 }

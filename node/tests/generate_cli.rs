@@ -158,3 +158,36 @@ fn bench_measures_streams_decoding_together() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nothing to measure"), "{err}");
 }
+
+/// `--device cpu` runs on the CPU whatever the build; `--device cuda` in a build without
+/// CUDA is an error saying so, not a silent CPU run; an unknown device is refused.
+#[test]
+fn the_device_is_chosen_or_refused_by_name() {
+    let path = common::default_model_path();
+    let data = tempfile::tempdir().unwrap();
+    let run = |device: &str| {
+        Command::new(common::sharemesh_bin())
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["generate", "--max-tokens", "2", "--json", "--prompt", "Hi"])
+            .args(["--device", device, "--model"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let cpu = run("cpu");
+    assert!(
+        cpu.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cpu.stderr)
+    );
+    let result: Value = serde_json::from_slice(&cpu.stdout).unwrap();
+    assert_eq!(result["backend"], "cpu/sharemesh-kernels");
+    let cuda = run("cuda");
+    assert!(!cuda.status.success());
+    let err = String::from_utf8_lossy(&cuda.stderr);
+    assert!(err.contains("--device") && err.contains("no CUDA"), "{err}");
+    let unknown = run("tpu");
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("tpu"));
+}
