@@ -29,12 +29,15 @@ import numpy as np
 
 # name: (architecture, hidden, layers, heads, KV heads, FFN, tied output, rope base, eps)
 SHAPES = {
+    "smollm2-135m": ("llama", 576, 30, 9, 3, 1536, True, 100000.0, 1e-5),
     "llama3.2-1b": ("llama", 2048, 16, 32, 8, 8192, True, 500000.0, 1e-5),
     "qwen2.5-1.5b": ("qwen2", 1536, 28, 12, 2, 8960, True, 1000000.0, 1e-6),
     "llama3.1-8b": ("llama", 4096, 32, 32, 8, 14336, False, 500000.0, 1e-5),
     "qwen2.5-7b": ("qwen2", 3584, 28, 28, 4, 18944, False, 1000000.0, 1e-6),
 }
 Q4_K = gguf.GGMLQuantizationType.Q4_K
+Q4_1 = gguf.GGMLQuantizationType.Q4_1
+Q4_1_BLOCK_BYTES, Q4_1_BLOCK_WEIGHTS = 20, 32
 Q6_K = gguf.GGMLQuantizationType.Q6_K
 BLOCK_BYTES, BLOCK_WEIGHTS = 144, 256
 Q6K_BLOCK_BYTES = 210
@@ -82,6 +85,23 @@ class RandomQ4K:
         return self.pool[:blocks].reshape(rows, cols // BLOCK_WEIGHTS * BLOCK_BYTES)
 
 
+class RandomQ4_1:
+    """Q4_1 matrices (blocks of 32: d, m, 16 bytes of nibbles; d = 0.001, m = -0.0075, so
+    weights are centred) cut from one pool: for shapes whose rows do not split into
+    Q4_K's 256 (SmolLM2's 576), as the catalog's SmolLM2 file is Q4_1."""
+
+    def __init__(self, largest_blocks, seed=3):
+        rng = np.random.default_rng(seed)
+        pool = rng.integers(0, 256, size=(largest_blocks, Q4_1_BLOCK_BYTES), dtype=np.uint8)
+        pool[:, 0:2] = np.full(1, 0.001, dtype=np.float16).view(np.uint8)
+        pool[:, 2:4] = np.full(1, -0.0075, dtype=np.float16).view(np.uint8)
+        self.pool = pool
+
+    def matrix(self, rows, cols):
+        blocks = rows * cols // Q4_1_BLOCK_WEIGHTS
+        return self.pool[:blocks].reshape(rows, cols // Q4_1_BLOCK_WEIGHTS * Q4_1_BLOCK_BYTES)
+
+
 class RandomQ6K:
     """Q6_K matrices cut from one pool of random blocks (ql, qh, int8 sub-scales in
     [-8, 8), d = 0.0004)."""
@@ -102,10 +122,16 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", choices=sorted(SHAPES), required=True)
     parser.add_argument("--vocab", required=True, help="a GGUF whose tokenizer.* keys are copied")
-    parser.add_argument("--mix", choices=["q4_k", "q4_k_m"], default="q4_k",
-                        help="every matrix Q4_K, or Q4_K_M's Q6_K output, V and FFN-down where it keeps them")
+    parser.add_argument("--mix", choices=["q4_k", "q4_k_m", "q4_1"], default="q4_k",
+                        help="every matrix Q4_K, or Q4_K_M's Q6_K output, V and FFN-down where it "
+                             "keeps them, or every matrix Q4_1")
+    parser.add_argument("--vocab-only", action="store_true",
+                        help="write only --vocab's architecture and tokenizer (a small file to "
+                             "carry where the model itself is too large to)")
     parser.add_argument("out")
     args = parser.parse_args()
+    if args.vocab_only:
+        return write_vocab_only(args.vocab, args.out)
     arch, hidden, layers, heads, kv_heads, ffn, tied, rope_base, eps = SHAPES[args.shape]
     src = gguf.GGUFReader(args.vocab)
     vocab = len(src.fields["tokenizer.ggml.tokens"].data)
@@ -122,19 +148,27 @@ def main():
     out.add_rope_freq_base(rope_base)
     out.add_rope_dimension_count(head_dim)
     mixed = args.mix == "q4_k_m"
-    out.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M if mixed else gguf.LlamaFileType.MOSTLY_Q4_K_S)
+    out.add_file_type({
+        "q4_k": gguf.LlamaFileType.MOSTLY_Q4_K_S,
+        "q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+        "q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+    }[args.mix])
     copy_tokenizer(src, out)
     if "tokenizer.ggml.add_bos_token" not in src.fields:
         # Llama 3 begins every prompt with <|begin_of_text|>; Qwen with nothing.
         out.add_add_bos_token(arch == "llama")
-    weights = RandomQ4K(max(vocab * hidden, ffn * hidden) // BLOCK_WEIGHTS)
-    six = RandomQ6K(max(vocab * hidden, ffn * hidden) // BLOCK_WEIGHTS) if mixed else None
+    largest = max(vocab * hidden, ffn * hidden)
+    if args.mix == "q4_1":
+        weights, base = RandomQ4_1(largest // Q4_1_BLOCK_WEIGHTS), Q4_1
+    else:
+        weights, base = RandomQ4K(largest // BLOCK_WEIGHTS), Q4_K
+    six = RandomQ6K(largest // BLOCK_WEIGHTS) if mixed else None
 
-    def matrix(rows, cols, more):
-        """A Q4_K matrix, or Q6_K where the mix keeps more bits."""
+    def matrix(rows, cols, more=False):
+        """A matrix of the base type, or Q6_K where the mix keeps more bits."""
         if six is not None and more:
             return six.matrix(rows, cols), Q6_K
-        return weights.matrix(rows, cols), Q4_K
+        return weights.matrix(rows, cols), base
 
     ones = lambda n: np.ones(n, dtype=np.float32)  # noqa: E731
     # Tied, the embedding is the output: Q4_K_M keeps it in the output's type.
@@ -147,20 +181,34 @@ def main():
     for i in range(layers):
         p = f"blk.{i}."
         out.add_tensor(p + "attn_norm.weight", ones(hidden))
-        out.add_tensor(p + "attn_q.weight", weights.matrix(hidden, hidden), raw_dtype=Q4_K)
-        out.add_tensor(p + "attn_k.weight", weights.matrix(head_dim * kv_heads, hidden), raw_dtype=Q4_K)
+        for name, rows in (("attn_q", hidden), ("attn_k", head_dim * kv_heads)):
+            data, kind = matrix(rows, hidden)
+            out.add_tensor(p + name + ".weight", data, raw_dtype=kind)
         data, kind = matrix(head_dim * kv_heads, hidden, more_bits(i, layers))
         out.add_tensor(p + "attn_v.weight", data, raw_dtype=kind)
         if arch == "qwen2":
             out.add_tensor(p + "attn_q.bias", np.zeros(hidden, dtype=np.float32))
             out.add_tensor(p + "attn_k.bias", np.zeros(head_dim * kv_heads, dtype=np.float32))
             out.add_tensor(p + "attn_v.bias", np.zeros(head_dim * kv_heads, dtype=np.float32))
-        out.add_tensor(p + "attn_output.weight", weights.matrix(hidden, hidden), raw_dtype=Q4_K)
+        data, kind = matrix(hidden, hidden)
+        out.add_tensor(p + "attn_output.weight", data, raw_dtype=kind)
         out.add_tensor(p + "ffn_norm.weight", ones(hidden))
-        out.add_tensor(p + "ffn_gate.weight", weights.matrix(ffn, hidden), raw_dtype=Q4_K)
-        out.add_tensor(p + "ffn_up.weight", weights.matrix(ffn, hidden), raw_dtype=Q4_K)
+        for name in ("ffn_gate", "ffn_up"):
+            data, kind = matrix(ffn, hidden)
+            out.add_tensor(p + name + ".weight", data, raw_dtype=kind)
         data, kind = matrix(hidden, ffn, more_bits(i, layers))
         out.add_tensor(p + "ffn_down.weight", data, raw_dtype=kind)
+    out.write_header_to_file()
+    out.write_kv_data_to_file()
+    out.write_tensors_to_file()
+    out.close()
+
+
+def write_vocab_only(source, path):
+    src = gguf.GGUFReader(source)
+    arch = bytes(src.fields["general.architecture"].parts[-1]).decode()
+    out = gguf.GGUFWriter(path, arch)
+    copy_tokenizer(src, out)
     out.write_header_to_file()
     out.write_kv_data_to_file()
     out.write_tensors_to_file()
