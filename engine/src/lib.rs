@@ -146,6 +146,18 @@ pub enum DeviceChoice {
     Cuda,
 }
 
+/// A CUDA device's compute capability as a profile names it (`sm_90`); `None` off CUDA
+/// (or where the driver will not say).
+fn gpu_isa(device: &Device) -> Option<String> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(cuda) = device {
+        let (major, minor) = cuda.cuda_stream().context().compute_capability().ok()?;
+        return Some(format!("sm_{major}{minor}"));
+    }
+    let _ = device;
+    None
+}
+
 /// Why the device asked for cannot be had.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
@@ -286,10 +298,12 @@ impl LoadedModel {
         } else {
             ("candle", CANDLE_ARITHMETIC_VERSION, std::env::consts::ARCH)
         };
+        // On a GPU the arithmetic's instruction set is the GPU's, not the host's.
+        let isa = gpu_isa(&self.device).unwrap_or_else(|| isa.into());
         ExecutionProfile {
             engine: engine.into(),
             version: version.into(),
-            isa: isa.into(),
+            isa,
             quantization: self.descriptor.quantization.clone(),
             device: device.into(),
         }

@@ -139,8 +139,16 @@ pub const PROFILE_ENGINES: &[&str] = &["sharemesh-kernels", "candle", "scripted"
 /// The devices a profile may name.
 pub const PROFILE_DEVICES: &[&str] = &["cpu", "cuda", "metal", "none"];
 /// The instruction sets a profile may name: the kernels' builds, candle's target
-/// architectures, `none` for the scripted engine.
+/// architectures on the CPU, `none` for the scripted engine; and on a GPU its compute
+/// capability, `sm_` and its two or three digits (`sm_90`: an H100 or H200).
 pub const PROFILE_ISAS: &[&str] = &["avx512-vnni", "avx2", "scalar", "x86_64", "aarch64", "none"];
+
+/// Whether `isa` names a GPU's compute capability (`sm_90`, `sm_120`).
+fn is_compute_capability(isa: &str) -> bool {
+    isa.strip_prefix("sm_").is_some_and(|digits| {
+        (2..=3).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit())
+    })
+}
 /// The weights' quantizations a profile may name (GGUF file types as the engine
 /// names them; `none` for the scripted engine).
 pub const PROFILE_QUANTIZATIONS: &[&str] = &[
@@ -192,6 +200,7 @@ impl ExecutionProfile {
     /// this protocol knows, the version dotted decimal digits. A name no verifier runs
     /// (a trailing space, `3x`) would turn any fraud into at most "suspected".
     pub fn validate(&self) -> Result<(), ValidationError> {
+        let gpu_isa = self.device == "cuda" && is_compute_capability(&self.isa);
         for (field, value, known) in [
             ("profile.engine", &self.engine, PROFILE_ENGINES),
             ("profile.isa", &self.isa, PROFILE_ISAS),
@@ -202,7 +211,8 @@ impl ExecutionProfile {
             ),
             ("profile.device", &self.device, PROFILE_DEVICES),
         ] {
-            if !known.contains(&value.as_str()) {
+            let a_gpu_isa = field == "profile.isa" && gpu_isa;
+            if !known.contains(&value.as_str()) && !a_gpu_isa {
                 let shown: String = value.chars().take(24).collect();
                 return Err(ValidationError::field(
                     field,
@@ -637,6 +647,25 @@ mod tests {
             p
         };
         refused(with(|p| p.device = "cuda ".into()), "profile.device");
+        // A GPU's instruction set is its compute capability, on a GPU only.
+        let gpu = with(|p| {
+            p.engine = "candle".into();
+            p.device = "cuda".into();
+            p.isa = "sm_90".into();
+        });
+        assert!(gpu.validate().is_ok());
+        assert!(with(|p| {
+            p.device = "cuda".into();
+            p.isa = "sm_120".into();
+        })
+        .validate()
+        .is_ok());
+        refused(with(|p| p.isa = "sm_90".into()), "profile.isa");
+        for odd in ["sm_9", "sm_9000", "sm_9a", "sm_90 "] {
+            let mut bad = gpu.clone();
+            bad.isa = odd.into();
+            refused(bad, "profile.isa");
+        }
         refused(with(|p| p.device = String::new()), "profile.device");
         refused(
             with(|p| p.engine = "sharemesh-kernels2".into()),

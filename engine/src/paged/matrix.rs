@@ -1,7 +1,8 @@
 //! The paged graph's weight matrices: candle's quantized matmul (the llama family, as
 //! llama.cpp multiplies: activations rounded to 8 bits per block), or weights
-//! dequantized to f32 (Gemma, whose logits moved by ~0.4 under 8-bit activations and
-//! flipped greedy choices; dequantized they equal a float64 pass to ~1e-4).
+//! dequantized to f32 (a Gemma up to 4 GB in f32: Gemma 3 270M's logits moved by ~0.4
+//! under 8-bit activations and flipped greedy choices; dequantized they equal a
+//! float64 pass to ~1e-4).
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{Device, Module, Result, Tensor};

@@ -85,6 +85,18 @@ pub struct PagedLlama {
     solo: SequenceCache,
 }
 
+/// The most a Gemma's weights may take in f32 to be held dequantized (Gemma 3 270M's
+/// take 1.1 GB; Gemma 2 9B's would take 37 GB, and its matrices stay quantized).
+const DENSE_GEMMA_BYTES: u64 = 4 << 30;
+
+/// Bytes of every tensor of the file in f32.
+fn f32_bytes(ct: &gguf_file::Content) -> u64 {
+    ct.tensor_infos
+        .values()
+        .map(|info| info.shape.elem_count() as u64 * 4)
+        .sum()
+}
+
 /// A row range of one step's activations: which sequence, from which row, how many.
 struct Span {
     first_row: usize,
@@ -110,8 +122,9 @@ impl PagedLlama {
         }
         let eps = f64::from(config.norm_eps);
         let norm = |t: QTensor| RmsNorm::from_qtensor(t, eps);
-        // Gemma's weights dequantized (`matrix.rs`), the llama family's as stored.
-        let dense = config.gemma.is_some();
+        // A small Gemma's weights dequantized (`matrix.rs`); the llama family's, and a
+        // Gemma too large to hold in f32, as stored.
+        let dense = config.gemma.is_some() && f32_bytes(ct) <= DENSE_GEMMA_BYTES;
         let matmul = |t: QTensor| Matrix::new(t, dense, device);
         let table = ct.tensor(reader, "token_embd.weight", &Device::Cpu)?;
         let tied_q8_0 = dense && device.is_cpu() && table.dtype() == GgmlDType::Q8_0;
@@ -146,7 +159,7 @@ impl PagedLlama {
                 true => Some([norm(tensor("attn_q_norm")?)?, norm(tensor("attn_k_norm")?)?]),
                 false => None,
             };
-            let post_norms = match dense {
+            let post_norms = match config.gemma.is_some() {
                 true => Some([
                     norm(tensor("post_attention_norm")?)?,
                     norm(tensor("post_ffw_norm")?)?,
