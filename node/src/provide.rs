@@ -153,6 +153,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         },
         measured_milli_tps: (measured.generation_tokens_per_second * 1000.0) as u32,
         batch_milli_tps: batch_tps.map_or(0, |tps| (tps * 1000.0) as u32),
+        measured_prefill_milli_tps: (measured.prefill_tokens_per_second * 1000.0) as u32,
         tier_prices: [
             (Tier::Reserved, args.price_reserved),
             (Tier::Interruptible, args.price_interruptible),

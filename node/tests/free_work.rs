@@ -10,6 +10,7 @@ mod lab_support;
 use std::time::Duration;
 
 use lab_support::*;
+use sharemesh_engine::TokenEngine;
 use sharemesh_gateway::buyer::{Billing, JobEvent, SegmentError};
 use sharemesh_gateway::route::RoutingOptions;
 use sharemesh_lab::{GatewaySpec, Lab, LabBuyer};
@@ -165,6 +166,70 @@ async fn a_free_rider_with_fresh_keys_takes_a_bounded_number_of_tokens() {
         .await
         .unwrap();
     assert_eq!(done.providers, vec![provider]);
+}
+
+/// Attack (`free-prefill`): a buyer that never pays asks for one token at a time
+/// behind a long prompt — a classifier's workload — or closes the stream right after
+/// `Accept`. No job leaves a completion token unpaid (a job's first token is the
+/// provider's bid), so before unpaid prefill was counted every such job was served: the
+/// provider prefilled 8,001 tokens a job for nothing, for ever. Now its key is refused
+/// once the prompts prefilled unpaid reach its allowance (65,536 tokens here, the floor),
+/// and a buyer that pays is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_that_never_pays_for_its_prompts_is_refused_prefill() {
+    let lab = Lab::start(vec![provider(100)], GatewaySpec::default())
+        .await
+        .unwrap();
+    let provider = lab.providers[0].node_id;
+    let peer = provider.peer_id().unwrap();
+    let buyer = lab.add_buyer().await.unwrap();
+    eventually(Duration::from_secs(10), "the buyer connects", || {
+        buyer.mesh.is_connected(&peer)
+    })
+    .await;
+    let prompt = "word ".repeat(8_000);
+    let (mut served, mut refused) = (0u32, None);
+    for job in 0..20 {
+        let mut stream = buyer
+            .open_job(provider, &prompt, 1, Billing::Unbilled)
+            .await
+            .unwrap();
+        let leave_at_accept = job % 2 == 1;
+        loop {
+            match stream.next().await {
+                Some(JobEvent::Rejected(reject)) => {
+                    refused = Some((reject.reason, reject.detail));
+                    break;
+                }
+                Some(JobEvent::Accepted(_)) if leave_at_accept => break,
+                Some(JobEvent::Finished { .. } | JobEvent::Failed(_)) | None => break,
+                Some(_) => {}
+            }
+        }
+        if refused.is_some() {
+            break;
+        }
+        served += 1;
+        drop(stream);
+        // Sequential jobs: the provider books each end before the next starts.
+        eventually(Duration::from_secs(10), "the job ends", || {
+            lab.providers[0].engine.active_jobs() == 0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (reason, why) = refused.expect("every job was prefilled for nothing");
+    eprintln!("served {served} one-token jobs of 8,001 prompt tokens, then: {why}");
+    assert_eq!(reason, RejectReason::NotAllowed, "{why}");
+    assert!(why.contains("prompt tokens prefilled here unpaid"), "{why}");
+    // 8,001 tokens a job: the ninth reaches the 65,536-token floor (a tenth when the
+    // ninth's end was booked after the next job was asked for).
+    assert!((9..=10).contains(&served), "served {served}: {why}");
+    let done = lab
+        .complete(Lab::request("hi", 8, RoutingOptions::default()))
+        .await
+        .unwrap();
+    assert_eq!(done.providers, vec![provider], "a paying buyer is served");
 }
 
 /// An honest buyer whose client leaves mid-stream (or that drops a hedge) pays for every

@@ -84,6 +84,9 @@ pub struct ProviderPolicy {
     /// Measured aggregate speed with a full batch decoding (thousandths of tokens/s;
     /// 0: the engine does not batch).
     pub batch_milli_tps: u32,
+    /// Measured prefill speed, thousandths of tokens/s (0: not measured): what a buyer
+    /// may have prefilled unpaid is a minute of it (`unpaid`).
+    pub measured_prefill_milli_tps: u32,
     /// Prices that differ from `price_per_token` for a tier.
     pub tier_prices: Vec<(Tier, NanoUsd)>,
     pub thermal: crate::policy::ThermalGuard,
@@ -139,6 +142,7 @@ impl Default for ProviderPolicy {
             advert_lifetime: Duration::from_secs(60),
             measured_milli_tps: 0,
             batch_milli_tps: 0,
+            measured_prefill_milli_tps: 0,
             tier_prices: Vec::new(),
             thermal: crate::policy::ThermalGuard::default(),
             #[cfg(feature = "adversary")]
@@ -207,6 +211,7 @@ impl Provider {
             .and_then(metrics::ProviderMetrics::register)
             .map(Arc::new);
         let alias = crate::adversary::signs_with_alias(policy.adversary());
+        let unpaid = unpaid::UnpaidWork::new(policy.measured_prefill_milli_tps);
         Arc::new(Self {
             key,
             engine,
@@ -220,7 +225,7 @@ impl Provider {
             ledger,
             interruptible: Mutex::new(Vec::new()),
             paying_buyers: receipts::PayingBuyers::default(),
-            unpaid: unpaid::UnpaidWork::default(),
+            unpaid,
             alias: alias.then(|| Keypair::from_secret(rand::random::<[u8; 32]>())),
             payee: std::sync::OnceLock::new(),
             offer_limits: offer_limits::OfferLimits::default(),
@@ -607,6 +612,7 @@ impl Provider {
             window: u64::from(accept.credit_window_tokens),
             accepted_at: std::time::Instant::now(),
             last_token: None,
+            prefilled: None,
         };
         let result = self.stream_job(&mut job, events, &preempt).await;
         if let Some(metrics) = &self.metrics {
@@ -619,6 +625,12 @@ impl Provider {
             });
         }
         let sent = job.sent;
+        // The engine says what it prefilled when the job finishes; one cancelled first
+        // (the buyer left after `Accept`) counts as having prefilled all of it.
+        let prefilled = job.prefilled.map_or_else(
+            || u64::from(prompt_tokens).saturating_add(request.resume.len() as u64),
+            u64::from,
+        );
         if let Ok(mut jobs) = self.interruptible.lock() {
             jobs.retain(|(job, _)| *job != request.job_id);
         }
@@ -639,7 +651,13 @@ impl Provider {
         if paid < sent {
             tracing::info!(buyer = %asker.buyer, origin = %asker.origin, sent, paid, "job ended with tokens unpaid");
         }
-        self.unpaid.ended(asker, sent, paid, now_ms());
+        let tally = unpaid::Tally {
+            sent,
+            paid,
+            prefilled,
+            billed_prompt: request.billed_prompt_tokens(prompt_tokens),
+        };
+        self.unpaid.ended(asker, tally, now_ms());
         result.map(|_| ())
     }
 }

@@ -44,6 +44,8 @@ pub(crate) struct JobStream<'a> {
     /// time-to-first-token and inter-token metrics).
     pub accepted_at: std::time::Instant,
     pub last_token: Option<std::time::Instant>,
+    /// Positions the engine prefilled (its reused prefix aside), once it finished.
+    pub prefilled: Option<u32>,
 }
 
 /// The commitment heads a provider sent for one job, with its token count at each.
@@ -232,6 +234,7 @@ impl Provider {
         job: &mut JobStream<'_>,
         generation: &Generation,
     ) -> Result<(), FrameError> {
+        job.prefilled = Some(generation.prefilled_tokens);
         let end = generation.token_ids.len() as u32;
         let chunk = job.chunk(self, end, None, Some(generation.finish));
         let limit = self.policy.credit_timeout;

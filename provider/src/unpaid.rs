@@ -16,6 +16,17 @@
 //! - a newcomer runs at most [`NEWCOMER_JOBS_PER_BUYER`] jobs at once, and newcomers from
 //!   one origin [`NEWCOMER_JOBS_PER_ORIGIN`], until a receipt makes them paying buyers.
 //!
+//! Prefill is work too, and the receipts leave some of it unpaid: a job's prompt is paid
+//! with its first receipt, so a job that ends before one (a one-token job never
+//! receipted, a stream closed right after `Accept`) had its whole prompt prefilled for
+//! nothing, and a resume's prompt and resumed tokens are never billed (SPEC §8). Every
+//! job's unpaid prefill (the positions the engine prefilled, its reused prefix aside,
+//! that no receipt bills) is counted the same way: a key whose unpaid prefill in the last
+//! hour reaches its allowance (a minute of this provider's measured prefill, at least
+//! [`FREE_PREFILL_FLOOR`] tokens, plus [`FREE_PREFILL_PER_PAID_TOKEN`] per token it paid
+//! for) is refused, and so are newcomers from an origin whose newcomers reached
+//! [`ORIGIN_PREFILL_SHARES`] allowances.
+//!
 //! Pure: time is an argument.
 
 use std::collections::{HashMap, VecDeque};
@@ -34,6 +45,16 @@ pub const NEWCOMER_UNPAID_PER_ORIGIN: u64 = 128;
 pub const NEWCOMER_JOBS_PER_BUYER: u32 = 4;
 /// Jobs newcomers from one origin may run at once.
 pub const NEWCOMER_JOBS_PER_ORIGIN: u32 = 16;
+/// Unpaid prefill a key may take in an hour at least, whatever the measured speed (eight
+/// full 8k-token contexts).
+pub const FREE_PREFILL_FLOOR: u64 = 65_536;
+/// Seconds of this provider's measured prefill a key may take unpaid in an hour.
+pub const FREE_PREFILL_SECONDS: u64 = 60;
+/// Unpaid prefill each paid token adds to its key's allowance (a gateway that hedges or
+/// warms a standby here, and also buys here, is never held by its own stray prefill).
+pub const FREE_PREFILL_PER_PAID_TOKEN: u64 = 8;
+/// Key allowances of unpaid prefill the newcomers of one origin share.
+pub const ORIGIN_PREFILL_SHARES: u64 = 4;
 /// How long a job's tokens count.
 pub const REMEMBERED_MS: u64 = 3_600_000;
 /// Jobs remembered at most (the oldest are forgotten first).
@@ -85,36 +106,78 @@ pub struct Asker {
     pub newcomer: bool,
 }
 
-/// What one finished job's buyer was sent and paid for (completion tokens).
-#[derive(Debug)]
-struct Dealt {
-    buyer: NodeId,
-    origin: Origin,
-    newcomer: bool,
-    sent: u64,
-    paid: u64,
-    at_ms: u64,
+/// What one job of a buyer's took and paid for, as the provider counted it (nothing
+/// here is the buyer's word: the provider sent, prefilled and read the receipts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Completion tokens sent (resumed ones not included).
+    pub sent: u64,
+    /// Of those, the ones its receipts cover.
+    pub paid: u64,
+    /// Positions the engine prefilled: prompt and resumed tokens, less a prefix reused
+    /// from its cache (all of them when the job ended before the engine said).
+    pub prefilled: u64,
+    /// Prompt tokens its receipts bill: all of a fresh job's prompt, none of a resume's.
+    pub billed_prompt: u64,
 }
 
-impl Dealt {
+impl Tally {
     /// Tokens sent and not paid for, less a job's first token: that one is the
     /// provider's bid (a gateway's standby warm-up is one unbilled token, SPEC §10), and
     /// counting it would have a provider refuse the gateways it stands by for.
     fn unpaid(&self) -> u64 {
         self.sent.saturating_sub(self.paid.max(1))
     }
+
+    /// Prefill no receipt pays for: all of it before the first receipt (which pays the
+    /// billed prompt), then what the receipts do not bill (a resume's prefill).
+    fn unpaid_prefill(&self) -> u64 {
+        if self.paid == 0 {
+            self.prefilled
+        } else {
+            self.prefilled.saturating_sub(self.billed_prompt)
+        }
+    }
+
+    /// Tokens its receipts paid for, prompt included.
+    fn paid_tokens(&self) -> u64 {
+        if self.paid == 0 {
+            0
+        } else {
+            self.paid.saturating_add(self.billed_prompt)
+        }
+    }
+}
+
+/// One finished job: whose, and its tally.
+#[derive(Debug)]
+struct Dealt {
+    buyer: NodeId,
+    origin: Origin,
+    newcomer: bool,
+    tally: Tally,
+    at_ms: u64,
 }
 
 #[derive(Debug, Default)]
 struct Table {
+    /// Unpaid prefill one key may take in an hour before its paid tokens add to it.
+    prefill_allowance: u64,
     jobs: VecDeque<Dealt>,
     newcomer_jobs: HashMap<NodeId, u32>,
     origin_jobs: HashMap<Origin, u32>,
 }
 
 /// The jobs of the last hour and the newcomers' jobs in progress.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct UnpaidWork(Arc<Mutex<Table>>);
+
+impl Default for UnpaidWork {
+    /// A provider whose prefill speed was not measured: the floor.
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
 
 /// A newcomer's hold on its share of jobs: released when dropped.
 #[derive(Debug)]
@@ -144,6 +207,17 @@ fn release<K: std::hash::Hash + Eq>(jobs: &mut HashMap<K, u32>, key: &K) {
 type Refusal = (RejectReason, String);
 
 impl UnpaidWork {
+    /// The table of a provider that prefills `prefill_milli_tps` thousandths of a token
+    /// per second (0: not measured): a key's unpaid prefill allowance is a minute of it,
+    /// at least [`FREE_PREFILL_FLOOR`].
+    pub fn new(prefill_milli_tps: u32) -> Self {
+        let minute = u64::from(prefill_milli_tps) * FREE_PREFILL_SECONDS / 1000;
+        Self(Arc::new(Mutex::new(Table {
+            prefill_allowance: minute.max(FREE_PREFILL_FLOOR),
+            ..Table::default()
+        })))
+    }
+
     /// What [`Self::admit`] would say now, without taking a slot (for quotes).
     pub fn check(&self, asker: &Asker, now_ms: u64) -> Result<(), Refusal> {
         let mut table = self.lock()?;
@@ -168,9 +242,8 @@ impl UnpaidWork {
         }))
     }
 
-    /// Remembers a finished job of `asker`'s: `sent` completion tokens, `paid` of
-    /// them receipted.
-    pub fn ended(&self, asker: &Asker, sent: u64, paid: u64, now_ms: u64) {
+    /// Remembers a finished job of `asker`'s, as `tally` counts it.
+    pub fn ended(&self, asker: &Asker, tally: Tally, now_ms: u64) {
         if let Ok(mut table) = self.0.lock() {
             if table.jobs.len() >= MAX_JOBS {
                 table.jobs.pop_front();
@@ -179,8 +252,7 @@ impl UnpaidWork {
                 buyer: asker.buyer,
                 origin: asker.origin.clone(),
                 newcomer: asker.newcomer,
-                sent,
-                paid,
+                tally,
                 at_ms: now_ms,
             });
         }
@@ -194,17 +266,15 @@ impl UnpaidWork {
 }
 
 impl Table {
-    fn forget_before(&mut self, cutoff_ms: u64) {
-        while self.jobs.front().is_some_and(|j| j.at_ms < cutoff_ms) {
-            self.jobs.pop_front();
-        }
-    }
-
-    fn check(&self, asker: &Asker) -> Result<(), Refusal> {
-        let (mut unpaid, mut paid) = (0u64, 0u64);
-        for job in self.jobs.iter().filter(|j| j.buyer == asker.buyer) {
+    /// The key's own allowances: unpaid tokens, then unpaid prefill.
+    fn check_key(&self, buyer: &NodeId) -> Result<(), Refusal> {
+        let mine = self.jobs.iter().filter(|j| j.buyer == *buyer);
+        let (mut unpaid, mut paid, mut prefill, mut paid_tokens) = (0u64, 0u64, 0u64, 0u64);
+        for job in mine.map(|j| &j.tally) {
             unpaid = unpaid.saturating_add(job.unpaid());
             paid = paid.saturating_add(job.paid);
+            prefill = prefill.saturating_add(job.unpaid_prefill());
+            paid_tokens = paid_tokens.saturating_add(job.paid_tokens());
         }
         if unpaid >= UNPAID_ALLOWANCE.saturating_add(paid / 8) {
             return Err((
@@ -215,25 +285,60 @@ impl Table {
                 ),
             ));
         }
-        if !asker.newcomer {
-            return Ok(());
-        }
-        let from_origin: u64 = self
-            .jobs
-            .iter()
-            .filter(|j| j.newcomer && j.origin == asker.origin)
-            .map(Dealt::unpaid)
-            .sum();
-        if from_origin >= NEWCOMER_UNPAID_PER_ORIGIN {
+        let allowance = paid_tokens
+            .saturating_mul(FREE_PREFILL_PER_PAID_TOKEN)
+            .saturating_add(self.prefill_allowance);
+        if prefill >= allowance {
             return Err((
                 RejectReason::NotAllowed,
                 format!(
-                    "buyers new here from {} left {from_origin} tokens unpaid in the last \
-                     hour; only buyers that have paid here are served from there for now",
-                    asker.origin
+                    "this buyer had {prefill} prompt tokens prefilled here unpaid in the \
+                     last hour (its allowance {allowance}; paid for {paid_tokens})"
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// What the newcomers of `origin` left unpaid together.
+    fn check_origin(&self, origin: &Origin) -> Result<(), Refusal> {
+        let theirs = self
+            .jobs
+            .iter()
+            .filter(|j| j.newcomer && j.origin == *origin);
+        let (mut unpaid, mut prefill) = (0u64, 0u64);
+        for job in theirs.map(|j| &j.tally) {
+            unpaid = unpaid.saturating_add(job.unpaid());
+            prefill = prefill.saturating_add(job.unpaid_prefill());
+        }
+        let what = if unpaid >= NEWCOMER_UNPAID_PER_ORIGIN {
+            format!("left {unpaid} tokens unpaid")
+        } else if prefill >= self.prefill_allowance.saturating_mul(ORIGIN_PREFILL_SHARES) {
+            format!("had {prefill} prompt tokens prefilled unpaid")
+        } else {
+            return Ok(());
+        };
+        Err((
+            RejectReason::NotAllowed,
+            format!(
+                "buyers new here from {origin} {what} in the last hour; only buyers that \
+                 have paid here are served from there for now"
+            ),
+        ))
+    }
+
+    fn forget_before(&mut self, cutoff_ms: u64) {
+        while self.jobs.front().is_some_and(|j| j.at_ms < cutoff_ms) {
+            self.jobs.pop_front();
+        }
+    }
+
+    fn check(&self, asker: &Asker) -> Result<(), Refusal> {
+        self.check_key(&asker.buyer)?;
+        if !asker.newcomer {
+            return Ok(());
+        }
+        self.check_origin(&asker.origin)?;
         let running = self.newcomer_jobs.get(&asker.buyer).copied().unwrap_or(0);
         if running >= NEWCOMER_JOBS_PER_BUYER {
             return Err((
@@ -262,6 +367,26 @@ impl Table {
 mod tests {
     use super::*;
 
+    /// A job's completion tokens, sent and paid, with nothing prefilled.
+    fn tokens(sent: u64, paid: u64) -> Tally {
+        Tally {
+            sent,
+            paid,
+            ..Tally::default()
+        }
+    }
+
+    /// How many jobs like `job` `buyer` ends before it is refused (at most 1,000).
+    fn jobs_until_refused(table: &UnpaidWork, buyer: &Asker, job: Tally) -> u64 {
+        let mut served = 0;
+        while table.check(buyer, 0).is_ok() {
+            table.ended(buyer, job, 0);
+            served += 1;
+            assert!(served < 1_000, "never refused");
+        }
+        served
+    }
+
     fn asker(n: u8, origin: &str, newcomer: bool) -> Asker {
         Asker {
             buyer: NodeId::from_bytes([n; 32]),
@@ -288,13 +413,13 @@ mod tests {
         let table = UnpaidWork::default();
         let free_rider = asker(1, "a", true);
         assert!(table.admit(&free_rider, 0).is_ok());
-        table.ended(&free_rider, 16, 0, 10);
-        table.ended(&free_rider, 16, 0, 20);
+        table.ended(&free_rider, tokens(16, 0), 10);
+        table.ended(&free_rider, tokens(16, 0), 20);
         assert!(
             table.check(&free_rider, 30).is_ok(),
             "under two newcomer windows"
         );
-        table.ended(&free_rider, 3, 0, 30);
+        table.ended(&free_rider, tokens(3, 0), 30);
         let (reason, why) = table.admit(&free_rider, 40).unwrap_err();
         assert_eq!(reason, RejectReason::NotAllowed);
         assert!(why.contains("32 tokens unpaid"), "{why}");
@@ -317,17 +442,17 @@ mod tests {
         let table = UnpaidWork::default();
         let gateway = asker(1, "a", false);
         for n in 0..100 {
-            table.ended(&gateway, 200, 200, n);
-            table.ended(&gateway, 3, 0, n);
+            table.ended(&gateway, tokens(200, 200), n);
+            table.ended(&gateway, tokens(3, 0), n);
         }
         assert!(table.check(&gateway, 100).is_ok());
         // Paying one job does not buy a stream of free ones.
         let table = UnpaidWork::default();
         let payer_once = asker(2, "a", false);
-        table.ended(&payer_once, 8, 8, 0);
-        table.ended(&payer_once, 33, 0, 1);
+        table.ended(&payer_once, tokens(8, 8), 0);
+        table.ended(&payer_once, tokens(33, 0), 1);
         assert!(table.check(&payer_once, 2).is_ok());
-        table.ended(&payer_once, 2, 0, 1);
+        table.ended(&payer_once, tokens(2, 0), 1);
         assert!(table.check(&payer_once, 2).is_err());
     }
 
@@ -337,9 +462,135 @@ mod tests {
         let table = UnpaidWork::default();
         let gateway = asker(1, "a", true);
         for n in 0..1_000 {
-            table.ended(&gateway, 1, 0, n);
+            table.ended(&gateway, tokens(1, 0), n);
         }
         assert!(table.check(&gateway, 1_000).is_ok());
+        // Each warm-up prefills what was delivered since the last (64 tokens) on an
+        // engine that reuses the cached prefix: a thousand an hour stay inside the floor.
+        let warm_up = Tally {
+            prefilled: 64,
+            ..tokens(1, 0)
+        };
+        let table = UnpaidWork::default();
+        for n in 0..1_000 {
+            table.ended(&gateway, warm_up, n);
+        }
+        assert!(table.check(&gateway, 1_000).is_ok());
+    }
+
+    /// One-token jobs never receipted (or closed right after `Accept`): the token rule
+    /// never sees them (a job's first token is the provider's bid), so before the
+    /// prefill rule a key had any number of long prompts prefilled for nothing.
+    #[test]
+    fn unpaid_prefill_holds_a_key_that_never_pays() {
+        let table = UnpaidWork::default();
+        let classifier = asker(1, "a", false);
+        let one_token = Tally {
+            prefilled: 8_000,
+            billed_prompt: 8_000,
+            ..tokens(1, 0)
+        };
+        let served = jobs_until_refused(&table, &classifier, one_token);
+        assert_eq!(served, FREE_PREFILL_FLOOR.div_ceil(8_000));
+        let (reason, why) = table.admit(&classifier, 0).unwrap_err();
+        assert_eq!(reason, RejectReason::NotAllowed);
+        assert!(why.contains("prompt tokens prefilled here unpaid"), "{why}");
+        assert!(
+            table.check(&classifier, REMEMBERED_MS + 1).is_ok(),
+            "forgotten"
+        );
+        // The same jobs paid for cost nothing: the first receipt pays the prompt.
+        let table = UnpaidWork::default();
+        let paid = Tally {
+            paid: 1,
+            ..one_token
+        };
+        for n in 0..1_000 {
+            table.ended(&classifier, paid, n);
+        }
+        assert!(table.check(&classifier, 1_000).is_ok());
+    }
+
+    /// A resume bills no prompt (a failover's re-prefill is the provider's cost to bid),
+    /// so a buyer that carries its prompt in `resume` and pays for the new tokens alone
+    /// has the rest prefilled unpaid; each paid token still adds to the allowance.
+    #[test]
+    fn a_resume_s_prefill_counts_even_when_its_tokens_are_paid() {
+        let table = UnpaidWork::default();
+        let buyer = asker(1, "a", false);
+        let carried = Tally {
+            sent: 2,
+            paid: 2,
+            prefilled: 8_003,
+            billed_prompt: 0,
+        };
+        let served = jobs_until_refused(&table, &buyer, carried);
+        // 72,027 unpaid against 65,536 plus 16 for each job's two paid tokens.
+        assert_eq!(served, 9);
+        // An honest failover now and then beside paid work stays inside.
+        let table = UnpaidWork::default();
+        let job = Tally {
+            sent: 300,
+            paid: 300,
+            prefilled: 500,
+            billed_prompt: 500,
+        };
+        let failover = Tally {
+            sent: 150,
+            paid: 150,
+            prefilled: 650,
+            billed_prompt: 0,
+        };
+        for n in 0..200 {
+            table.ended(&buyer, job, n);
+            table.ended(&buyer, failover, n);
+        }
+        assert!(table.check(&buyer, 200).is_ok());
+    }
+
+    #[test]
+    fn the_prefill_allowance_is_a_minute_of_measured_prefill_at_least_the_floor() {
+        let never_pays = Tally {
+            prefilled: 10_000,
+            ..tokens(0, 0)
+        };
+        let buyer = asker(1, "a", false);
+        let refused_after = |table: UnpaidWork| jobs_until_refused(&table, &buyer, never_pays);
+        assert_eq!(refused_after(UnpaidWork::default()), 7);
+        assert_eq!(refused_after(UnpaidWork::new(500_000)), 7, "the floor");
+        // 20,000 tokens/s: 1.2 M tokens a minute.
+        assert_eq!(refused_after(UnpaidWork::new(20_000_000)), 120);
+    }
+
+    #[test]
+    fn newcomers_of_one_origin_share_four_prefill_allowances() {
+        let table = UnpaidWork::default();
+        let long_unpaid = Tally {
+            prefilled: 8_192,
+            ..tokens(1, 0)
+        };
+        // Two jobs per fresh key (each within its own allowance), keys without end.
+        let mut jobs = 0u64;
+        for n in 0..=255u8 {
+            let key = asker(n, "a", true);
+            if table.check(&key, 0).is_err() {
+                break;
+            }
+            table.ended(&key, long_unpaid, 0);
+            table.ended(&key, long_unpaid, 0);
+            jobs += 2;
+        }
+        assert_eq!(jobs * 8_192, ORIGIN_PREFILL_SHARES * FREE_PREFILL_FLOOR);
+        let (_, why) = table.check(&asker(255, "a", true), 0).unwrap_err();
+        assert!(why.contains("new here from a had"), "{why}");
+        assert!(
+            table.check(&asker(255, "b", true), 0).is_ok(),
+            "another origin"
+        );
+        assert!(
+            table.check(&asker(255, "a", false), 0).is_ok(),
+            "a paying buyer"
+        );
     }
 
     #[test]
@@ -348,7 +599,7 @@ mod tests {
         for n in 0..(NEWCOMER_UNPAID_PER_ORIGIN / 16) as u8 {
             let key = asker(n, "a", true);
             assert!(table.admit(&key, u64::from(n)).is_ok(), "key {n}");
-            table.ended(&key, 17, 0, u64::from(n));
+            table.ended(&key, tokens(17, 0), u64::from(n));
         }
         let (reason, why) = table.check(&asker(100, "a", true), 50).unwrap_err();
         assert_eq!(reason, RejectReason::NotAllowed);
@@ -364,7 +615,7 @@ mod tests {
         // Paying buyers' unpaid tokens count against their keys only.
         let table = UnpaidWork::default();
         for n in 0..20 {
-            table.ended(&asker(n, "a", false), 30, 0, 0);
+            table.ended(&asker(n, "a", false), tokens(30, 0), 0);
         }
         assert!(table.check(&asker(100, "a", true), 1).is_ok());
     }
@@ -407,7 +658,7 @@ mod tests {
                 origin: Origin::unknown(),
                 newcomer: false,
             };
-            table.ended(&asker, 1, 0, 0);
+            table.ended(&asker, tokens(1, 0), 0);
         }
         assert_eq!(table.0.lock().unwrap().jobs.len(), MAX_JOBS);
     }
