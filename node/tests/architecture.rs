@@ -221,7 +221,7 @@ fn every_vendored_patch_is_in_use() {
     let copies: BTreeSet<String> = std::fs::read_dir(workspace().join("vendor"))
         .unwrap()
         .filter_map(|entry| entry.ok())
-        .filter(|entry| entry.path().is_dir())
+        .filter(|entry| entry.path().is_dir() && entry.file_name() != "patches")
         .map(|entry| format!("vendor/{}", entry.file_name().to_string_lossy()))
         .collect();
     let patched: BTreeSet<String> = patches.values().cloned().collect();
@@ -245,6 +245,94 @@ fn every_vendored_patch_is_in_use() {
         let marked = files_containing(&workspace().join(path).join("src"), "// sharemesh:");
         assert!(marked > 0, "{path} carries no marked change");
     }
+}
+
+/// Each copy in `vendor/` is the crate as published with its patch and nothing else: the
+/// patch (`vendor/patches/NAME.patch`) reversed out of a scratch copy must apply whole
+/// and leave exactly the published files, whose sha256 `NAME.sha256` records from the
+/// crates.io release. A change to a copy that its patch does not record, or a patch
+/// whose changes are gone from the copy, fails here; `scripts/vendor-patches` writes
+/// both again from the registry.
+#[test]
+fn every_vendored_copy_is_its_release_and_its_patch() {
+    for (name, path) in patches() {
+        let dir = workspace().join("vendor/patches");
+        let patch = dir.join(format!("{name}.patch"));
+        let sums = std::fs::read_to_string(dir.join(format!("{name}.sha256")))
+            .unwrap_or_else(|err| panic!("{name}: its published files' sums: {err}"));
+        let published: BTreeMap<String, String> = sums
+            .lines()
+            .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+            .map(|line| {
+                let (sum, file) = line.split_once("  ").expect("`SHA256  PATH` lines");
+                (file.to_owned(), sum.to_owned())
+            })
+            .collect();
+        let scratch = tempfile::tempdir().unwrap();
+        copy_tree(&workspace().join(&path), scratch.path());
+        // Outside any repository, `git apply` patches the files it is given.
+        let reversed = Command::new("git")
+            .args(["apply", "-R", "--"])
+            .arg(&patch)
+            .current_dir(scratch.path())
+            .env("GIT_CEILING_DIRECTORIES", scratch.path().parent().unwrap())
+            .output()
+            .expect("git");
+        assert!(
+            reversed.status.success(),
+            "{name}: its patch does not reverse out of {path} (a change it records is gone, \
+             or another was made over it): {}",
+            String::from_utf8_lossy(&reversed.stderr)
+        );
+        let found = sha256_of_files(scratch.path(), scratch.path());
+        let differing: Vec<&String> = published
+            .keys()
+            .chain(found.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter(|file| published.get(*file) != found.get(*file))
+            .collect();
+        assert!(
+            differing.is_empty(),
+            "{path} differs from {name} as published in {differing:?} beyond its patch \
+             (record the change in vendor/patches with scripts/vendor-patches)"
+        );
+    }
+}
+
+/// Copies the files under `from` into `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap().filter_map(Result::ok) {
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// The sha256 of every file under `dir`, by its path below `root`.
+fn sha256_of_files(root: &Path, dir: &Path) -> BTreeMap<String, String> {
+    use sha2::Digest as _;
+    let mut sums = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap().filter_map(Result::ok) {
+        let path = entry.path();
+        if path.is_dir() {
+            sums.extend(sha256_of_files(root, &path));
+        } else {
+            let digest = sha2::Sha256::digest(std::fs::read(&path).unwrap());
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            let file = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            sums.insert(file, hex);
+        }
+    }
+    sums
 }
 
 /// How many files under `dir` contain `needle`.
