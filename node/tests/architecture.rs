@@ -284,7 +284,7 @@ fn every_vendored_copy_is_its_release_and_its_patch() {
              or another was made over it): {}",
             String::from_utf8_lossy(&reversed.stderr)
         );
-        let found = sha256_of_files(scratch.path(), scratch.path());
+        let found = sha256_of_files(scratch.path());
         let differing: Vec<&String> = published
             .keys()
             .chain(found.keys())
@@ -302,26 +302,19 @@ fn every_vendored_copy_is_its_release_and_its_patch() {
 
 /// Copies the files under `from` into `to`.
 fn copy_tree(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap().filter_map(Result::ok) {
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
+    for file in files_under(from) {
+        let target = to.join(file.strip_prefix(from).unwrap());
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(&file, &target).unwrap();
     }
 }
 
-/// The sha256 of every file under `dir`, by its path below `root`.
-fn sha256_of_files(root: &Path, dir: &Path) -> BTreeMap<String, String> {
+/// The sha256 of every file under `root`, by its path below it.
+fn sha256_of_files(root: &Path) -> BTreeMap<String, String> {
     use sha2::Digest as _;
-    let mut sums = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).unwrap().filter_map(Result::ok) {
-        let path = entry.path();
-        if path.is_dir() {
-            sums.extend(sha256_of_files(root, &path));
-        } else {
+    files_under(root)
+        .into_iter()
+        .map(|path| {
             let digest = sha2::Sha256::digest(std::fs::read(&path).unwrap());
             let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
             let file = path
@@ -329,27 +322,34 @@ fn sha256_of_files(root: &Path, dir: &Path) -> BTreeMap<String, String> {
                 .unwrap()
                 .to_string_lossy()
                 .into_owned();
-            sums.insert(file, hex);
-        }
-    }
-    sums
+            (file, hex)
+        })
+        .collect()
 }
 
 /// How many files under `dir` contain `needle`.
 fn files_containing(dir: &Path, needle: &str) -> usize {
-    std::fs::read_dir(dir)
+    files_under(dir)
+        .iter()
+        .filter(|path| std::fs::read_to_string(path).is_ok_and(|text| text.contains(needle)))
+        .count()
+}
+
+/// Every file under `dir`, at any depth.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for path in std::fs::read_dir(dir)
         .unwrap()
-        .filter_map(|entry| entry.ok())
-        .map(|entry| entry.path())
-        .map(|path| {
-            if path.is_dir() {
-                files_containing(&path, needle)
-            } else {
-                let text = std::fs::read_to_string(&path).unwrap_or_default();
-                usize::from(text.contains(needle))
-            }
-        })
-        .sum()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+    {
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 /// A crate's modules: path (`["dispatch"]`, `["a", "b"]`) → file.

@@ -99,6 +99,17 @@ async fn take_for_free(buyer: &LabBuyer, provider: NodeId, hold: bool) -> Taken 
     }
 }
 
+/// A fresh buyer key on the lab's mesh, once it is connected to `provider`.
+async fn connected_buyer(lab: &Lab, provider: NodeId) -> LabBuyer {
+    let peer = provider.peer_id().unwrap();
+    let buyer = lab.add_buyer().await.unwrap();
+    eventually(Duration::from_secs(10), "the buyer connects", || {
+        buyer.mesh.is_connected(&peer)
+    })
+    .await;
+    buyer
+}
+
 /// Attack (`free-rider`): a buyer that takes tokens and never pays, making a fresh key
 /// whenever one is refused, holding some jobs until the credit timeout and leaving
 /// others inside the window. Each key is refused once it left 32 tokens unpaid (each
@@ -114,18 +125,13 @@ async fn a_free_rider_with_fresh_keys_takes_a_bounded_number_of_tokens() {
         .await
         .unwrap();
     let provider = lab.providers[0].node_id;
-    let peer = provider.peer_id().unwrap();
     // The lab's gateway pays for a job first: a paying buyer from the same origin.
     lab.complete(Lab::request("hi", 8, RoutingOptions::default()))
         .await
         .unwrap();
     let (mut free, mut key_refusals, mut origin_refused) = (0u64, 0, false);
     for key in 0..20 {
-        let buyer = lab.add_buyer().await.unwrap();
-        eventually(Duration::from_secs(10), "the buyer connects", || {
-            buyer.mesh.is_connected(&peer)
-        })
-        .await;
+        let buyer = connected_buyer(&lab, provider).await;
         for job in 0..4 {
             match take_for_free(&buyer, provider, (key + job) % 2 == 0).await {
                 Taken::Tokens(tokens) => {
@@ -181,12 +187,7 @@ async fn a_buyer_that_never_pays_for_its_prompts_is_refused_prefill() {
         .await
         .unwrap();
     let provider = lab.providers[0].node_id;
-    let peer = provider.peer_id().unwrap();
-    let buyer = lab.add_buyer().await.unwrap();
-    eventually(Duration::from_secs(10), "the buyer connects", || {
-        buyer.mesh.is_connected(&peer)
-    })
-    .await;
+    let buyer = connected_buyer(&lab, provider).await;
     let prompt = "word ".repeat(8_000);
     let (mut served, mut refused) = (0u32, None);
     for job in 0..20 {
