@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used)]
 //! A gateway built with no verification settings verifies: it buys checks from
 //! providers priced at most its routing ceiling; turning verification off takes a call
-//! by name; a replayer adds replay beside the bought checks.
+//! by name; a replayer adds replay beside the bought checks. A built gateway stops
+//! (says so) when its mesh does.
 
 use std::sync::Arc;
 
@@ -67,4 +68,17 @@ async fn a_gateway_verifies_unless_told_not_to_by_name() {
         .replay_with(Arc::new(Nothing))
         .build();
     assert_eq!(replay_only.trust().verification(), Verification::Replay);
+}
+
+#[tokio::test]
+async fn a_gateway_stops_when_its_mesh_does() {
+    let mesh = mesh(5).await;
+    let gateway = GatewayBuilder::new(mesh.clone(), Keypair::from_secret([5; 32])).build();
+    let serving = tokio::time::timeout(std::time::Duration::from_millis(200), gateway.stopped());
+    assert!(serving.await.is_err(), "a serving gateway reported an end");
+    mesh.shutdown().await.unwrap();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), gateway.stopped())
+        .await
+        .expect("the gateway went on as if serving");
+    assert_eq!(ended.to_string(), "the gateway's mesh stopped");
 }

@@ -32,7 +32,7 @@ use sharemesh_protocol::{
     FinishReason, JobId, JobRequest, Keypair, ModelDescriptor, NanoUsd, NodeId, Prompt, Sampling,
     Tier,
 };
-use sharemesh_provider::{Provider, ProviderPolicy};
+use sharemesh_provider::{Provider, ProviderNode, ProviderPolicy};
 use tokio::task::JoinHandle;
 
 /// Lab gateways report what they verified and recompute their views this often.
@@ -263,18 +263,16 @@ impl Lab {
                 expected.push(mesh.node_id);
             }
             let engine = ScriptedEngine::new(spec.models, spec.script);
-            let provider = Provider::new(
-                key,
-                Arc::new(engine.clone()),
-                mesh.clone(),
-                spec.policy,
-                spec.hardware
-                    .unwrap_or_else(sharemesh_provider::hardware::Hardware::cpu_only),
-                None,
-            );
-            let mut serving = provider.start_serving();
+            let mut node = ProviderNode::builder(key, Arc::new(engine.clone()), mesh.clone())
+                .policy(spec.policy)
+                .hardware(
+                    spec.hardware
+                        .unwrap_or_else(sharemesh_provider::hardware::Hardware::cpu_only),
+                )
+                .spawn();
+            let provider = node.provider().clone();
             let serving = tokio::spawn(async move {
-                let stopped = serving.stopped().await;
+                let stopped = node.stopped().await;
                 tracing::warn!(%stopped, "a lab provider stopped");
             });
             started.push(LabProvider {

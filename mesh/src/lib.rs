@@ -322,6 +322,13 @@ impl MeshHandle {
         self.send(Command::Disconnect(peer)).await
     }
 
+    /// Resolves once this node's mesh has stopped (shut down, or its event loop ended):
+    /// streams already accepted say nothing of it, so a task serving a protocol waits
+    /// on this beside its incoming streams to end with the mesh.
+    pub async fn closed(&self) {
+        self.commands.closed().await;
+    }
+
     /// Stops this node's mesh at once, every connection with it (see `Command::Shutdown`).
     pub async fn shutdown(&self) -> Result<()> {
         self.send(Command::Shutdown).await

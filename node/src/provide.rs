@@ -12,7 +12,7 @@ use sharemesh_gateway::builder::GatewayBuilder;
 use sharemesh_mesh as mesh;
 use sharemesh_protocol::{ChatMessage, NanoUsd, Prompt, Role, Tier};
 use sharemesh_provider::adversary::{self, Adversary};
-use sharemesh_provider::{Provider, ProviderPolicy};
+use sharemesh_provider::{ProviderNode, ProviderPolicy};
 
 use crate::http::{self, AppState};
 use crate::local_engine::ModelArgs;
@@ -192,34 +192,15 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         let ledger = open_ledger(data_dir)?;
         ledger.set_dispute_window_ms(args.settle.dispute_window_secs.saturating_mul(1000));
         let payee = args.settle.payee(data_dir, &key, ledger.clone()).await?;
-        // Uptime for the earnings report: a heartbeat per serving session.
-        let heartbeat = ledger.clone();
-        let started = sharemesh_mesh::clock::now_ms();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(30));
-            loop {
-                tick.tick().await;
-                let ledger = heartbeat.clone();
-                let now = sharemesh_mesh::clock::now_ms();
-                // sled flushes to disk: off the async runtime's threads.
-                let beat = tokio::task::spawn_blocking(move || ledger.heartbeat(started, now));
-                if let Ok(Err(err)) = beat.await {
-                    tracing::warn!(%err, "could not record uptime");
-                }
-            }
-        });
-        let provider = Provider::new(
-            key,
-            engine.clone(),
-            mesh.clone(),
-            policy,
-            hardware,
-            Some(ledger.clone()),
-        );
+        let mut node = ProviderNode::builder(key, engine.clone(), mesh.clone())
+            .policy(policy)
+            .hardware(hardware)
+            .ledger(ledger.clone());
         if let Some(payee) = payee {
-            provider.settle_on_chain(payee, args.settle.chain.every()?)?;
+            node = node.settle_on_chain(payee, args.settle.chain.every()?);
         }
-        let mut serving = provider.start_serving();
+        let mut node = node.spawn();
+        let provider = node.provider().clone();
         let mut own_gateway = None;
         let http = match args.mesh.http {
             Some(address) => {
@@ -260,7 +241,7 @@ pub fn run(data_dir: &Path, args: ProvideArgs) -> Result<()> {
         };
         tokio::select! {
             () = wait_for_shutdown() => Ok(()),
-            stopped = serving.stopped() => Err(stopped.into()),
+            stopped = node.stopped() => Err(stopped.into()),
             ended = gateway_stopped => Err(ended.into()),
         }
     })

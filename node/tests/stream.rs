@@ -16,7 +16,7 @@ use sharemesh_protocol::{
     ChatMessage, FinishReason, JobId, JobRequest, Keypair, ModelId, NanoUsd, Prompt, Role,
     Sampling, Tier,
 };
-use sharemesh_provider::{Provider, ProviderPolicy};
+use sharemesh_provider::{ProviderNode, ProviderPolicy};
 
 fn load() -> LoadedModel {
     sharemesh_engine::set_threads(1);
@@ -112,15 +112,14 @@ async fn a_buyer_streams_tokens_equal_to_local_generation_and_closing_cancels() 
         credit_window_tokens: 4,
         ..ProviderPolicy::default()
     };
-    let provider = Provider::new(
+    let _provider = ProviderNode::builder(
         Keypair::from_secret(provider_key.secret()),
         engine.clone(),
         provider_mesh.clone(),
-        policy,
-        sharemesh_provider::hardware::detect(),
-        None,
-    );
-    let _serving = provider.start_serving();
+    )
+    .policy(policy)
+    .hardware(sharemesh_provider::hardware::detect())
+    .spawn();
 
     let buyer_key = Keypair::from_secret([22; 32]);
     let buyer_mesh = mesh::spawn(

@@ -144,6 +144,7 @@ impl Provider {
         }
     }
 
+    /// Advertises (and attests) every interval until the mesh stops.
     pub async fn advertise(self: Arc<Self>) {
         for model in self.engine.models() {
             let _ = self.mesh.provide(model.id).await;
@@ -157,6 +158,7 @@ impl Provider {
         let mut mesh_events = self.mesh.subscribe();
         loop {
             tokio::select! {
+                () = self.mesh.closed() => return,
                 _ = tick.tick() => {}
                 () = addresses_changed(&mut mesh_events) => {
                     // A new relay reservation makes this node reachable: say so now,

@@ -36,6 +36,8 @@ pub mod in_force;
 mod local;
 pub use local::LocalJob;
 pub mod metrics;
+pub mod node;
+pub use node::{ProviderNode, ProviderNodeBuilder};
 mod offer_limits;
 pub mod policy;
 mod quote;
@@ -175,7 +177,7 @@ pub struct Provider {
     alias: Option<Keypair>,
     /// On-chain settlement (SPEC §13), when this provider settles on a chain: buyers
     /// must have offered a binding and be covered by their deposit to be served.
-    payee: std::sync::OnceLock<(Arc<sharemesh_settlement::Payee>, Duration)>,
+    payee: Option<(Arc<sharemesh_settlement::Payee>, Duration)>,
     /// How many settlement offers it takes (each costs a chain read).
     offer_limits: offer_limits::OfferLimits,
 }
@@ -197,13 +199,20 @@ impl Provider {
         }
     }
 
-    pub fn new(
+    /// This provider's identity (what its adverts, accepts and chunks are signed by).
+    pub fn node_id(&self) -> NodeId {
+        self.key.node_id()
+    }
+
+    /// A provider; built and started by [`node::ProviderNodeBuilder::spawn`].
+    fn new(
         key: Keypair,
         engine: Arc<dyn TokenEngine>,
         mesh: MeshHandle,
         policy: ProviderPolicy,
         hardware: Hardware,
         ledger: Option<Arc<Ledger>>,
+        settlement: Option<(Arc<sharemesh_settlement::Payee>, Duration)>,
     ) -> Arc<Self> {
         let metrics = mesh
             .metrics
@@ -227,7 +236,7 @@ impl Provider {
             paying_buyers: receipts::PayingBuyers::default(),
             unpaid,
             alias: alias.then(|| Keypair::from_secret(rand::random::<[u8; 32]>())),
-            payee: std::sync::OnceLock::new(),
+            payee: settlement,
             offer_limits: offer_limits::OfferLimits::default(),
         })
     }
@@ -305,7 +314,16 @@ impl Provider {
         let mut incoming = control
             .accept(protocol)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        while let Some((peer, stream)) = incoming.next().await {
+        loop {
+            // The incoming streams outlive the mesh (every handle holds their sender):
+            // its end is told apart, and ends this task (reported as `Closed`).
+            let (peer, stream) = tokio::select! {
+                next = incoming.next() => match next {
+                    Some(next) => next,
+                    None => break,
+                },
+                () = self.mesh.closed() => break,
+            };
             let task = handle(self.clone(), peer, stream);
             tokio::spawn(async move {
                 if let Err(err) = task.await {

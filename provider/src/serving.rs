@@ -1,8 +1,8 @@
 //! A provider's serving tasks, started and owned together: job streams, quotes, model
-//! headers and adverts. Whoever runs a provider — the CLI, the lab, the testnet through
-//! the CLI — starts them with [`Provider::start_serving`], so none is started by hand and none
-//! ends unnoticed: [`Serving::stopped`] says which task ended and why (none ends while
-//! the provider serves), and dropping the handle stops them all.
+//! headers and adverts. [`crate::ProviderNode`] starts them with
+//! [`Provider::start_serving`], so none is started by hand and none ends unnoticed:
+//! [`Serving::stopped`] says which task ended and why (none ends while the provider
+//! serves), and dropping the handle stops them all.
 
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ pub enum ServingStopped {
 impl Provider {
     /// Starts serving: job streams, quotes, model headers and adverts (and, settling on
     /// chain, settlement offers and rounds).
-    pub fn start_serving(self: &Arc<Self>) -> Serving {
+    pub(crate) fn start_serving(self: &Arc<Self>) -> Serving {
         let mut tasks = JoinSet::new();
         tasks.spawn(named("job streams", self.clone().serve()));
         tasks.spawn(named("quotes", self.clone().serve_quotes()));
@@ -51,6 +51,15 @@ impl Provider {
 }
 
 impl Serving {
+    /// Runs one more task beside the serving ones, owned and reported as they are.
+    pub(crate) fn spawn(
+        &mut self,
+        what: &'static str,
+        task: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    ) {
+        self.tasks.spawn(named(what, task));
+    }
+
     /// Waits until one of the tasks ends, which none does while the provider serves:
     /// the caller stops the provider with why, rather than run on without answering
     /// that part of the protocol.

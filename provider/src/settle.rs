@@ -24,16 +24,8 @@ const OFFER_TIMEOUT: Duration = Duration::from_secs(10);
 const TEMPLATE_TOKENS: u64 = 256;
 
 impl Provider {
-    /// Settles on chain through `payee`, with a settlement round every `every` (set
-    /// once, before [`Provider::start_serving`]; a second call is refused).
-    pub fn settle_on_chain(&self, payee: Arc<Payee>, every: Duration) -> anyhow::Result<()> {
-        self.payee
-            .set((payee, every))
-            .map_err(|_| anyhow::anyhow!("this provider already settles on a chain"))
-    }
-
     pub fn payee(&self) -> Option<&Arc<Payee>> {
-        self.payee.get().map(|(payee, _)| payee)
+        self.payee.as_ref().map(|(payee, _)| payee)
     }
 
     /// Answers `/sharemesh/settle/2` streams until the mesh stops (only while settling
@@ -130,7 +122,7 @@ impl Provider {
     /// Settlement rounds until the process ends: deposits read again and due
     /// authorisations redeemed (failures are logged and retried next round).
     pub(crate) async fn run_settlement(self: Arc<Self>) -> anyhow::Result<()> {
-        let Some((payee, every)) = self.payee.get().cloned() else {
+        let Some((payee, every)) = self.payee.clone() else {
             return Ok(());
         };
         loop {

@@ -177,6 +177,12 @@ impl Dispatcher {
             background: Default::default(),
         });
         dispatcher.penalise_signed_faults();
+        // A gateway whose mesh stopped routes nothing: it stops with it, as a provider
+        // does, rather than answer every request 503 while seeming to serve.
+        let mesh = dispatcher.mesh.clone();
+        dispatcher
+            .background
+            .spawn("mesh", async move { mesh.closed().await });
         dispatcher.show_budgets(None);
         dispatcher
     }
