@@ -41,6 +41,17 @@ pub(super) struct Job {
     median_price: NanoUsd,
     /// Whether the prompt was counted again after an `Uncounted` segment.
     recounted: bool,
+    /// Whether every provider tried since the last segment that streamed was merely
+    /// unavailable (unreachable, or at capacity).
+    unavailable_since_stream: bool,
+    /// When the request, mid-answer with no candidate left, began waiting for one.
+    waiting_since: Option<Instant>,
+    /// The highest price among the planned candidates: what the budget reserved for,
+    /// so a provider found while waiting may cost no more.
+    price_ceiling: NanoUsd,
+    /// Providers this request cut off for what they did (misbehaved or stalled): not
+    /// asked again when it plans anew mid-answer.
+    cut_off: Vec<NodeId>,
 }
 
 /// What a segment's end means for the request.
@@ -70,6 +81,7 @@ impl Job {
             counted: plan.counted.clone(),
         };
         let (audit_secret, audit_commitment) = audit::audit_secret(&plan.job_id);
+        let price_ceiling = queue.iter().map(|c| c.price).max().unwrap_or(NanoUsd::ZERO);
         Self {
             median_price: median_price(&queue),
             response: Response {
@@ -91,6 +103,10 @@ impl Job {
             audit_secret,
             audit_commitment,
             recounted: false,
+            unavailable_since_stream: true,
+            waiting_since: None,
+            price_ceiling,
+            cut_off: Vec::new(),
         }
     }
 
@@ -127,6 +143,32 @@ impl Job {
     fn not_opened(&mut self, provider: NodeId, err: &SegmentError) {
         self.last_error = format!("provider {provider}: {err}");
         self.only_unavailable &= err.is_unavailable();
+        self.unavailable_since_stream &= err.is_unavailable();
+    }
+
+    /// Whether, with no candidate left at `now`, the request waits for a provider to
+    /// come back rather than fail: it is mid-answer (the client has tokens; the rest
+    /// resumes exactly after them), everything tried since its last segment was merely
+    /// unavailable — the providers' relay died with the one that streamed, say, and
+    /// they are reachable again once they hold another — and it has waited less than
+    /// `limit` in all.
+    pub(super) fn waits_mid_answer(&mut self, now: Instant, limit: std::time::Duration) -> bool {
+        if self.response.providers.is_empty() || !self.unavailable_since_stream {
+            return false;
+        }
+        let since = *self.waiting_since.get_or_insert(now);
+        now.duration_since(since) < limit
+    }
+
+    /// Candidates found while waiting mid-answer: those within the price the budget
+    /// reserved for, and not cut off by this request.
+    pub(super) fn refill(&mut self, candidates: Vec<Candidate>) {
+        let (ceiling, cut_off) = (self.price_ceiling, &self.cut_off);
+        self.queue.extend(
+            candidates
+                .into_iter()
+                .filter(|c| c.price <= ceiling && !cut_off.contains(&c.provider())),
+        );
     }
 
     /// What the end of `report`'s segment means.
@@ -143,6 +185,7 @@ impl Job {
             Ok(finish) => {
                 self.last_error = format!("provider {provider} stopped the job ({finish:?})");
                 self.only_unavailable = false;
+                self.unavailable_since_stream = true;
                 Next::FailOver {
                     outcome: Some(Outcome::Failed),
                 }
@@ -150,6 +193,10 @@ impl Job {
             Err(why) => {
                 self.last_error = format!("provider {provider}: {why}");
                 self.only_unavailable &= why.is_at_capacity();
+                self.unavailable_since_stream = true;
+                if matches!(why.outcome(), Some(Outcome::Misbehaved | Outcome::Stalled)) {
+                    self.cut_off.push(provider);
+                }
                 Next::FailOver {
                     outcome: why.outcome(),
                 }
@@ -186,7 +233,13 @@ impl Dispatcher {
         events: &mpsc::Sender<DispatchEvent>,
     ) -> Result<bool, RouteError> {
         let mut job = Job::new(plan, request, key.as_ref(), self.defaults.hedge_gold);
-        while let Some(candidate) = job.queue.pop_front() {
+        loop {
+            let Some(candidate) = job.queue.pop_front() else {
+                if self.wait_mid_answer(&mut job, request, events).await? {
+                    continue;
+                }
+                return Err(job.failure());
+            };
             let asked = job.job_request(self.node_id(), request, &candidate);
             let started = Instant::now();
             let (candidate, opened) = if std::mem::take(&mut job.hedge) {
@@ -263,7 +316,32 @@ impl Dispatcher {
                 }
             }
         }
-        Err(job.failure())
+    }
+
+    /// With no candidate left mid-answer, waits a moment for a provider to be
+    /// reachable again and plans anew ([`Job::waits_mid_answer`]); whether there are
+    /// candidates to try (`Ok(false)` too when the client left meanwhile: the request
+    /// then fails unheard).
+    async fn wait_mid_answer(
+        &self,
+        job: &mut Job,
+        request: &RouteRequest,
+        events: &mpsc::Sender<DispatchEvent>,
+    ) -> Result<bool, RouteError> {
+        let waiting = self.defaults.waiting;
+        if !job.waits_mid_answer(Instant::now(), waiting.max_wait) {
+            return Ok(false);
+        }
+        tracing::info!(job = %job.plan.job_id, error = %job.last_error, "every provider left is unavailable mid-answer: waiting for one");
+        tokio::select! {
+            () = tokio::time::sleep(waiting.pump_every) => {}
+            () = events.closed() => return Ok(false),
+        }
+        match self.plan(request).await {
+            Ok(plan) => job.refill(plan.candidates),
+            Err(err) => job.last_error = err.to_string(),
+        }
+        Ok(true)
     }
 
     /// Waits (at most [`RECOUNT_WAIT`], and not again for a while once such a wait for
@@ -420,6 +498,70 @@ mod tests {
         assert!(matches!(broke, Next::FailOver { .. }));
         assert!(job.delivered_all(&request), "4 of max_tokens 4 delivered");
         assert!(matches!(job.failure(), RouteError::Upstream(ref why) if why.contains("eof")));
+    }
+
+    #[test]
+    fn mid_answer_a_request_waits_for_unavailable_providers_within_its_limit() {
+        let limit = Duration::from_secs(30);
+        let start = Instant::now();
+        // Before any token: no (a fresh request waits in the waiting room instead).
+        let (mut job, _) = fresh();
+        job.not_opened(NodeId::from_bytes([2; 32]), &full());
+        assert!(!job.waits_mid_answer(start, limit));
+        // Mid-answer, the streaming provider's relay died and the rest is unreachable.
+        let (mut job, _) = fresh();
+        job.response.providers.push(NodeId::from_bytes([9; 32]));
+        job.after(&ended(
+            Err(SegmentError::StreamBroke("relay".into())),
+            false,
+        ));
+        let unreachable = SegmentError::Unreachable("connection refused".into());
+        job.not_opened(NodeId::from_bytes([2; 32]), &unreachable);
+        job.not_opened(NodeId::from_bytes([3; 32]), &full());
+        assert!(job.waits_mid_answer(start, limit));
+        assert!(job.waits_mid_answer(start + Duration::from_secs(29), limit));
+        assert!(
+            !job.waits_mid_answer(start + limit, limit),
+            "the wait is bounded"
+        );
+        // A provider that refused for another reason ends the wait: it is an answer.
+        let (mut job, _) = fresh();
+        job.response.providers.push(NodeId::from_bytes([9; 32]));
+        job.after(&ended(
+            Err(SegmentError::StreamBroke("relay".into())),
+            false,
+        ));
+        job.not_opened(
+            NodeId::from_bytes([2; 32]),
+            &SegmentError::BadAnswer("?".into()),
+        );
+        assert!(!job.waits_mid_answer(start, limit));
+    }
+
+    #[test]
+    fn providers_found_mid_answer_are_within_the_reserved_price_and_not_cut_off() {
+        let (mut job, _) = fresh();
+        job.price_ceiling = NanoUsd(100);
+        let cheat = crate::quote::tests::candidate(4, 50);
+        job.cut_off.push(cheat.provider());
+        job.refill(vec![
+            crate::quote::tests::candidate(2, 100),
+            crate::quote::tests::candidate(3, 101),
+            cheat,
+        ]);
+        let queued: Vec<NodeId> = job.queue.iter().map(Candidate::provider).collect();
+        assert_eq!(
+            queued,
+            vec![crate::quote::tests::candidate(2, 100).provider()]
+        );
+        // A segment that misbehaved cuts its provider off; one whose stream broke not.
+        let (mut job, _) = fresh();
+        job.after(&ended(Err(SegmentError::BadChunk("forged".into())), false));
+        job.after(&SegmentReport {
+            provider: NodeId::from_bytes([8; 32]),
+            ..ended(Err(SegmentError::StreamBroke("eof".into())), false)
+        });
+        assert_eq!(job.cut_off, vec![NodeId::from_bytes([9; 32])]);
     }
 
     #[test]
