@@ -50,6 +50,11 @@ pub enum Command {
     /// Run the light client: order book and local HTTP API, no serving.
     Gateway(Box<crate::gateway::GatewayArgs>),
     #[cfg(feature = "provider")]
+    /// Adversary kit (a build with `--features adversary` only): a buyer that misbehaves against one provider (free rider, free
+    /// prefill); prints what it got as JSON.
+    #[command(hide = true)]
+    Attack(crate::attack::AttackArgs),
+    #[cfg(feature = "provider")]
     /// Run a local testnet and see the whole system work (fetch, serve, stream, fail over, pay).
     Demo(crate::demo::DemoArgs),
     #[cfg(feature = "provider")]
@@ -138,6 +143,8 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         #[cfg(feature = "provider")]
         Command::Demo(args) => crate::demo::run(&data_dir, args),
+        #[cfg(feature = "provider")]
+        Command::Attack(args) => crate::attack::run(args),
         Command::Chat(args) => crate::chat::run(args),
         Command::Status(args) => crate::status::run(args),
         Command::Earnings(args) => {

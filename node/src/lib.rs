@@ -4,6 +4,8 @@
 //! only glue of its own is the in-process route from this node's gateway to its
 //! provider ([`local_route`]) and the node's HTTP status API ([`http`]).
 
+#[cfg(feature = "provider")]
+pub mod attack;
 pub mod chat;
 pub mod cli;
 pub mod commands;

@@ -1,0 +1,71 @@
+#![allow(clippy::unwrap_used)]
+//! The buyer side of the adversary kit with real processes: `sharemesh attack MODE`
+//! (built with the kit, as the tests build `sharemesh`) against a real provider of the
+//! real model on loopback, as a testnet plays it. The rules it meets are the
+//! provider's unpaid-work ones (SPEC §8); `free_work.rs` tests them on the fast seam.
+
+mod common;
+
+use common::provider;
+use common::testnet::sharemesh;
+
+/// Runs `sharemesh attack ARGS…` against the provider of `ready`, and reads its report.
+fn attack(ready: &serde_json::Value, args: &[&str]) -> serde_json::Value {
+    let data = tempfile::tempdir().unwrap();
+    let peer = ready["peer_id"].as_str().unwrap();
+    let address = format!("{}/p2p/{peer}", ready["listen"][0].as_str().unwrap());
+    let mut all = vec!["attack"];
+    all.extend_from_slice(args);
+    all.extend(["--provider", peer, "--bootstrap", &address]);
+    let out = sharemesh(data.path(), &all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `attack free-rider`: fresh keys that take tokens and never pay, half their jobs held
+/// until the provider gives up on them. Each key is refused once it left 32 tokens
+/// unpaid, then every new key from the host (the origin's newcomers left 128), after
+/// at most nine newcomer windows of tokens. (`free-prefill` runs first, paying
+/// nothing; `free_work.rs` plays it to its refusal, which takes 65,536 prompt tokens.)
+#[test]
+fn a_free_rider_process_takes_a_bounded_number_of_tokens() {
+    let data = tempfile::tempdir().unwrap();
+    let (_provider, ready) = provider(data.path(), None, &["--credit-timeout-secs", "1"]);
+    // The prefill mode first (it leaves no completion token unpaid, and its prompts are
+    // well inside the prefill allowance): served, paying nothing.
+    let prefill = attack(
+        &ready,
+        &["free-prefill", "--rounds", "2", "--prompt-words", "40"],
+    );
+    assert_eq!(prefill["served"], 2, "{prefill}");
+    assert!(prefill["tokens"].as_u64().unwrap() <= 1, "{prefill}");
+    assert_eq!(prefill["prompt_words_prefilled"], 80, "{prefill}");
+
+    let report = attack(&ready, &["free-rider", "--rounds", "20"]);
+    eprintln!("{report}");
+    assert_eq!(report["origin_refused"], true, "{report}");
+    let refusals: Vec<&str> = report["refusals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert!(
+        refusals.iter().any(|r| r.contains("tokens unpaid here")),
+        "{refusals:?}"
+    );
+    assert!(
+        refusals.last().unwrap().contains("new here from"),
+        "{refusals:?}"
+    );
+    let tokens = report["tokens"].as_u64().unwrap();
+    assert!(
+        tokens > 0 && tokens <= 9 * 16,
+        "took {tokens} tokens unpaid"
+    );
+    assert!(report["keys"].as_u64().unwrap() < 20, "{report}");
+}
