@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use libp2p::Multiaddr;
 use serde::Serialize;
-use sharemesh_gateway::buyer::{start_job, Billing, JobEvent, StreamTerms};
+use sharemesh_gateway::buyer::{start_job, Billing, BuyerStream, JobEvent, StreamTerms};
 use sharemesh_mesh::clock::now_ms;
 use sharemesh_mesh::{MeshConfig, MeshHandle};
 use sharemesh_protocol::{
@@ -24,7 +24,9 @@ pub struct AttackArgs {
     /// `free-rider`: takes tokens and never pays, holding every other job until the
     /// provider gives up on it, with a fresh key whenever one is refused;
     /// `free-prefill`: long prompts, one token each, never paid, every other stream
-    /// left right after `Accept`.
+    /// left right after `Accept`; `proof-spam`: buys one job, then gossips `--rounds`
+    /// false fraud proofs against the provider, built from its real signed chunks with
+    /// a made-up replay at each step.
     pub mode: BuyerAttack,
     /// The provider attacked (its node id).
     #[arg(long)]
@@ -32,7 +34,8 @@ pub struct AttackArgs {
     /// Where to join the mesh (the provider's listen address will do).
     #[arg(long, required = true)]
     pub bootstrap: Vec<Multiaddr>,
-    /// Keys tried (`free-rider`, four jobs each) or jobs run (`free-prefill`).
+    /// Keys tried (`free-rider`, four jobs each), jobs run (`free-prefill`) or proofs
+    /// sent (`proof-spam`).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub rounds: u32,
     /// Words in each `free-prefill` prompt (about a token each).
@@ -45,6 +48,7 @@ pub struct AttackArgs {
 pub enum BuyerAttack {
     FreeRider,
     FreePrefill,
+    ProofSpam,
 }
 
 /// What an attack got from the provider.
@@ -63,6 +67,9 @@ pub struct AttackReport {
     pub refusals: Vec<String>,
     /// Whether a fresh key was refused at its first job (the origin's newcomers ran out).
     pub origin_refused: bool,
+    /// False fraud proofs gossiped (`proof-spam`); what they cost is seen at the nodes
+    /// that check them (a gateway's `GET /v1/trust`).
+    pub proofs_sent: u32,
 }
 
 pub fn run(args: AttackArgs) -> Result<()> {
@@ -117,6 +124,11 @@ async fn attack(args: &AttackArgs) -> Result<AttackReport> {
                     break;
                 }
             }
+        }
+        BuyerAttack::ProofSpam => {
+            let buyer = Buyer::join(args).await?;
+            report.keys = 1;
+            buyer.spam_proofs(args, &mut report).await?;
         }
     }
     Ok(report)
@@ -174,32 +186,9 @@ impl Buyer {
         leave: bool,
     ) -> Result<bool> {
         report.jobs += 1;
-        let job = JobRequest {
-            job_id: JobId::from_bytes(rand::random()),
-            buyer: self.key.node_id(),
-            provider: args.provider,
-            model: self.model,
-            prompt: Prompt::Text(prompt.into()),
-            sampling: Sampling {
-                max_tokens,
-                ..Sampling::default()
-            },
-            max_price_per_token: NanoUsd(1_000_000),
-            tier: Tier::OnDemand,
-            deadline_ms: now_ms() + 60_000,
-            resume: Vec::new(),
-            audit_commitment: Digest::from_bytes([0; 32]),
-        };
-        let terms = StreamTerms {
-            ledger: None,
-            stall_timeout: Duration::from_secs(60),
-            billing: Billing::Unbilled,
-            counted: None,
-        };
-        let peer = args.provider.peer_id().context("the provider's peer id")?;
-        let mut stream = start_job(&self.mesh, self.key.clone(), peer, job, terms)
-            .await
-            .map_err(|e| anyhow::anyhow!("opening a job: {e}"))?;
+        let mut stream = self
+            .open(args, prompt, max_tokens, Billing::Unbilled)
+            .await?;
         let mut tokens = 0u64;
         while let Some(event) = stream.next().await {
             match event {
@@ -230,6 +219,87 @@ impl Buyer {
         // The provider books each end before the next job (as the lab's attacker waits).
         tokio::time::sleep(Duration::from_millis(50)).await;
         Ok(false)
+    }
+
+    /// Opens a job on the provider for `prompt`, paid or not as `billing` says.
+    async fn open(
+        &self,
+        args: &AttackArgs,
+        prompt: &str,
+        max_tokens: u32,
+        billing: Billing,
+    ) -> Result<BuyerStream> {
+        let job = JobRequest {
+            job_id: JobId::from_bytes(rand::random()),
+            buyer: self.key.node_id(),
+            provider: args.provider,
+            model: self.model,
+            prompt: Prompt::Text(prompt.into()),
+            sampling: Sampling {
+                max_tokens,
+                ..Sampling::default()
+            },
+            max_price_per_token: NanoUsd(1_000_000),
+            tier: Tier::OnDemand,
+            deadline_ms: now_ms() + 60_000,
+            resume: Vec::new(),
+            audit_commitment: Digest::from_bytes([0; 32]),
+        };
+        let terms = StreamTerms {
+            ledger: None,
+            stall_timeout: Duration::from_secs(60),
+            billing,
+            counted: None,
+        };
+        let peer = args.provider.peer_id().context("the provider's peer id")?;
+        start_job(&self.mesh, self.key.clone(), peer, job, terms)
+            .await
+            .map_err(|e| anyhow::anyhow!("opening a job: {e}"))
+    }
+
+    /// Buys one job (paid: the proofs then come from a buyer the provider served), and
+    /// gossips a false proof per round from its signed chunks: at each step a replay
+    /// whose logits are made up.
+    async fn spam_proofs(&self, args: &AttackArgs, report: &mut AttackReport) -> Result<()> {
+        report.jobs = 1;
+        let mut stream = self
+            .open(args, "something to accuse", 12, Billing::Metered(None))
+            .await?;
+        while stream.next().await.is_some() {}
+        let transcript = stream
+            .transcript()
+            .context("the provider accepted no job to accuse")?
+            .clone();
+        report.served = 1;
+        let committed: Vec<_> = transcript.committed().into_iter().cloned().collect();
+        report.tokens = committed.len() as u64;
+        if committed.is_empty() {
+            bail!("the provider's answer committed no step to accuse");
+        }
+        let reporter = self.key.node_id();
+        for n in 0..args.rounds {
+            let step = n as usize % committed.len();
+            let mut replayed = committed[step].clone();
+            for (_, logit) in &mut replayed.top {
+                *logit = (f32::from_bits(*logit) + 1.0 + n as f32).to_bits();
+            }
+            let proof = transcript
+                .proof(reporter, step, replayed, transcript.profile().clone())
+                .context("a proof from the job's own chunks")?;
+            let sealed = self
+                .key
+                .seal(&proof, u64::from(n) + 1, now_ms(), 3_600_000)?;
+            // The first waits for this node's gossip mesh to form.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while let Err(err) = self.mesh.publish_fraud_proof(&sealed).await {
+                if tokio::time::Instant::now() >= deadline {
+                    bail!("could not gossip a proof: {err}");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            report.proofs_sent += 1;
+        }
+        Ok(())
     }
 }
 

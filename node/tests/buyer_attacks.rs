@@ -69,3 +69,47 @@ fn a_free_rider_process_takes_a_bounded_number_of_tokens() {
     );
     assert!(report["keys"].as_u64().unwrap() < 20, "{report}");
 }
+
+/// `attack proof-spam`: a key buys one honest job, then gossips 30 false fraud proofs
+/// against the provider, built from the provider's real signed chunks with a made-up
+/// replay at each step. A gateway that holds the model (`--verify`) checks at most four
+/// against one accused an hour, refutes each it checks, and neither drops nor suspects
+/// the honest provider, which still serves it.
+#[test]
+fn a_proof_spamming_process_costs_the_accused_nothing() {
+    let model = common::default_model_path();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (_provider, ready) = provider(dirs[0].path(), None, &[]);
+    let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
+    let verifying = ["--verify", model.to_str().unwrap(), "--verify-threads", "1"];
+    let (_gateway, gateway) = common::gateway(&bootstrap, dirs[1].path(), 1, &verifying);
+    let report = attack(&ready, &["proof-spam", "--rounds", "30"]);
+    assert_eq!(report["proofs_sent"], 30, "{report}");
+    let stats = |trust: &serde_json::Value, what: &str| trust["stats"][what].as_u64().unwrap_or(0);
+    common::wait_until(60, "the flood reaches the gateway", || {
+        let trust = common::get_json(&gateway, "/v1/trust");
+        let (refuted, limited) = (
+            stats(&trust, "proofs_refuted"),
+            stats(&trust, "proofs_rate_limited"),
+        );
+        refuted >= 1 && refuted + limited >= 20
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let trust = common::get_json(&gateway, "/v1/trust");
+    assert!(stats(&trust, "proofs_refuted") <= 4, "{trust}");
+    assert_eq!(stats(&trust, "frauds_confirmed_from_gossip"), 0, "{trust}");
+    let peer = ready["peer_id"].as_str().unwrap();
+    for list in ["dropped_for_fraud", "suspected"] {
+        assert!(
+            !trust[list].as_array().unwrap().iter().any(|p| p == peer),
+            "{list}: {trust}"
+        );
+    }
+    let body = serde_json::json!({
+        "model": "smollm2-135m-instruct",
+        "messages": [{"role": "user", "content": "Still there?"}],
+        "temperature": 0, "max_tokens": 4,
+    });
+    let served = common::chat(&gateway, &body);
+    assert_eq!(served["sharemesh"]["providers"][0], peer, "{served}");
+}
