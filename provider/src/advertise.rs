@@ -78,7 +78,7 @@ impl Provider {
                 .map(|model| BenchmarkResult {
                     model: model.id,
                     threads: self.hardware.cpu_cores,
-                    prefill_milli_tokens_per_second: 0,
+                    prefill_milli_tokens_per_second: self.policy.measured_prefill_milli_tps,
                     generation_milli_tokens_per_second: self.policy.measured_milli_tps,
                 })
                 .collect(),

@@ -64,6 +64,8 @@ async fn provider_node(ledger: Arc<Ledger>) -> (ProviderNode, MeshHandle) {
     let node = ProviderNode::builder(key(31), engine(), mesh.clone())
         .policy(ProviderPolicy {
             price_per_token: NanoUsd(100),
+            measured_milli_tps: 40_000,
+            measured_prefill_milli_tps: 900_000,
             ..ProviderPolicy::default()
         })
         .ledger(ledger)
@@ -168,4 +170,18 @@ async fn a_node_names_the_task_that_ended_when_its_mesh_stops() {
     assert!(stopped
         .to_string()
         .starts_with("the provider stopped serving"));
+}
+
+/// The node attests what it measured: generation and prefill speed per model (the
+/// prefill figure was always 0 before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_attests_the_speeds_it_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(Ledger::open(dir.path()).unwrap());
+    let (node, _mesh) = provider_node(ledger).await;
+    let attestation = node.provider().attestation();
+    let bench = &attestation.benchmarks[0];
+    assert_eq!(bench.model, ScriptedEngine::model(MODEL).id);
+    assert_eq!(bench.generation_milli_tokens_per_second, 40_000);
+    assert_eq!(bench.prefill_milli_tokens_per_second, 900_000);
 }
