@@ -73,8 +73,9 @@ fn a_free_rider_process_takes_a_bounded_number_of_tokens() {
 /// `attack proof-spam`: a key buys one honest job, then gossips 30 false fraud proofs
 /// against the provider, built from the provider's real signed chunks with a made-up
 /// replay at each step. A gateway that holds the model (`--verify`) checks at most four
-/// against one accused an hour, refutes each it checks, and neither drops nor suspects
-/// the honest provider, which still serves it.
+/// against one accused an hour (the rest that arrive are dropped unchecked), refutes
+/// each it checks, and neither drops nor suspects the honest provider, which still
+/// serves it.
 #[test]
 fn a_proof_spamming_process_costs_the_accused_nothing() {
     let model = common::default_model_path();
@@ -83,17 +84,30 @@ fn a_proof_spamming_process_costs_the_accused_nothing() {
     let bootstrap = ready["listen"][0].as_str().unwrap().to_owned();
     let verifying = ["--verify", model.to_str().unwrap(), "--verify-threads", "1"];
     let (_gateway, gateway) = common::gateway(&bootstrap, dirs[1].path(), 1, &verifying);
+    // Gossip meshes form within a few heartbeats.
+    std::thread::sleep(std::time::Duration::from_secs(3));
     let report = attack(&ready, &["proof-spam", "--rounds", "30"]);
     assert_eq!(report["proofs_sent"], 30, "{report}");
     let stats = |trust: &serde_json::Value, what: &str| trust["stats"][what].as_u64().unwrap_or(0);
-    common::wait_until(60, "the flood reaches the gateway", || {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
         let trust = common::get_json(&gateway, "/v1/trust");
         let (refuted, limited) = (
             stats(&trust, "proofs_refuted"),
             stats(&trust, "proofs_rate_limited"),
         );
-        refuted >= 1 && refuted + limited >= 20
-    });
+        // Gossip under load loses part of a burst (14 to 30 of 30 arrived here): more
+        // than the four an accused may cost arriving is what shows the bound.
+        if refuted >= 1 && limited >= 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the flood did not reach the gateway in 60 s: {}",
+            trust["stats"]
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     std::thread::sleep(std::time::Duration::from_millis(500));
     let trust = common::get_json(&gateway, "/v1/trust");
     assert!(stats(&trust, "proofs_refuted") <= 4, "{trust}");
