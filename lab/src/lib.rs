@@ -264,12 +264,12 @@ impl Lab {
             }
             let engine = ScriptedEngine::new(spec.models, spec.script);
             let mut node = ProviderNode::builder(key, Arc::new(engine.clone()), mesh.clone())
-                .policy(spec.policy)
-                .hardware(
-                    spec.hardware
-                        .unwrap_or_else(sharemesh_provider::hardware::Hardware::cpu_only),
-                )
-                .spawn();
+                .policy(spec.policy);
+            // Without a claim, this machine's CPU (the builder's default).
+            if let Some(hardware) = spec.hardware {
+                node = node.hardware(hardware);
+            }
+            let mut node = node.spawn();
             let provider = node.provider().clone();
             let serving = tokio::spawn(async move {
                 let stopped = node.stopped().await;

@@ -144,6 +144,15 @@ impl Job {
         self.last_error = format!("provider {provider}: {err}");
         self.only_unavailable &= err.is_unavailable();
         self.unavailable_since_stream &= err.is_unavailable();
+        self.cut_off_if_at_fault(provider, err);
+    }
+
+    /// Remembers `provider` as not to be asked again by this request when `err` is its
+    /// own doing (misbehaved or stalled), at `Accept` or mid-stream alike.
+    fn cut_off_if_at_fault(&mut self, provider: NodeId, err: &SegmentError) {
+        if matches!(err.outcome(), Some(Outcome::Misbehaved | Outcome::Stalled)) {
+            self.cut_off.push(provider);
+        }
     }
 
     /// Whether, with no candidate left at `now`, the request waits for a provider to
@@ -194,9 +203,7 @@ impl Job {
                 self.last_error = format!("provider {provider}: {why}");
                 self.only_unavailable &= why.is_at_capacity();
                 self.unavailable_since_stream = true;
-                if matches!(why.outcome(), Some(Outcome::Misbehaved | Outcome::Stalled)) {
-                    self.cut_off.push(provider);
-                }
+                self.cut_off_if_at_fault(provider, why);
                 Next::FailOver {
                     outcome: why.outcome(),
                 }
@@ -562,6 +569,10 @@ mod tests {
             ..ended(Err(SegmentError::StreamBroke("eof".into())), false)
         });
         assert_eq!(job.cut_off, vec![NodeId::from_bytes([9; 32])]);
+        // So does one whose `Accept` broke the terms (an overbiller, an alias key).
+        let terms = SegmentError::TermsMismatch("a count it made up".into());
+        job.not_opened(NodeId::from_bytes([7; 32]), &terms);
+        assert_eq!(job.cut_off.last(), Some(&NodeId::from_bytes([7; 32])));
     }
 
     #[test]
