@@ -282,6 +282,21 @@ impl LoadedModel {
         }
     }
 
+    /// Runs this model behind serving work on the same cores (its kernel threads at
+    /// the lowest priority, `sharemesh_kernels::priority`): for a model that only
+    /// replays others' jobs, as a gateway's verifier. Refused on candle's paths, whose
+    /// threads the process shares.
+    pub fn run_in_background(&self) -> Result<(), EngineError> {
+        match &self.weights {
+            Weights::Kernels(kernels) => kernels
+                .run_in_background()
+                .map_err(|e| EngineError::Unsupported(format!("lowering its threads: {e}"))),
+            Weights::Paged(_) | Weights::Phi3(_) => Err(EngineError::Unsupported(
+                "candle's threads are the process's own: they keep their priority".into(),
+            )),
+        }
+    }
+
     /// What this model's logits come from, as a job's `Accept` names it.
     pub fn profile(&self) -> ExecutionProfile {
         let device = match self.device.location() {

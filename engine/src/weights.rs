@@ -33,6 +33,10 @@ pub struct KernelModel {
 }
 
 impl KernelModel {
+    pub fn run_in_background(&self) -> std::io::Result<()> {
+        self.model.run_in_background()
+    }
+
     /// Adversary kit: see `Llama::drop_last_layers`.
     #[cfg(feature = "adversary")]
     pub fn drop_last_layers(&mut self, count: usize) -> Result<(), EngineError> {

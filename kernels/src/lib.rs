@@ -30,6 +30,7 @@ pub mod llama;
 pub mod math;
 pub mod matmul;
 pub mod ops;
+pub mod priority;
 pub mod quant;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -283,6 +283,16 @@ pub struct Llama {
 }
 
 impl Llama {
+    /// Runs this model's forward passes at background priority from now on (every
+    /// thread of its pool lowered, [`crate::priority`]): for work that must not slow a
+    /// serving engine beside it, as a gateway's replays. The arithmetic is unchanged.
+    pub fn run_in_background(&self) -> std::io::Result<()> {
+        self.pool
+            .broadcast(|_| crate::priority::lower_this_thread())
+            .into_iter()
+            .collect()
+    }
+
     /// Adversary kit only (cargo feature `adversary`): drops the last `count` layers, so the model runs
     /// cheaper and answers worse under its honest name (a verifier must catch it).
     #[cfg(feature = "adversary")]

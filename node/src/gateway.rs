@@ -234,6 +234,7 @@ fn replay_locally(data_dir: &Path, args: &GatewayArgs, dispatcher: &Dispatcher) 
         let loaded = crate::local_engine::load_model(data_dir, &model_args)
             .with_context(|| format!("loading --verify {model}"))?;
         tracing::info!(model = %loaded.descriptor.name, profile = %loaded.profile(), "verifying jobs by replay");
+        crate::verify_models::in_background(&loaded);
         let engine: Arc<dyn TokenEngine> = Arc::new(Engine::spawn(vec![loaded], 4));
         let replayer = crate::replay::EngineReplayer(engine);
         dispatcher.trust().auditor.set_replayer(Arc::new(replayer));

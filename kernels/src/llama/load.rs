@@ -330,6 +330,26 @@ mod tests {
         }
     }
 
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_model_run_in_background_lowers_every_pool_thread_and_still_runs() {
+        use crate::priority::{this_thread_nice, BACKGROUND_NICE};
+        let mut model = Llama::load(config(), 3, |name| tiny_tensor(name, &[])).unwrap();
+        let before = model.forward(&[1, 2, 3], 0).unwrap();
+        assert!(model
+            .pool
+            .broadcast(|_| this_thread_nice())
+            .iter()
+            .all(|&n| n < BACKGROUND_NICE));
+        model.run_in_background().unwrap();
+        let levels = model.pool.broadcast(|_| this_thread_nice());
+        assert_eq!(levels, vec![BACKGROUND_NICE; 3]);
+        // The caller's own thread is not lowered: only the model's pool is.
+        assert!(this_thread_nice() < BACKGROUND_NICE);
+        model.reset();
+        assert_eq!(model.forward(&[1, 2, 3], 0).unwrap(), before);
+    }
+
     #[test]
     fn qwen2_rows_go_back_to_interleaved_pairs() {
         // Head of 8: NEOX pairs (k, k + 4); interleaved pairs (2k, 2k + 1).
