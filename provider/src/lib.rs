@@ -243,9 +243,13 @@ impl Provider {
 
     /// `buyer` (connected as `peer`) as the unpaid-work rules see it: its network
     /// origin, and whether it is new here.
-    fn asker(&self, buyer: NodeId, peer: &PeerId) -> unpaid::Asker {
+    /// Who asks, for the unpaid-work rules; `unbilled_prefill`: what the job asked for
+    /// would prefill without a bill ([`JobRequest::unbilled_prefill_bound`]; 0 for a
+    /// quote).
+    fn asker(&self, buyer: NodeId, peer: &PeerId, unbilled_prefill: u64) -> unpaid::Asker {
         unpaid::Asker {
             buyer,
+            unbilled_prefill,
             origin: self
                 .mesh
                 .remote_address(peer)
@@ -413,7 +417,7 @@ impl Provider {
         // preempt anyone's interruptible work. Its slot is taken only once the job is
         // admitted, so refused attempts do not count against its jobs per minute.
         self.buyer_limits.check(&request.buyer, now)?;
-        let asker = self.asker(request.buyer, &peer);
+        let asker = self.asker(request.buyer, &peer, request.unbilled_prefill_bound());
         self.unpaid.check(&asker, now)?;
         self.admit(&request, now)?;
         let credit = self.credit_for(&request)?;

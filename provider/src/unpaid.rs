@@ -24,8 +24,9 @@
 //! that no receipt bills) is counted the same way: a key whose unpaid prefill in the last
 //! hour reaches its allowance (a minute of this provider's measured prefill, at least
 //! [`FREE_PREFILL_FLOOR`] tokens, plus [`FREE_PREFILL_PER_PAID_TOKEN`] per token it paid
-//! for) is refused, and so are newcomers from an origin whose newcomers reached
-//! [`ORIGIN_PREFILL_SHARES`] allowances.
+//! for) is refused; and once the keys of one origin, paying buyers included, took
+//! [`ORIGIN_PREFILL_SHARES`] allowances beyond what their payments earned, a key from
+//! there is refused unless its own payments cover what it asks for.
 //!
 //! Pure: time is an argument.
 
@@ -104,6 +105,9 @@ pub struct Asker {
     pub origin: Origin,
     /// Has never paid this provider a receipt (since it started).
     pub newcomer: bool,
+    /// The most prefill the job asked for bills nothing for (a resume's prompt and
+    /// resumed tokens); 0 for a fresh job or a quote.
+    pub unbilled_prefill: u64,
 }
 
 /// What one job of a buyer's took and paid for, as the provider counted it (nothing
@@ -266,8 +270,9 @@ impl UnpaidWork {
 }
 
 impl Table {
-    /// The key's own allowances: unpaid tokens, then unpaid prefill.
-    fn check_key(&self, buyer: &NodeId) -> Result<(), Refusal> {
+    /// The key's own allowances: unpaid tokens, then unpaid prefill. Returns the key's
+    /// unpaid prefill against what its own payments earned.
+    fn check_key(&self, buyer: &NodeId) -> Result<EarnedPrefill, Refusal> {
         let mine = self.jobs.iter().filter(|j| j.buyer == *buyer);
         let (mut unpaid, mut paid, mut prefill, mut paid_tokens) = (0u64, 0u64, 0u64, 0u64);
         for job in mine.map(|j| &j.tally) {
@@ -297,32 +302,78 @@ impl Table {
                 ),
             ));
         }
-        Ok(())
+        Ok(EarnedPrefill {
+            taken: prefill,
+            earned: paid_tokens.saturating_mul(FREE_PREFILL_PER_PAID_TOKEN),
+        })
     }
 
-    /// What the newcomers of `origin` left unpaid together.
+    /// The unpaid prefill beyond what their own payments earned that the keys of
+    /// `origin` took together, newcomers' and paying buyers' alike: a key that paid for
+    /// one token is no longer a newcomer, and keys are free, so each key's own floor
+    /// ([`FREE_PREFILL_FLOOR`]) would otherwise be had again by every key of a crowd
+    /// that each paid once (moving a long prompt into `resume`, which bills none).
+    fn origin_excess_prefill(&self, origin: &Origin) -> u64 {
+        let mut keys: HashMap<NodeId, (u64, u64)> = HashMap::new();
+        for job in self.jobs.iter().filter(|j| j.origin == *origin) {
+            let (prefill, paid) = keys.entry(job.buyer).or_default();
+            *prefill = prefill.saturating_add(job.tally.unpaid_prefill());
+            *paid = paid.saturating_add(job.tally.paid_tokens());
+        }
+        keys.values().fold(0u64, |sum, &(taken, paid)| {
+            let earned = paid.saturating_mul(FREE_PREFILL_PER_PAID_TOKEN);
+            sum.saturating_add(EarnedPrefill { taken, earned }.excess())
+        })
+    }
+
+    /// Refuses a key that would take more unpaid prefill when the keys of its origin
+    /// took [`ORIGIN_PREFILL_SHARES`] key allowances beyond their payments. A paying
+    /// buyer whose payments cover its prefill is still served from there (a neighbour
+    /// behind the same address or relay cannot have it refused): a fresh job when
+    /// nothing it took is beyond what it earned (the job's prompt is billed), a resume
+    /// when what it earned and has not taken covers the resume's unbilled prefill.
+    fn check_origin_prefill(&self, asker: &Asker, own: EarnedPrefill) -> Result<(), Refusal> {
+        let covered = if asker.unbilled_prefill == 0 {
+            own.excess() == 0
+        } else {
+            own.headroom() >= asker.unbilled_prefill
+        };
+        if !asker.newcomer && covered {
+            return Ok(());
+        }
+        let shared = self.prefill_allowance.saturating_mul(ORIGIN_PREFILL_SHARES);
+        let taken = self.origin_excess_prefill(&asker.origin);
+        if taken < shared {
+            return Ok(());
+        }
+        Err((
+            RejectReason::NotAllowed,
+            format!(
+                "buyers from {} had {taken} prompt tokens prefilled here unpaid beyond what \
+                 they paid for in the last hour (their shared allowance {shared}); buyers \
+                 whose payments cover their prefill are still served from there",
+                asker.origin
+            ),
+        ))
+    }
+
+    /// The completion tokens the newcomers of `origin` left unpaid together.
     fn check_origin(&self, origin: &Origin) -> Result<(), Refusal> {
         let theirs = self
             .jobs
             .iter()
             .filter(|j| j.newcomer && j.origin == *origin);
-        let (mut unpaid, mut prefill) = (0u64, 0u64);
-        for job in theirs.map(|j| &j.tally) {
-            unpaid = unpaid.saturating_add(job.unpaid());
-            prefill = prefill.saturating_add(job.unpaid_prefill());
-        }
-        let what = if unpaid >= NEWCOMER_UNPAID_PER_ORIGIN {
-            format!("left {unpaid} tokens unpaid")
-        } else if prefill >= self.prefill_allowance.saturating_mul(ORIGIN_PREFILL_SHARES) {
-            format!("had {prefill} prompt tokens prefilled unpaid")
-        } else {
+        let unpaid = theirs
+            .map(|j| j.tally.unpaid())
+            .fold(0u64, u64::saturating_add);
+        if unpaid < NEWCOMER_UNPAID_PER_ORIGIN {
             return Ok(());
-        };
+        }
         Err((
             RejectReason::NotAllowed,
             format!(
-                "buyers new here from {origin} {what} in the last hour; only buyers that \
-                 have paid here are served from there for now"
+                "buyers new here from {origin} left {unpaid} tokens unpaid in the last \
+                 hour; only buyers that have paid here are served from there for now"
             ),
         ))
     }
@@ -334,7 +385,8 @@ impl Table {
     }
 
     fn check(&self, asker: &Asker) -> Result<(), Refusal> {
-        self.check_key(&asker.buyer)?;
+        let own = self.check_key(&asker.buyer)?;
+        self.check_origin_prefill(asker, own)?;
         if !asker.newcomer {
             return Ok(());
         }
@@ -360,6 +412,26 @@ impl Table {
             ));
         }
         Ok(())
+    }
+}
+
+/// A key's unpaid prefill in the last hour against what its payments earned
+/// ([`FREE_PREFILL_PER_PAID_TOKEN`] per paid token).
+#[derive(Clone, Copy, Debug)]
+struct EarnedPrefill {
+    taken: u64,
+    earned: u64,
+}
+
+impl EarnedPrefill {
+    /// Taken beyond what was earned.
+    fn excess(self) -> u64 {
+        self.taken.saturating_sub(self.earned)
+    }
+
+    /// Earned and not yet taken.
+    fn headroom(self) -> u64 {
+        self.earned.saturating_sub(self.taken)
     }
 }
 
@@ -392,6 +464,15 @@ mod tests {
             buyer: NodeId::from_bytes([n; 32]),
             origin: Origin(origin.into()),
             newcomer,
+            unbilled_prefill: 0,
+        }
+    }
+
+    /// `asker` asking for a resume that prefills `unbilled` positions unbilled.
+    fn resuming(asker: Asker, unbilled: u64) -> Asker {
+        Asker {
+            unbilled_prefill: unbilled,
+            ..asker
         }
     }
 
@@ -582,7 +663,7 @@ mod tests {
         }
         assert_eq!(jobs * 8_192, ORIGIN_PREFILL_SHARES * FREE_PREFILL_FLOOR);
         let (_, why) = table.check(&asker(255, "a", true), 0).unwrap_err();
-        assert!(why.contains("new here from a had"), "{why}");
+        assert!(why.contains("buyers from a had"), "{why}");
         assert!(
             table.check(&asker(255, "b", true), 0).is_ok(),
             "another origin"
@@ -590,6 +671,75 @@ mod tests {
         assert!(
             table.check(&asker(255, "a", false), 0).is_ok(),
             "a paying buyer"
+        );
+    }
+
+    #[test]
+    fn keys_that_each_paid_once_share_their_origin_s_prefill_allowances() {
+        // Each key pays for one tiny job, then moves long prompts into `resume` (which
+        // bills no prompt): before, every such key had a whole floor of its own.
+        let table = UnpaidWork::default();
+        let paid_once = tokens(2, 2);
+        let resumed = Tally {
+            prefilled: 8_192,
+            ..tokens(1, 1)
+        };
+        let (mut free, mut earned, mut keys) = (0u64, 0u64, 0u64);
+        for n in 0..=255u8 {
+            let key = resuming(asker(n, "a", false), 8_192);
+            table.ended(&key, paid_once, 0);
+            earned += 2 * FREE_PREFILL_PER_PAID_TOKEN;
+            let mut took = 0;
+            while took < 8 && table.check(&key, 0).is_ok() {
+                table.ended(&key, resumed, 0);
+                earned += FREE_PREFILL_PER_PAID_TOKEN;
+                free += 8_192;
+                took += 1;
+            }
+            keys += 1;
+            if took == 0 {
+                break;
+            }
+        }
+        assert!(keys < 10, "the crowd ran out after {keys} keys");
+        let bound = ORIGIN_PREFILL_SHARES * FREE_PREFILL_FLOOR + 8_192 + earned;
+        assert!(free <= bound, "{free} taken, bound {bound}");
+        let (reason, why) = table.check(&asker(250, "a", true), 0).unwrap_err();
+        assert_eq!(reason, RejectReason::NotAllowed);
+        assert!(why.contains("buyers from a had"), "{why}");
+        // A buyer there whose payments cover its prefill is still served; so is
+        // everyone elsewhere.
+        let honest = asker(251, "a", false);
+        table.ended(&honest, tokens(1_000, 1_000), 0);
+        table.ended(
+            &honest,
+            Tally {
+                prefilled: 2_000,
+                ..tokens(1, 1)
+            },
+            0,
+        );
+        assert!(table.check(&honest, 0).is_ok(), "a fresh job");
+        assert!(
+            table.check(&resuming(honest.clone(), 6_000), 0).is_ok(),
+            "a resume it earned"
+        );
+        assert!(
+            table.check(&resuming(honest, 6_100), 0).is_err(),
+            "one it did not"
+        );
+        // A key that paid once: its fresh jobs, whose prompts are billed, go on; its
+        // resumes, which bill none, do not.
+        let paid_once_key = asker(253, "a", false);
+        table.ended(&paid_once_key, paid_once, 0);
+        assert!(table.check(&paid_once_key, 0).is_ok());
+        assert!(table.check(&resuming(paid_once_key, 100), 0).is_err());
+        assert!(table.check(&asker(252, "b", true), 0).is_ok());
+        assert!(
+            table
+                .check(&asker(250, "a", true), REMEMBERED_MS + 1)
+                .is_ok(),
+            "forgotten"
         );
     }
 
@@ -657,6 +807,7 @@ mod tests {
                 buyer,
                 origin: Origin::unknown(),
                 newcomer: false,
+                unbilled_prefill: 0,
             };
             table.ended(&asker, tokens(1, 0), 0);
         }

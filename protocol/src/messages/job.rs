@@ -316,6 +316,19 @@ impl JobRequest {
         }
     }
 
+    /// The most positions a provider prefills for this job that its receipts bill
+    /// nothing for: a resume's whole prompt (at most [`Prompt::token_bound`]) and its
+    /// resumed tokens; 0 for a fresh job, whose prompt is billed.
+    pub fn unbilled_prefill_bound(&self) -> u64 {
+        if self.resume.is_empty() {
+            0
+        } else {
+            self.prompt
+                .token_bound()
+                .saturating_add(self.resume.len() as u64)
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ValidationError> {
         self.prompt.validate()?;
         self.sampling.validate()?;
@@ -543,5 +556,47 @@ impl Receipt {
             )),
             None => Err(ValidationError::field("amount", "tokens × price overflows")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(prompt: Prompt, resume: Vec<u32>) -> JobRequest {
+        JobRequest {
+            job_id: JobId::from_bytes([7; 16]),
+            buyer: NodeId::from_bytes([1; 32]),
+            provider: NodeId::from_bytes([2; 32]),
+            model: ModelId::from_bytes([9; 32]),
+            prompt,
+            sampling: Sampling::default(),
+            max_price_per_token: NanoUsd(100),
+            tier: Tier::OnDemand,
+            deadline_ms: 0,
+            resume,
+            audit_commitment: Digest::from_bytes([1; 32]),
+        }
+    }
+
+    #[test]
+    fn a_resume_s_unbilled_prefill_is_bounded_by_its_prompt_and_resumed_tokens() {
+        let text = || Prompt::Text("x".repeat(100));
+        let fresh = request(text(), vec![]);
+        assert_eq!(
+            fresh.unbilled_prefill_bound(),
+            0,
+            "a fresh job's prompt is billed"
+        );
+        assert_eq!(fresh.billed_prompt_tokens(90), 90);
+        let resumed = request(text(), vec![5; 40]);
+        assert_eq!(resumed.billed_prompt_tokens(90), 0);
+        assert_eq!(
+            resumed.unbilled_prefill_bound(),
+            100 + PROMPT_TOKEN_SLACK + 40
+        );
+        // A prompt moved into `resume` is counted all the same.
+        let moved = request(Prompt::Tokens(vec![]), vec![5; 4_000]);
+        assert_eq!(moved.unbilled_prefill_bound(), PROMPT_TOKEN_SLACK + 4_000);
     }
 }
