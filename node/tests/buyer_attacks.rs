@@ -28,7 +28,7 @@ fn attack(ready: &serde_json::Value, args: &[&str]) -> serde_json::Value {
 
 /// `attack free-rider`: fresh keys that take tokens and never pay, half their jobs held
 /// until the provider gives up on them. Each key is refused once it left 32 tokens
-/// unpaid, then every new key from the host (the origin's newcomers left 128), after
+/// unpaid, then every new key from the host (its keys left 128 beyond what they paid), after
 /// at most ten newcomer windows of tokens. (`free-prefill` runs first, paying
 /// nothing; `free_work.rs` plays it to its refusal, which takes 65,536 prompt tokens.)
 #[test]
@@ -59,7 +59,7 @@ fn a_free_rider_process_takes_a_bounded_number_of_tokens() {
         "{refusals:?}"
     );
     assert!(
-        refusals.last().unwrap().contains("new here from"),
+        refusals.last().unwrap().contains("buyers from"),
         "{refusals:?}"
     );
     let tokens = report["tokens"].as_u64().unwrap();

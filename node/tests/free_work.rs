@@ -113,9 +113,9 @@ async fn connected_buyer(lab: &Lab, provider: NodeId) -> LabBuyer {
 /// Attack (`free-rider`): a buyer that takes tokens and never pays, making a fresh key
 /// whenever one is refused, holding some jobs until the credit timeout and leaving
 /// others inside the window. Each key is refused once it left 32 tokens unpaid (each
-/// job's first token aside); once
-/// newcomers from its origin (the lab is one host) left 128, every new key from there
-/// is refused, while a buyer that has paid there is still served. Before these rules it
+/// job's first token aside); once the keys from its origin (the lab is one host) left
+/// 128 beyond what they paid for, every new key from there is refused, while a buyer
+/// there whose payments cover its credit window is still served. Before these rules it
 /// took a newcomer's window (16 tokens) per job, for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_free_rider_with_fresh_keys_takes_a_bounded_number_of_tokens() {
@@ -125,10 +125,13 @@ async fn a_free_rider_with_fresh_keys_takes_a_bounded_number_of_tokens() {
         .await
         .unwrap();
     let provider = lab.providers[0].node_id;
-    // The lab's gateway pays for a job first: a paying buyer from the same origin.
-    lab.complete(Lab::request("hi", 8, RoutingOptions::default()))
+    // The lab's gateway pays for a long job first: a paying buyer from the same origin,
+    // whose payments (an eighth of 600 tokens) cover its credit window of 64.
+    let paid = lab
+        .complete(Lab::request("hi", 600, RoutingOptions::default()))
         .await
         .unwrap();
+    assert_eq!(paid.token_ids.len(), 600);
     let (mut free, mut key_refusals, mut origin_refused) = (0u64, 0, false);
     for key in 0..20 {
         let buyer = connected_buyer(&lab, provider).await;
@@ -143,7 +146,7 @@ async fn a_free_rider_with_fresh_keys_takes_a_bounded_number_of_tokens() {
                 Taken::Refused(reason, why) => {
                     assert_eq!(reason, RejectReason::NotAllowed, "{why}");
                     if job == 0 {
-                        assert!(why.contains("new here from memory"), "{why}");
+                        assert!(why.contains("buyers from memory"), "{why}");
                         origin_refused = true;
                     } else {
                         assert!(why.contains("tokens unpaid here"), "{why}");
@@ -166,7 +169,7 @@ async fn a_free_rider_with_fresh_keys_takes_a_bounded_number_of_tokens() {
     // The origin's newcomers stop at 128 unpaid, counted less each job's first token
     // (nine jobs of at most a newcomer's window of 16).
     assert!(free <= 9 * 16, "took {free} tokens unpaid");
-    // A buyer that has paid here is still served from the same origin.
+    // A buyer whose payments cover its window is still served from the same origin.
     let done = lab
         .complete(Lab::request("hi", 8, RoutingOptions::default()))
         .await

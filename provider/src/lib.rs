@@ -243,13 +243,15 @@ impl Provider {
 
     /// `buyer` (connected as `peer`) as the unpaid-work rules see it: its network
     /// origin, and whether it is new here.
-    /// Who asks, for the unpaid-work rules; `unbilled_prefill`: what the job asked for
-    /// would prefill without a bill ([`JobRequest::unbilled_prefill_bound`]; 0 for a
-    /// quote).
-    fn asker(&self, buyer: NodeId, peer: &PeerId, unbilled_prefill: u64) -> unpaid::Asker {
+    /// Who asks, for the unpaid-work rules, with what its job could leave unpaid (its
+    /// prefill and credit window; none for a quote).
+    fn asker(&self, buyer: NodeId, peer: &PeerId, job: Option<&JobRequest>) -> unpaid::Asker {
         unpaid::Asker {
             buyer,
-            unbilled_prefill,
+            at_risk: job.map_or_else(unpaid::AtRisk::default, |job| unpaid::AtRisk {
+                prefill: job.unpaid_prefill_bound(),
+                tokens: u64::from(self.credit_window_for(&buyer)),
+            }),
             origin: self
                 .mesh
                 .remote_address(peer)
@@ -417,7 +419,7 @@ impl Provider {
         // preempt anyone's interruptible work. Its slot is taken only once the job is
         // admitted, so refused attempts do not count against its jobs per minute.
         self.buyer_limits.check(&request.buyer, now)?;
-        let asker = self.asker(request.buyer, &peer, request.unbilled_prefill_bound());
+        let asker = self.asker(request.buyer, &peer, Some(&request));
         self.unpaid.check(&asker, now)?;
         self.admit(&request, now)?;
         let credit = self.credit_for(&request)?;

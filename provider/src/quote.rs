@@ -47,7 +47,7 @@ impl Provider {
             self.buyer_limits
                 .check(&request.buyer, now)
                 .and_then(|()| {
-                    let asker = self.asker(request.buyer, &peer, 0);
+                    let asker = self.asker(request.buyer, &peer, None);
                     self.unpaid.check(&asker, now)
                 })
                 .and_then(|()| {

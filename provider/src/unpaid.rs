@@ -3,16 +3,18 @@
 //! without paying, takes up to a window of tokens (and the prompt's prefill) for free.
 //! Keys are free to make, so every job's unpaid tokens (sent minus receipted, less its
 //! first token: a standby warm-up's one unbilled token is the provider's bid) are
-//! counted for an hour against the key and, for buyers that had never paid here,
-//! against the network origin they connect from:
+//! counted for an hour against the key and against the network origin it connects
+//! from:
 //!
 //! - a key whose unpaid tokens in the last hour reach [`UNPAID_ALLOWANCE`] plus an
 //!   eighth of what it paid in that hour is refused (an honest gateway leaves a few
 //!   tokens in flight when it drops a hedge or its client leaves; it pays for every
 //!   token it received, SPEC §8);
-//! - newcomers (keys that never paid here) from an origin whose newcomers left
-//!   [`NEWCOMER_UNPAID_PER_ORIGIN`] tokens unpaid in the last hour are refused (buyers
-//!   that have paid are still served from there);
+//! - once the keys of one origin, newcomers and paying buyers alike, left
+//!   [`ORIGIN_UNPAID_ALLOWANCE`] tokens unpaid in the last hour beyond an eighth of
+//!   what each paid, keys from there are refused, except paying buyers whose payments
+//!   cover what they took (a key that paid for one token is no longer a newcomer, and
+//!   keys are free: a crowd that each paid once must not get a key's allowance each);
 //! - a newcomer runs at most [`NEWCOMER_JOBS_PER_BUYER`] jobs at once, and newcomers from
 //!   one origin [`NEWCOMER_JOBS_PER_ORIGIN`], until a receipt makes them paying buyers.
 //!
@@ -40,8 +42,9 @@ use sharemesh_protocol::{NodeId, RejectReason};
 /// Tokens a key may leave unpaid in an hour beyond an eighth of what it paid (two
 /// newcomer windows).
 pub const UNPAID_ALLOWANCE: u64 = 32;
-/// Tokens newcomers from one origin may leave unpaid in an hour (eight newcomer windows).
-pub const NEWCOMER_UNPAID_PER_ORIGIN: u64 = 128;
+/// Tokens the keys of one origin may leave unpaid in an hour together beyond an eighth of
+/// what each paid (eight newcomer windows).
+pub const ORIGIN_UNPAID_ALLOWANCE: u64 = 128;
 /// Jobs a buyer that has never paid here may run at once.
 pub const NEWCOMER_JOBS_PER_BUYER: u32 = 4;
 /// Jobs newcomers from one origin may run at once.
@@ -105,9 +108,16 @@ pub struct Asker {
     pub origin: Origin,
     /// Has never paid this provider a receipt (since it started).
     pub newcomer: bool,
-    /// The most prefill the job asked for bills nothing for (a resume's prompt and
-    /// resumed tokens); 0 for a fresh job or a quote.
-    pub unbilled_prefill: u64,
+    /// What the job it asks for could leave unpaid (none for a quote).
+    pub at_risk: AtRisk,
+}
+
+/// What one job could leave unpaid: the positions it prefills (`JobRequest::
+/// unpaid_prefill_bound`) and the completion tokens of its credit window.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AtRisk {
+    pub prefill: u64,
+    pub tokens: u64,
 }
 
 /// What one job of a buyer's took and paid for, as the provider counted it (nothing
@@ -158,7 +168,6 @@ impl Tally {
 struct Dealt {
     buyer: NodeId,
     origin: Origin,
-    newcomer: bool,
     tally: Tally,
     at_ms: u64,
 }
@@ -255,7 +264,6 @@ impl UnpaidWork {
             table.jobs.push_back(Dealt {
                 buyer: asker.buyer,
                 origin: asker.origin.clone(),
-                newcomer: asker.newcomer,
                 tally,
                 at_ms: now_ms,
             });
@@ -270,17 +278,23 @@ impl UnpaidWork {
 }
 
 impl Table {
-    /// The key's own allowances: unpaid tokens, then unpaid prefill. Returns the key's
-    /// unpaid prefill against what its own payments earned.
-    fn check_key(&self, buyer: &NodeId) -> Result<EarnedPrefill, Refusal> {
-        let mine = self.jobs.iter().filter(|j| j.buyer == *buyer);
-        let (mut unpaid, mut paid, mut prefill, mut paid_tokens) = (0u64, 0u64, 0u64, 0u64);
-        for job in mine.map(|j| &j.tally) {
-            unpaid = unpaid.saturating_add(job.unpaid());
-            paid = paid.saturating_add(job.paid);
-            prefill = prefill.saturating_add(job.unpaid_prefill());
-            paid_tokens = paid_tokens.saturating_add(job.paid_tokens());
-        }
+    /// What `buyer` took and paid for in the last hour.
+    fn key_totals(&self, buyer: &NodeId) -> KeyTotals {
+        self.jobs
+            .iter()
+            .filter(|j| j.buyer == *buyer)
+            .fold(KeyTotals::default(), |totals, job| totals.add(&job.tally))
+    }
+
+    /// The key's own allowances: unpaid tokens, then unpaid prefill.
+    fn check_key(&self, buyer: &NodeId) -> Result<KeyTotals, Refusal> {
+        let own = self.key_totals(buyer);
+        let KeyTotals {
+            unpaid,
+            paid,
+            prefill,
+            paid_tokens,
+        } = own;
         if unpaid >= UNPAID_ALLOWANCE.saturating_add(paid / 8) {
             return Err((
                 RejectReason::NotAllowed,
@@ -290,9 +304,7 @@ impl Table {
                 ),
             ));
         }
-        let allowance = paid_tokens
-            .saturating_mul(FREE_PREFILL_PER_PAID_TOKEN)
-            .saturating_add(self.prefill_allowance);
+        let allowance = own.earned_prefill().saturating_add(self.prefill_allowance);
         if prefill >= allowance {
             return Err((
                 RejectReason::NotAllowed,
@@ -302,78 +314,60 @@ impl Table {
                 ),
             ));
         }
-        Ok(EarnedPrefill {
-            taken: prefill,
-            earned: paid_tokens.saturating_mul(FREE_PREFILL_PER_PAID_TOKEN),
-        })
+        Ok(own)
     }
 
-    /// The unpaid prefill beyond what their own payments earned that the keys of
-    /// `origin` took together, newcomers' and paying buyers' alike: a key that paid for
-    /// one token is no longer a newcomer, and keys are free, so each key's own floor
-    /// ([`FREE_PREFILL_FLOOR`]) would otherwise be had again by every key of a crowd
-    /// that each paid once (moving a long prompt into `resume`, which bills none).
-    fn origin_excess_prefill(&self, origin: &Origin) -> u64 {
-        let mut keys: HashMap<NodeId, (u64, u64)> = HashMap::new();
+    /// What the keys of `origin` took beyond what their own payments earned, summed
+    /// over all of them, newcomers and paying buyers alike: a key that paid for one
+    /// token is no longer a newcomer, and keys are free, so each key's own floors
+    /// ([`UNPAID_ALLOWANCE`], [`FREE_PREFILL_FLOOR`]) would otherwise be had again by
+    /// every key of a crowd that each paid once (leaving windows unpaid, or carrying
+    /// long prompts in `resume`, which bills none).
+    fn origin_excess(&self, origin: &Origin) -> Excess {
+        let mut keys: HashMap<NodeId, KeyTotals> = HashMap::new();
         for job in self.jobs.iter().filter(|j| j.origin == *origin) {
-            let (prefill, paid) = keys.entry(job.buyer).or_default();
-            *prefill = prefill.saturating_add(job.tally.unpaid_prefill());
-            *paid = paid.saturating_add(job.tally.paid_tokens());
+            let totals = keys.entry(job.buyer).or_default();
+            *totals = totals.add(&job.tally);
         }
-        keys.values().fold(0u64, |sum, &(taken, paid)| {
-            let earned = paid.saturating_mul(FREE_PREFILL_PER_PAID_TOKEN);
-            sum.saturating_add(EarnedPrefill { taken, earned }.excess())
+        keys.values().fold(Excess::default(), |sum, key| Excess {
+            tokens: sum.tokens.saturating_add(key.excess_tokens()),
+            prefill: sum.prefill.saturating_add(key.excess_prefill()),
         })
     }
 
-    /// Refuses a key that would take more unpaid prefill when the keys of its origin
-    /// took [`ORIGIN_PREFILL_SHARES`] key allowances beyond their payments. A paying
-    /// buyer whose payments cover its prefill is still served from there (a neighbour
-    /// behind the same address or relay cannot have it refused): a fresh job when
-    /// nothing it took is beyond what it earned (the job's prompt is billed), a resume
-    /// when what it earned and has not taken covers the resume's unbilled prefill.
-    fn check_origin_prefill(&self, asker: &Asker, own: EarnedPrefill) -> Result<(), Refusal> {
-        let covered = if asker.unbilled_prefill == 0 {
-            own.excess() == 0
+    /// Refuses a key that would take more unpaid work when the keys of its origin took
+    /// [`ORIGIN_UNPAID_ALLOWANCE`] tokens, or [`ORIGIN_PREFILL_SHARES`] key allowances
+    /// of prefill, beyond what their payments earned. A paying buyer whose payments
+    /// cover what it asks for is still served from there (a neighbour behind the same
+    /// address or relay cannot have it refused): what it earned and has not taken covers
+    /// all this job could leave unpaid, its prefill and its credit window. Judging a
+    /// key by its past alone would let every key of a crowd that each paid once leave
+    /// one job unpaid.
+    fn check_origin(&self, asker: &Asker, own: KeyTotals) -> Result<(), Refusal> {
+        let covered = !asker.newcomer
+            && own.prefill_headroom() >= asker.at_risk.prefill
+            && own.token_headroom() >= asker.at_risk.tokens;
+        if covered {
+            return Ok(());
+        }
+        let origin = &asker.origin;
+        let taken = self.origin_excess(origin);
+        let shared_prefill = self.prefill_allowance.saturating_mul(ORIGIN_PREFILL_SHARES);
+        let what = if taken.tokens >= ORIGIN_UNPAID_ALLOWANCE {
+            format!("left {} tokens unpaid", taken.tokens)
+        } else if taken.prefill >= shared_prefill {
+            format!(
+                "had {} prompt tokens prefilled unpaid (their shared allowance {shared_prefill})",
+                taken.prefill
+            )
         } else {
-            own.headroom() >= asker.unbilled_prefill
+            return Ok(());
         };
-        if !asker.newcomer && covered {
-            return Ok(());
-        }
-        let shared = self.prefill_allowance.saturating_mul(ORIGIN_PREFILL_SHARES);
-        let taken = self.origin_excess_prefill(&asker.origin);
-        if taken < shared {
-            return Ok(());
-        }
         Err((
             RejectReason::NotAllowed,
             format!(
-                "buyers from {} had {taken} prompt tokens prefilled here unpaid beyond what \
-                 they paid for in the last hour (their shared allowance {shared}); buyers \
-                 whose payments cover their prefill are still served from there",
-                asker.origin
-            ),
-        ))
-    }
-
-    /// The completion tokens the newcomers of `origin` left unpaid together.
-    fn check_origin(&self, origin: &Origin) -> Result<(), Refusal> {
-        let theirs = self
-            .jobs
-            .iter()
-            .filter(|j| j.newcomer && j.origin == *origin);
-        let unpaid = theirs
-            .map(|j| j.tally.unpaid())
-            .fold(0u64, u64::saturating_add);
-        if unpaid < NEWCOMER_UNPAID_PER_ORIGIN {
-            return Ok(());
-        }
-        Err((
-            RejectReason::NotAllowed,
-            format!(
-                "buyers new here from {origin} left {unpaid} tokens unpaid in the last \
-                 hour; only buyers that have paid here are served from there for now"
+                "buyers from {origin} {what} here beyond what they paid for in the last \
+                 hour; buyers whose payments cover what they take are still served from there"
             ),
         ))
     }
@@ -386,11 +380,10 @@ impl Table {
 
     fn check(&self, asker: &Asker) -> Result<(), Refusal> {
         let own = self.check_key(&asker.buyer)?;
-        self.check_origin_prefill(asker, own)?;
+        self.check_origin(asker, own)?;
         if !asker.newcomer {
             return Ok(());
         }
-        self.check_origin(&asker.origin)?;
         let running = self.newcomer_jobs.get(&asker.buyer).copied().unwrap_or(0);
         if running >= NEWCOMER_JOBS_PER_BUYER {
             return Err((
@@ -415,24 +408,60 @@ impl Table {
     }
 }
 
-/// A key's unpaid prefill in the last hour against what its payments earned
-/// ([`FREE_PREFILL_PER_PAID_TOKEN`] per paid token).
-#[derive(Clone, Copy, Debug)]
-struct EarnedPrefill {
-    taken: u64,
-    earned: u64,
+/// What one key took and paid for in the last hour.
+#[derive(Clone, Copy, Debug, Default)]
+struct KeyTotals {
+    /// Completion tokens sent and not paid for ([`Tally::unpaid`]).
+    unpaid: u64,
+    /// Completion tokens paid for.
+    paid: u64,
+    /// Prefill no receipt paid for.
+    prefill: u64,
+    /// Tokens paid for, prompts included.
+    paid_tokens: u64,
 }
 
-impl EarnedPrefill {
-    /// Taken beyond what was earned.
-    fn excess(self) -> u64 {
-        self.taken.saturating_sub(self.earned)
+impl KeyTotals {
+    fn add(self, job: &Tally) -> Self {
+        Self {
+            unpaid: self.unpaid.saturating_add(job.unpaid()),
+            paid: self.paid.saturating_add(job.paid),
+            prefill: self.prefill.saturating_add(job.unpaid_prefill()),
+            paid_tokens: self.paid_tokens.saturating_add(job.paid_tokens()),
+        }
     }
 
-    /// Earned and not yet taken.
-    fn headroom(self) -> u64 {
-        self.earned.saturating_sub(self.taken)
+    /// Unpaid prefill its payments earned ([`FREE_PREFILL_PER_PAID_TOKEN`] per token).
+    fn earned_prefill(self) -> u64 {
+        self.paid_tokens.saturating_mul(FREE_PREFILL_PER_PAID_TOKEN)
     }
+
+    /// Unpaid tokens beyond the eighth of its paid ones it may leave.
+    fn excess_tokens(self) -> u64 {
+        self.unpaid.saturating_sub(self.paid / 8)
+    }
+
+    /// Unpaid prefill beyond what its payments earned.
+    fn excess_prefill(self) -> u64 {
+        self.prefill.saturating_sub(self.earned_prefill())
+    }
+
+    /// Unpaid tokens its payments earned (an eighth of them) and it has not left.
+    fn token_headroom(self) -> u64 {
+        (self.paid / 8).saturating_sub(self.unpaid)
+    }
+
+    /// Unpaid prefill its payments earned and it has not taken.
+    fn prefill_headroom(self) -> u64 {
+        self.earned_prefill().saturating_sub(self.prefill)
+    }
+}
+
+/// What the keys of one origin took beyond what their payments earned.
+#[derive(Clone, Copy, Debug, Default)]
+struct Excess {
+    tokens: u64,
+    prefill: u64,
 }
 
 #[cfg(test)]
@@ -464,14 +493,15 @@ mod tests {
             buyer: NodeId::from_bytes([n; 32]),
             origin: Origin(origin.into()),
             newcomer,
-            unbilled_prefill: 0,
+            at_risk: AtRisk::default(),
         }
     }
 
-    /// `asker` asking for a resume that prefills `unbilled` positions unbilled.
-    fn resuming(asker: Asker, unbilled: u64) -> Asker {
+    /// `asker` asking for a job that prefills `prefill` positions, with a credit window
+    /// of `tokens`.
+    fn asking(asker: Asker, prefill: u64, tokens: u64) -> Asker {
         Asker {
-            unbilled_prefill: unbilled,
+            at_risk: AtRisk { prefill, tokens },
             ..asker
         }
     }
@@ -676,77 +706,74 @@ mod tests {
 
     #[test]
     fn keys_that_each_paid_once_share_their_origin_s_prefill_allowances() {
-        // Each key pays for one tiny job, then moves long prompts into `resume` (which
-        // bills no prompt): before, every such key had a whole floor of its own.
-        let table = UnpaidWork::default();
+        // Each key pays for one tiny job, then asks for long prefills it will not pay
+        // for: prompts moved into `resume` (which bills none), or fresh jobs left before
+        // their first receipt. Before, every such key had a whole floor of its own.
         let paid_once = tokens(2, 2);
         let resumed = Tally {
             prefilled: 8_192,
             ..tokens(1, 1)
         };
-        let (mut free, mut earned, mut keys) = (0u64, 0u64, 0u64);
-        for n in 0..=255u8 {
-            let key = resuming(asker(n, "a", false), 8_192);
-            table.ended(&key, paid_once, 0);
-            earned += 2 * FREE_PREFILL_PER_PAID_TOKEN;
-            let mut took = 0;
-            while took < 8 && table.check(&key, 0).is_ok() {
-                table.ended(&key, resumed, 0);
-                earned += FREE_PREFILL_PER_PAID_TOKEN;
-                free += 8_192;
-                took += 1;
+        let left_early = Tally {
+            prefilled: 8_192,
+            ..tokens(16, 0)
+        };
+        for (unpaid_job, window) in [(resumed, 64), (left_early, 64)] {
+            let table = UnpaidWork::default();
+            let (mut free, mut earned, mut keys) = (0u64, 0u64, 0u64);
+            for n in 0..=255u8 {
+                let key = asking(asker(n, "a", false), 8_192, window);
+                table.ended(&key, paid_once, 0);
+                earned += 2 * FREE_PREFILL_PER_PAID_TOKEN;
+                let mut took = 0;
+                while took < 8 && table.check(&key, 0).is_ok() {
+                    table.ended(&key, unpaid_job, 0);
+                    earned += unpaid_job.paid * FREE_PREFILL_PER_PAID_TOKEN;
+                    free += 8_192;
+                    took += 1;
+                }
+                keys += 1;
+                if took == 0 {
+                    break;
+                }
             }
-            keys += 1;
-            if took == 0 {
-                break;
-            }
-        }
-        assert!(keys < 10, "the crowd ran out after {keys} keys");
-        let bound = ORIGIN_PREFILL_SHARES * FREE_PREFILL_FLOOR + 8_192 + earned;
-        assert!(free <= bound, "{free} taken, bound {bound}");
-        let (reason, why) = table.check(&asker(250, "a", true), 0).unwrap_err();
-        assert_eq!(reason, RejectReason::NotAllowed);
-        assert!(why.contains("buyers from a had"), "{why}");
-        // A buyer there whose payments cover its prefill is still served; so is
-        // everyone elsewhere.
-        let honest = asker(251, "a", false);
-        table.ended(&honest, tokens(1_000, 1_000), 0);
-        table.ended(
-            &honest,
-            Tally {
+            assert!(keys < 10, "the crowd ran out after {keys} keys");
+            let bound = ORIGIN_PREFILL_SHARES * FREE_PREFILL_FLOOR + 8_192 + earned;
+            assert!(free <= bound, "{free} taken, bound {bound}");
+            let (reason, why) = table.check(&asker(250, "a", true), 0).unwrap_err();
+            assert_eq!(reason, RejectReason::NotAllowed);
+            assert!(why.contains("buyers from a "), "{why}");
+            // A buyer there whose payments cover what its job could leave unpaid is
+            // still served; so is everyone elsewhere.
+            let honest = asker(251, "a", false);
+            table.ended(&honest, tokens(1_000, 1_000), 0);
+            let warm_up = Tally {
                 prefilled: 2_000,
                 ..tokens(1, 1)
-            },
-            0,
-        );
-        assert!(table.check(&honest, 0).is_ok(), "a fresh job");
-        assert!(
-            table.check(&resuming(honest.clone(), 6_000), 0).is_ok(),
-            "a resume it earned"
-        );
-        assert!(
-            table.check(&resuming(honest, 6_100), 0).is_err(),
-            "one it did not"
-        );
-        // A key that paid once: its fresh jobs, whose prompts are billed, go on; its
-        // resumes, which bill none, do not.
-        let paid_once_key = asker(253, "a", false);
-        table.ended(&paid_once_key, paid_once, 0);
-        assert!(table.check(&paid_once_key, 0).is_ok());
-        assert!(table.check(&resuming(paid_once_key, 100), 0).is_err());
-        assert!(table.check(&asker(252, "b", true), 0).is_ok());
-        assert!(
-            table
-                .check(&asker(250, "a", true), REMEMBERED_MS + 1)
-                .is_ok(),
-            "forgotten"
-        );
+            };
+            table.ended(&honest, warm_up, 0);
+            // Earned 8 × 1,001 prefill (6,008 left) and 1,001 / 8 = 125 tokens.
+            let ask = |prefill, window| table.check(&asking(honest.clone(), prefill, window), 0);
+            assert!(ask(6_000, 64).is_ok(), "a job it earned");
+            assert!(ask(6_100, 64).is_err(), "more prefill than it earned");
+            assert!(ask(100, 200).is_err(), "a wider window than it earned");
+            // A key that paid for one tiny job is held with the crowd.
+            let paid_once_key = asker(253, "a", false);
+            table.ended(&paid_once_key, paid_once, 0);
+            assert!(table.check(&asking(paid_once_key, 100, window), 0).is_err());
+            assert!(table.check(&asker(252, "b", true), 0).is_ok());
+            let later = REMEMBERED_MS + 1;
+            assert!(
+                table.check(&asker(250, "a", true), later).is_ok(),
+                "forgotten"
+            );
+        }
     }
 
     #[test]
     fn fresh_keys_from_one_origin_run_out_but_paying_buyers_there_do_not() {
         let table = UnpaidWork::default();
-        for n in 0..(NEWCOMER_UNPAID_PER_ORIGIN / 16) as u8 {
+        for n in 0..(ORIGIN_UNPAID_ALLOWANCE / 16) as u8 {
             let key = asker(n, "a", true);
             assert!(table.admit(&key, u64::from(n)).is_ok(), "key {n}");
             table.ended(&key, tokens(17, 0), u64::from(n));
@@ -762,12 +789,37 @@ mod tests {
             table.check(&asker(102, "b", true), 50).is_ok(),
             "another origin"
         );
-        // Paying buyers' unpaid tokens count against their keys only.
+        // Keys that each paid once, then left windows unpaid, count against their
+        // origin too: the crowd runs out, a buyer there that pays for what it takes does
+        // not.
         let table = UnpaidWork::default();
-        for n in 0..20 {
-            table.ended(&asker(n, "a", false), tokens(30, 0), 0);
+        let mut left = 0;
+        for n in 0..=255u8 {
+            let key = asking(asker(n, "a", false), 0, 64);
+            table.ended(&key, tokens(2, 2), 0);
+            if table.check(&key, 0).is_err() {
+                break;
+            }
+            table.ended(&key, tokens(30, 0), 0);
+            left += 29;
         }
-        assert!(table.check(&asker(100, "a", true), 1).is_ok());
+        assert!(
+            left <= ORIGIN_UNPAID_ALLOWANCE + 29,
+            "{left} tokens left unpaid"
+        );
+        let (_, why) = table.check(&asker(200, "a", true), 1).unwrap_err();
+        assert!(why.contains("buyers from a left"), "{why}");
+        let honest = asking(asker(201, "a", false), 0, 64);
+        table.ended(&honest, tokens(600, 600), 0);
+        table.ended(&honest, tokens(3, 0), 0);
+        assert!(
+            table.check(&honest, 1).is_ok(),
+            "its payments cover its window"
+        );
+        assert!(
+            table.check(&asker(202, "b", true), 1).is_ok(),
+            "another origin"
+        );
     }
 
     #[test]
@@ -807,7 +859,7 @@ mod tests {
                 buyer,
                 origin: Origin::unknown(),
                 newcomer: false,
-                unbilled_prefill: 0,
+                at_risk: AtRisk::default(),
             };
             table.ended(&asker, tokens(1, 0), 0);
         }

@@ -316,17 +316,13 @@ impl JobRequest {
         }
     }
 
-    /// The most positions a provider prefills for this job that its receipts bill
-    /// nothing for: a resume's whole prompt (at most [`Prompt::token_bound`]) and its
-    /// resumed tokens; 0 for a fresh job, whose prompt is billed.
-    pub fn unbilled_prefill_bound(&self) -> u64 {
-        if self.resume.is_empty() {
-            0
-        } else {
-            self.prompt
-                .token_bound()
-                .saturating_add(self.resume.len() as u64)
-        }
+    /// The most positions a provider prefills for this job that may go unpaid: all of
+    /// them (the prompt, at most [`Prompt::token_bound`], and any resumed tokens), since
+    /// a fresh job's prompt is paid only with its first receipt and a resume's never.
+    pub fn unpaid_prefill_bound(&self) -> u64 {
+        self.prompt
+            .token_bound()
+            .saturating_add(self.resume.len() as u64)
     }
 
     pub fn validate(&self) -> Result<(), ValidationError> {
@@ -580,23 +576,19 @@ mod tests {
     }
 
     #[test]
-    fn a_resume_s_unbilled_prefill_is_bounded_by_its_prompt_and_resumed_tokens() {
+    fn a_job_s_unpaid_prefill_is_bounded_by_its_prompt_and_resumed_tokens() {
         let text = || Prompt::Text("x".repeat(100));
         let fresh = request(text(), vec![]);
-        assert_eq!(
-            fresh.unbilled_prefill_bound(),
-            0,
-            "a fresh job's prompt is billed"
-        );
+        assert_eq!(fresh.unpaid_prefill_bound(), 100 + PROMPT_TOKEN_SLACK);
         assert_eq!(fresh.billed_prompt_tokens(90), 90);
         let resumed = request(text(), vec![5; 40]);
         assert_eq!(resumed.billed_prompt_tokens(90), 0);
         assert_eq!(
-            resumed.unbilled_prefill_bound(),
+            resumed.unpaid_prefill_bound(),
             100 + PROMPT_TOKEN_SLACK + 40
         );
         // A prompt moved into `resume` is counted all the same.
         let moved = request(Prompt::Tokens(vec![]), vec![5; 4_000]);
-        assert_eq!(moved.unbilled_prefill_bound(), PROMPT_TOKEN_SLACK + 4_000);
+        assert_eq!(moved.unpaid_prefill_bound(), PROMPT_TOKEN_SLACK + 4_000);
     }
 }
