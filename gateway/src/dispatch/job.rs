@@ -22,6 +22,9 @@ use crate::segment::SegmentTerms;
 use crate::verify::audit;
 use crate::verify::trust::SegmentAudit;
 
+/// The longest wait between two plans while a request waits mid-answer.
+pub(super) const MAX_REPLAN_GAP: std::time::Duration = std::time::Duration::from_secs(4);
+
 /// A request's state while providers serve it.
 pub(super) struct Job {
     plan: Plan,
@@ -167,6 +170,24 @@ impl Job {
         }
         let since = *self.waiting_since.get_or_insert(now);
         now.duration_since(since) < limit
+    }
+
+    /// How long to wait before planning again, mid-answer: half of what it waited so
+    /// far, at least `first` and at most [`MAX_REPLAN_GAP`]. A relay found again within
+    /// a second or two is tried within a second or two, while a request whose providers
+    /// are gone for good asks the market for quotes about a dozen times in 30 s, not
+    /// sixty.
+    pub(super) fn replan_delay(
+        &self,
+        now: Instant,
+        first: std::time::Duration,
+    ) -> std::time::Duration {
+        let waited = self
+            .waiting_since
+            .map_or(std::time::Duration::ZERO, |since| {
+                now.saturating_duration_since(since)
+            });
+        (waited / 2).clamp(first, MAX_REPLAN_GAP.max(first))
     }
 
     /// Candidates found while waiting mid-answer: those within the price the budget
@@ -340,8 +361,9 @@ impl Dispatcher {
             return Ok(false);
         }
         tracing::info!(job = %job.plan.job_id, error = %job.last_error, "every provider left is unavailable mid-answer: waiting for one");
+        let delay = job.replan_delay(Instant::now(), waiting.pump_every);
         tokio::select! {
-            () = tokio::time::sleep(waiting.pump_every) => {}
+            () = tokio::time::sleep(delay) => {}
             () = events.closed() => return Ok(false),
         }
         match self.plan(request).await {
@@ -507,6 +529,17 @@ mod tests {
         assert!(matches!(job.failure(), RouteError::Upstream(ref why) if why.contains("eof")));
     }
 
+    /// A job mid-answer whose streaming provider's connection (its relay) just died.
+    fn streamed_then_broke() -> Job {
+        let (mut job, _) = fresh();
+        job.response.providers.push(NodeId::from_bytes([9; 32]));
+        job.after(&ended(
+            Err(SegmentError::StreamBroke("relay".into())),
+            false,
+        ));
+        job
+    }
+
     #[test]
     fn mid_answer_a_request_waits_for_unavailable_providers_within_its_limit() {
         let limit = Duration::from_secs(30);
@@ -516,12 +549,7 @@ mod tests {
         job.not_opened(NodeId::from_bytes([2; 32]), &full());
         assert!(!job.waits_mid_answer(start, limit));
         // Mid-answer, the streaming provider's relay died and the rest is unreachable.
-        let (mut job, _) = fresh();
-        job.response.providers.push(NodeId::from_bytes([9; 32]));
-        job.after(&ended(
-            Err(SegmentError::StreamBroke("relay".into())),
-            false,
-        ));
+        let mut job = streamed_then_broke();
         let unreachable = SegmentError::Unreachable("connection refused".into());
         job.not_opened(NodeId::from_bytes([2; 32]), &unreachable);
         job.not_opened(NodeId::from_bytes([3; 32]), &full());
@@ -532,17 +560,41 @@ mod tests {
             "the wait is bounded"
         );
         // A provider that refused for another reason ends the wait: it is an answer.
-        let (mut job, _) = fresh();
-        job.response.providers.push(NodeId::from_bytes([9; 32]));
-        job.after(&ended(
-            Err(SegmentError::StreamBroke("relay".into())),
-            false,
-        ));
+        let mut job = streamed_then_broke();
         job.not_opened(
             NodeId::from_bytes([2; 32]),
             &SegmentError::BadAnswer("?".into()),
         );
         assert!(!job.waits_mid_answer(start, limit));
+    }
+
+    #[test]
+    fn mid_answer_re_plans_back_off_to_a_bounded_gap() {
+        let first = Duration::from_millis(500);
+        let start = Instant::now();
+        let mut job = streamed_then_broke();
+        assert_eq!(job.replan_delay(start, first), first, "before any wait");
+        job.not_opened(
+            NodeId::from_bytes([2; 32]),
+            &SegmentError::Unreachable("refused".into()),
+        );
+        assert!(job.waits_mid_answer(start, Duration::from_secs(30)));
+        assert_eq!(job.replan_delay(start, first), first);
+        assert_eq!(
+            job.replan_delay(start + Duration::from_secs(3), first),
+            Duration::from_millis(1_500)
+        );
+        assert_eq!(
+            job.replan_delay(start + Duration::from_secs(29), first),
+            MAX_REPLAN_GAP
+        );
+        // Re-plans over a 30 s wait: a dozen or so, not sixty.
+        let (mut at, mut plans) = (start, 0);
+        while at < start + Duration::from_secs(30) {
+            at += job.replan_delay(at, first);
+            plans += 1;
+        }
+        assert!((8..=16).contains(&plans), "{plans} re-plans");
     }
 
     #[test]
