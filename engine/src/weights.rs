@@ -149,6 +149,7 @@ impl Weights {
         };
         let rope_scale = refused_by_either(&ct, architecture)?;
         if KERNEL_ARCHITECTURES.contains(&architecture) && device.is_cpu() && kernels_enabled() {
+            apply_isa_ceiling()?;
             match load_kernels(&ct, reader, architecture, rope_scale, path, progress) {
                 Ok(model) => {
                     let cached = Vec::new();
@@ -354,6 +355,22 @@ pub(crate) fn refused_by_either(
         )));
     }
     Ok(rope_scale)
+}
+
+/// `SHAREMESH_MAX_ISA=avx2` holds the kernels to their AVX2 builds on an AVX-512 CPU
+/// (`sharemesh_kernels::hold_to_avx2`: benchmarks of what an AVX2-only CPU runs); unset
+/// or `avx512`, the fastest the CPU has.
+pub(crate) fn apply_isa_ceiling() -> Result<(), EngineError> {
+    match std::env::var("SHAREMESH_MAX_ISA").as_deref() {
+        Err(_) | Ok("" | "avx512") => Ok(()),
+        Ok("avx2") => {
+            sharemesh_kernels::hold_to_avx2();
+            Ok(())
+        }
+        Ok(other) => Err(EngineError::BadRequest(format!(
+            "SHAREMESH_MAX_ISA={other}: expected avx2 or avx512"
+        ))),
+    }
 }
 
 pub(crate) fn kernels_enabled() -> bool {

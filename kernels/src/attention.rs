@@ -194,7 +194,8 @@ impl Build {
             && std::is_x86_feature_detected!("avx2")
             && std::is_x86_feature_detected!("f16c")
         {
-            if std::is_x86_feature_detected!("avx512f")
+            if crate::avx512_allowed()
+                && std::is_x86_feature_detected!("avx512f")
                 && std::is_x86_feature_detected!("avx512vl")
                 && std::is_x86_feature_detected!("avx512bw")
             {

@@ -44,9 +44,12 @@ enum IsaKind {
 impl Isa {
     pub const SCALAR: Isa = Isa(IsaKind::Scalar);
 
-    /// The fastest path this CPU supports.
+    /// The fastest path this CPU supports (AVX2 at most after [`crate::hold_to_avx2`]).
     pub fn detect() -> Self {
-        Self::avx512().or_else(Self::avx2).unwrap_or(Self::SCALAR)
+        Self::avx512()
+            .filter(|_| crate::avx512_allowed())
+            .or_else(Self::avx2)
+            .unwrap_or(Self::SCALAR)
     }
 
     /// The AVX2 path, where the CPU has AVX2, FMA and F16C (every AVX2 CPU made has).

@@ -33,6 +33,21 @@ pub mod ops;
 pub mod priority;
 pub mod quant;
 
+static HELD_TO_AVX2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Holds every kernel to its AVX2 build from now on where the CPU also has AVX-512: to
+/// measure on one host what an AVX2-only CPU (most consumer ones) runs. The bits are the
+/// same on every build; only the speed differs. Call it before loading a model (the
+/// engine does for `SHAREMESH_MAX_ISA=avx2`).
+pub fn hold_to_avx2() {
+    HELD_TO_AVX2.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the kernels may pick their AVX-512 builds ([`hold_to_avx2`]).
+pub(crate) fn avx512_allowed() -> bool {
+    !HELD_TO_AVX2.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KernelError {
     #[error("tensor `{name}`: format {format} is not supported by the sharemesh kernels")]

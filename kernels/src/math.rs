@@ -157,7 +157,10 @@ enum Vector {
 #[cfg(target_arch = "x86_64")]
 impl Vector {
     fn detect() -> Option<Self> {
-        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq") {
+        if crate::avx512_allowed()
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512dq")
+        {
             Some(Vector::Avx512)
         } else if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             Some(Vector::Avx2)
