@@ -270,3 +270,61 @@ async fn a_buyer_that_leaves_mid_stream_pays_for_what_it_received() {
     assert_eq!(windows[0], 16, "a newcomer's window first");
     assert_eq!(windows[5], 64, "a paying buyer's window: {windows:?}");
 }
+
+/// Attack: a crowd of keys that each pay for one tiny job (so none is a newcomer any
+/// more), then ask for a long prompt and leave at `Accept`, before the first receipt
+/// pays it. Judged by its own past, each key had a whole unpaid-prefill floor (65,536
+/// tokens here) and the crowd was never refused; now the keys of one origin (the lab is
+/// one host) share four floors beyond what their payments earned, and once they are
+/// used a key from there is refused unless its payments cover what it asks for (a fresh
+/// key's first job, or a paid-once key's long prompt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_each_paid_once_share_their_origin_s_free_prefill() {
+    let lab = Lab::start(vec![provider(100)], GatewaySpec::default())
+        .await
+        .unwrap();
+    let provider = lab.providers[0].node_id;
+    let prompt = "word ".repeat(16_000);
+    let (mut keys, mut refused) = (0u32, None);
+    while keys < 40 && refused.is_none() {
+        let buyer = connected_buyer(&lab, provider).await;
+        keys += 1;
+        // One tiny paid job (its receipt makes the key a paying buyer here), then the
+        // long prompt, left at `Accept`.
+        for (prompt, billing) in [
+            ("hi", Billing::Metered(None)),
+            (&prompt[..], Billing::Unbilled),
+        ] {
+            let paying = matches!(billing, Billing::Metered(_));
+            let mut job = buyer.open_job(provider, prompt, 4, billing).await.unwrap();
+            loop {
+                match job.next().await {
+                    Some(JobEvent::Rejected(reject)) => {
+                        refused = Some((reject.reason, reject.detail));
+                        break;
+                    }
+                    Some(JobEvent::Accepted(_)) if !paying => break,
+                    Some(JobEvent::Finished { .. } | JobEvent::Failed(_)) | None => break,
+                    Some(_) => {}
+                }
+            }
+            drop(job);
+            // Sequential jobs: the provider books each end before the next starts.
+            eventually(Duration::from_secs(10), "the job ends", || {
+                lab.providers[0].engine.active_jobs() == 0
+            })
+            .await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if refused.is_some() {
+                break;
+            }
+        }
+    }
+    let (reason, why) = refused.expect("the crowd was never refused");
+    eprintln!("{keys} keys, then: {why}");
+    assert_eq!(reason, RejectReason::NotAllowed, "{why}");
+    assert!(why.contains("buyers from memory had"), "{why}");
+    // 16,001 prompt tokens a job against four floors of 65,536: about the 17th key
+    // reaches them.
+    assert!((15..=19).contains(&keys), "{keys} keys: {why}");
+}
